@@ -1,0 +1,43 @@
+# fairsched: `make test` and `make run` set everything up from nothing.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PY := $(BIN)/python
+PYX := $(wildcard fairsched/core/*.pyx fairsched/core/*.pxd)
+CONFIG ?= examples/workers.toml
+
+.PHONY: all venv build test run bench lint clean
+
+all: build
+
+$(BIN)/activate:
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+
+$(VENV)/.installed: $(BIN)/activate pyproject.toml setup.py
+	$(PY) -m pip install -q -e '.[test,lint]'
+	touch $@
+
+$(VENV)/.built: $(VENV)/.installed $(PYX)
+	$(PY) setup.py -q build_ext --inplace
+	touch $@
+
+venv: $(VENV)/.installed
+build: $(VENV)/.built
+
+test: build
+	FAIRSCHED_REQUIRE_EXTENSIONS=1 $(PY) -m pytest $(PYTEST_ARGS)
+
+run: build
+	$(BIN)/fairsched supervise --config $(CONFIG)
+
+bench: build
+	$(PY) scripts/bench_core.py
+
+lint: build
+	$(BIN)/ruff check fairsched tests scripts examples
+	$(BIN)/cython-lint fairsched/core
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis
+	find fairsched -name '*.so' -delete -o -name '*.c' -delete -o -name '*.html' -delete -o -name __pycache__ -prune -exec rm -rf {} +

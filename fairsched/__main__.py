@@ -1,0 +1,3 @@
+from fairsched.cli import main
+
+main()

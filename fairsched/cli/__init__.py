@@ -1,0 +1,17 @@
+"""The `fairsched` command line: a click group; each command module registers itself."""
+
+import click
+
+from fairsched import __version__
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="fairsched")
+def main():
+    """fairsched: a fair supervisor for specialised worker processes."""
+
+
+# Command modules attach their commands to `main` on import.
+from fairsched.cli import (  # noqa: E402,F401
+    core_cmds,
+)
