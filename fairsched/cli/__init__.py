@@ -11,7 +11,4 @@ def main():
     """fairsched: a fair supervisor for specialised worker processes."""
 
 
-# Command modules attach their commands to `main` on import.
-from fairsched.cli import (  # noqa: E402,F401
-    core_cmds,
-)
+# Command modules attach their commands to `main` on import (one import line each, below).

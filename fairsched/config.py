@@ -1,0 +1,266 @@
+"""Load and validate workers.toml into frozen settings; every mistake is one ConfigError line.
+
+The messages name the file, the key and the problem, e.g.
+``workers.toml: [[worker]] 'pdf': key 'slots' must be an integer >= 1, got 0``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fairsched.core.weights import Weights
+from fairsched.errors import ConfigError
+
+DEFAULT_CONFIG = "workers.toml"
+NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.]*$")
+TYPE_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:/-]*$")
+
+
+@dataclass(frozen=True)
+class SupervisorSettings:
+    state_dir: Path
+    shutdown_timeout: float = 10.0
+    database: str | None = None
+    lease: float = 15.0
+    heartbeat_interval: float = 3.0
+    poll_interval: float = 5.0
+    metrics: str | None = None
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    name: str
+    types: tuple[str, ...]
+    handler: str | None
+    command: tuple[str, ...] | None
+    processes: int = 1
+    slots: int = 1
+    max_attempts: int = 3
+    timeout: float | None = None
+    retry_backoff: float = 1.0
+    max_restarts: int = 5
+    restart_window: float = 60.0
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: Path = Path(".")
+
+    def process_names(self) -> list[str]:
+        return [f"{self.name}-{i}" for i in range(1, self.processes + 1)]
+
+
+@dataclass(frozen=True)
+class Config:
+    path: Path
+    supervisor: SupervisorSettings
+    scoring: Weights
+    matching: str
+    workers: tuple[WorkerSpec, ...]
+
+    @property
+    def types(self) -> set[str]:
+        return {t for w in self.workers for t in w.types}
+
+    @property
+    def control_socket(self) -> Path:
+        return self.supervisor.state_dir / "control" / "sock"
+
+    def worker(self, name: str) -> WorkerSpec | None:
+        return next((w for w in self.workers if w.name == name), None)
+
+
+def resolve_config_path(option: str | None) -> Path:
+    """--config, else FAIRSCHED_CONFIG, else ./workers.toml."""
+    return Path(option or os.environ.get("FAIRSCHED_CONFIG") or DEFAULT_CONFIG)
+
+
+class _Section:
+    """Reads typed keys from one TOML table and reports unknown ones."""
+
+    def __init__(self, file: str, where: str, table: Any):
+        self.file = file
+        self.where = where
+        if not isinstance(table, dict):
+            self.fail(None, f"must be a table, got {_kind(table)}")
+        self.table = table
+        self.seen: set[str] = set()
+
+    def fail(self, key: str | None, problem: str):
+        place = f"{self.where} key '{key}'" if key else self.where
+        raise ConfigError(f"{self.file}: {place} {problem}")
+
+    def get(self, key: str, kind: str, default: Any = None, *, required: bool = False,
+            minimum: float | None = None, above: float | None = None) -> Any:
+        self.seen.add(key)
+        if key not in self.table:
+            if required:
+                self.fail(key, "is required")
+            return default
+        value = self.table[key]
+        if kind == "int":
+            if isinstance(value, bool) or not isinstance(value, int):
+                self.fail(key, f"must be an integer, got {_kind(value)}")
+        elif kind == "number":
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                self.fail(key, f"must be a number, got {_kind(value)}")
+            value = float(value)
+        elif kind == "str":
+            if not isinstance(value, str) or not value:
+                self.fail(key, f"must be a non-empty string, got {_kind(value)}")
+        elif kind == "strlist":
+            if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+                self.fail(key, f"must be a list of non-empty strings, got {_kind(value)}")
+        elif kind == "table":
+            if not isinstance(value, dict):
+                self.fail(key, f"must be a table, got {_kind(value)}")
+        elif kind == "list":
+            if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+                self.fail(key, "must be an array of tables ([[worker]])")
+        elif kind == "strtable":
+            if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+                self.fail(key, "must be a table of strings")
+        if minimum is not None and value < minimum:
+            self.fail(key, f"must be >= {minimum:g}, got {value!r}")
+        if above is not None and value <= above:
+            self.fail(key, f"must be > {above:g}, got {value!r}")
+        return value
+
+    def finish(self):
+        unknown = sorted(set(self.table) - self.seen)
+        if unknown:
+            self.fail(unknown[0], "is not a known setting")
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return f"boolean {str(value).lower()}"
+    if isinstance(value, str):
+        return f"string {value!r}"
+    if isinstance(value, int | float):
+        return f"number {value!r}"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a table"
+    return type(value).__name__
+
+
+def load_config(path: str | os.PathLike) -> Config:
+    path = Path(path)
+    file = str(path)
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{file}: no such file (pass --config or set FAIRSCHED_CONFIG)") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{file}: cannot read: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{file}: invalid TOML: {exc}") from None
+    base = path.resolve().parent
+
+    top = _Section(file, "top level", raw)
+    sup = _Section(file, "[supervisor]", top.get("supervisor", "table", {}))
+    state_dir = base / sup.get("state_dir", "str", ".fairsched")
+    lease = sup.get("lease", "number", 15.0, above=0)
+    supervisor = SupervisorSettings(
+        state_dir=state_dir,
+        shutdown_timeout=sup.get("shutdown_timeout", "number", 10.0, minimum=0),
+        database=sup.get("database", "str"),
+        lease=lease,
+        heartbeat_interval=sup.get("heartbeat_interval", "number", min(3.0, lease / 3), above=0),
+        poll_interval=sup.get("poll_interval", "number", 5.0, above=0),
+        metrics=sup.get("metrics", "str"),
+    )
+    if supervisor.heartbeat_interval >= lease:
+        sup.fail("heartbeat_interval", f"must be shorter than lease ({lease:g} s)")
+    if supervisor.metrics is not None and not re.match(r"^[^:\s]*:\d+$", supervisor.metrics):
+        sup.fail("metrics", f"must look like 'host:port', got {supervisor.metrics!r}")
+    sup.finish()
+
+    sc = _Section(file, "[scoring]", top.get("scoring", "table", {}))
+    scoring = Weights(
+        priority=sc.get("priority_weight", "number", 1024.0, minimum=0),
+        age=sc.get("age_weight", "number", 16.0, above=0),
+        rarity=sc.get("rarity_weight", "number", 500.0, minimum=0),
+        on_demand=sc.get("on_demand_bonus", "number", 4096.0, minimum=0),
+        on_demand_age=sc.get("on_demand_age_weight", "number", 32.0, minimum=0),
+    )
+    matching = sc.get("matching", "str", "greedy")
+    if matching not in ("greedy", "optimal"):
+        sc.fail("matching", f"must be 'greedy' or 'optimal', got {matching!r}")
+    sc.finish()
+
+    raw_workers = top.get("worker", "list", None)
+    top.finish()
+    if raw_workers is None or not isinstance(raw_workers, list) or not raw_workers:
+        raise ConfigError(f"{file}: no [[worker]] tables: define at least one worker")
+    workers = []
+    names: set[str] = set()
+    for index, table in enumerate(raw_workers, 1):
+        label = table.get("name") if isinstance(table, dict) else None
+        where = f"[[worker]] {label!r}" if isinstance(label, str) else f"[[worker]] #{index}"
+        workers.append(_load_worker(_Section(file, where, table), base))
+    process_names: set[str] = set()
+    for w in workers:
+        if w.name in names:
+            raise ConfigError(f"{file}: [[worker]] {w.name!r} key 'name' is a duplicate name")
+        names.add(w.name)
+        process_names.update(w.process_names())
+    for w in workers:
+        if w.name in process_names:
+            raise ConfigError(
+                f"{file}: [[worker]] {w.name!r} key 'name' clashes with a process name of another worker"
+            )
+    return Config(path=path.resolve(), supervisor=supervisor, scoring=scoring, matching=matching,
+                  workers=tuple(workers))
+
+
+def _load_worker(sec: _Section, base: Path) -> WorkerSpec:
+    name = sec.get("name", "str", required=True)
+    if not NAME_RE.match(name):
+        sec.fail("name", f"must use letters, digits, '_' and '.', got {name!r}")
+    types = sec.get("types", "strlist", required=True)
+    if not types:
+        sec.fail("types", "must not be empty")
+    for t in types:
+        if not TYPE_RE.match(t):
+            sec.fail("types", f"has an invalid type name {t!r}")
+    if len(set(types)) != len(types):
+        sec.fail("types", "lists a type twice")
+    handler = sec.get("handler", "str")
+    command = sec.get("command", "strlist")
+    if (handler is None) == (command is None):
+        sec.fail(None, "needs exactly one of 'handler' or 'command'")
+    if handler is not None and not re.match(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", handler):
+        sec.fail("handler", f"must look like 'package.module:function', got {handler!r}")
+    if command is not None:
+        if not command:
+            sec.fail("command", "must not be empty")
+        if command[0].startswith(("./", "../")):
+            command = [str((base / command[0]).resolve()), *command[1:]]
+    cwd = base / sec.get("cwd", "str", ".")
+    timeout = sec.get("timeout", "number", None, above=0)
+    spec = WorkerSpec(
+        name=name,
+        types=tuple(types),
+        handler=handler,
+        command=tuple(command) if command is not None else None,
+        processes=sec.get("processes", "int", 1, minimum=1),
+        slots=sec.get("slots", "int", 1, minimum=1),
+        max_attempts=sec.get("max_attempts", "int", 3, minimum=1),
+        timeout=timeout,
+        retry_backoff=sec.get("retry_backoff", "number", 1.0, minimum=0),
+        max_restarts=sec.get("max_restarts", "int", 5, minimum=0),
+        restart_window=sec.get("restart_window", "number", 60.0, above=0),
+        env=dict(sec.get("env", "strtable", {})),
+        cwd=cwd,
+    )
+    if spec.processes > 1000:
+        sec.fail("processes", f"must be <= 1000, got {spec.processes}")
+    if spec.slots > 1000:
+        sec.fail("slots", f"must be <= 1000, got {spec.slots}")
+    sec.finish()
+    return spec

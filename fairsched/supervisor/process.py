@@ -1,0 +1,102 @@
+"""One supervised worker process: its assignment, its current incarnation and its crash history.
+
+The assignment (group, types, slots) outlives every incarnation so a replacement comes back the
+same; the incarnation (pid, socket, pool slot ids) is replaced on every start.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from fairsched.config import WorkerSpec
+from fairsched.supervisor.states import ProcessState, check_transition
+
+# Exit status a worker uses when it cannot even start (handler import failed): EX_CONFIG.
+EXIT_CANNOT_START = 78
+
+RESTART_DELAY_FIRST = 0.1
+RESTART_DELAY_MAX = 30.0
+
+
+def restart_delay(recent_crashes: int) -> float:
+    """Geometric backoff: the first crash after a calm period restarts at once, then 0.1 s doubling to 30 s."""
+    if recent_crashes <= 1:
+        return 0.0
+    return min(RESTART_DELAY_FIRST * 2 ** (recent_crashes - 2), RESTART_DELAY_MAX)
+
+
+@dataclass(eq=False)
+class WorkerProcess:
+    spec: WorkerSpec
+    index: int  # 1-based position within its group
+    state: ProcessState = ProcessState.DOWN
+    pid: int | None = None
+    incarnation: str = ""
+    generation: int = 0  # pool worker id of the current incarnation
+    sock: object | None = None
+    decoder: object | None = None
+    outbox: bytearray = field(default_factory=bytearray)
+    slot_ids: list[int] = field(default_factory=list)  # pool slot id per slot index
+    types: tuple[str, ...] = ()
+    started_at: float | None = None  # time.time() of the current start
+    started_mono: float = 0.0
+    restarts: int = 0
+    crash_times: deque = field(default_factory=deque)
+    last_exit: str | None = None
+    fatal_reason: str | None = None
+    restart_timer: object | None = None
+    kill_timer: object | None = None
+    registered: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"{self.spec.name}-{self.index}"
+
+    @property
+    def group(self) -> str:
+        return self.spec.name
+
+    def set_state(self, new: ProcessState) -> None:
+        check_transition(self.state, new)
+        self.state = new
+
+    def record_crash(self, now: float | None = None) -> int:
+        """Remember a crash and return how many fell within the restart window."""
+        now = time.monotonic() if now is None else now
+        self.crash_times.append(now)
+        horizon = now - self.spec.restart_window
+        while self.crash_times and self.crash_times[0] < horizon:
+            self.crash_times.popleft()
+        return len(self.crash_times)
+
+    def crash_loop(self, recent: int) -> bool:
+        return recent > self.spec.max_restarts
+
+    def slot_index(self, slot_id: int) -> int | None:
+        try:
+            return self.slot_ids.index(slot_id)
+        except ValueError:
+            return None
+
+
+def describe_exit(status: int) -> str:
+    """Human words for a waitpid status, e.g. 'killed by SIGKILL, perhaps out of memory'."""
+    import os
+    import signal
+
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = f"signal {sig}"
+        hint = ", perhaps out of memory" if sig == signal.SIGKILL else ""
+        return f"killed by {name}{hint}"
+    if os.WIFEXITED(status):
+        code = os.WEXITSTATUS(status)
+        if code == EXIT_CANNOT_START:
+            return f"exited with code {code} (could not start)"
+        return f"exited with code {code}"
+    return f"ended with status {status}"

@@ -1,0 +1,43 @@
+"""Worker process states and the transitions allowed between them, in one place."""
+
+from enum import Enum
+
+
+class ProcessState(str, Enum):
+    STARTING = "starting"  # spawned, hello not yet received
+    RUNNING = "running"  # hello received, slots registered
+    STOPPING = "stopping"  # asked to stop (restart or shutdown); slots no longer take work
+    DOWN = "down"  # exited; waiting out its restart backoff
+    FATAL = "fatal"  # crashed too often or cannot start; left down until `fairsched restart`
+    STOPPED = "stopped"  # exited during shutdown; will not come back
+
+
+TRANSITIONS: dict[ProcessState, frozenset[ProcessState]] = {
+    ProcessState.STARTING: frozenset({ProcessState.RUNNING, ProcessState.STOPPING,
+                                      ProcessState.DOWN, ProcessState.FATAL, ProcessState.STOPPED}),
+    ProcessState.RUNNING: frozenset({ProcessState.STOPPING, ProcessState.DOWN,
+                                     ProcessState.FATAL, ProcessState.STOPPED}),
+    ProcessState.STOPPING: frozenset({ProcessState.DOWN, ProcessState.STOPPED,
+                                      ProcessState.STARTING, ProcessState.FATAL}),
+    ProcessState.DOWN: frozenset({ProcessState.STARTING, ProcessState.STOPPED, ProcessState.FATAL}),
+    ProcessState.FATAL: frozenset({ProcessState.STARTING, ProcessState.STOPPED}),
+    ProcessState.STOPPED: frozenset({ProcessState.STARTING}),
+}
+
+# How a process state shows on each of its slots in `fairsched ps` (busy/free come from the pool).
+SLOT_STATE = {
+    ProcessState.STARTING: "starting",
+    ProcessState.STOPPING: "stopping",
+    ProcessState.DOWN: "down",
+    ProcessState.FATAL: "fatal",
+    ProcessState.STOPPED: "down",
+}
+
+
+class TransitionError(RuntimeError):
+    pass
+
+
+def check_transition(old: ProcessState, new: ProcessState) -> None:
+    if new is not old and new not in TRANSITIONS[old]:
+        raise TransitionError(f"process state cannot go from {old.value} to {new.value}")
