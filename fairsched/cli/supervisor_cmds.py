@@ -1,0 +1,240 @@
+"""`fairsched supervise`, `ps`, `restart`, `stop` and the on-demand side of `submit`."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+import time
+from pathlib import Path
+
+import click
+import psutil
+
+from fairsched.cli import main
+from fairsched.config import load_config, resolve_config_path
+from fairsched.control_client import ControlClient, NotRunning
+from fairsched.errors import ConfigError, FairschedError
+
+config_option = click.option(
+    "--config", "config_path", metavar="PATH",
+    help="workers.toml (default: $FAIRSCHED_CONFIG or ./workers.toml).")
+socket_option = click.option(
+    "--socket", "socket_path", metavar="PATH", help="The supervisor's control socket.")
+
+
+def fail(message: str, code: int) -> None:
+    click.echo(f"fairsched: {message}", err=True)
+    sys.exit(code)
+
+
+def reports_errors(func):
+    """One line and the contract's exit code instead of a traceback."""
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except ConfigError as exc:
+            fail(str(exc), 2)
+        except NotRunning as exc:
+            fail(str(exc), 1)
+        except FairschedError as exc:
+            fail(str(exc), 1)
+        except (ConnectionError, TimeoutError) as exc:
+            fail(f"lost the supervisor's control socket: {exc}", 1)
+    return wrapper
+
+
+def control_client(config_path: str | None, socket_path: str | None,
+                   timeout: float | None = 30.0) -> ControlClient:
+    if socket_path:
+        return ControlClient(Path(socket_path), timeout)
+    return ControlClient(load_config(resolve_config_path(config_path)).control_socket, timeout)
+
+
+@main.command()
+@config_option
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text",
+              show_default=True)
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
+              default="info", show_default=True)
+@reports_errors
+def supervise(config_path, log_format, log_level):
+    """Run the supervisor in the foreground."""
+    from fairsched.logs import setup_logging
+    from fairsched.supervisor.control import AlreadyRunning
+    from fairsched.supervisor.main import run_supervisor
+
+    config = load_config(resolve_config_path(config_path))
+    setup_logging(log_format, log_level)
+    try:
+        code = run_supervisor(config)
+    except AlreadyRunning as exc:
+        fail(str(exc), 2)
+    sys.exit(code)
+
+
+@main.command()
+@config_option
+@socket_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+@click.option("--watch", is_flag=True, help="Redraw every second until Ctrl-C.")
+@reports_errors
+def ps(config_path, socket_path, as_json, watch):
+    """One row per slot: worker, pid, slot, types, state, job, age, restarts, uptime, RSS, CPU."""
+    client = control_client(config_path, socket_path)
+    try:
+        while True:
+            data = add_process_figures(client.ps())
+            if as_json:
+                click.echo(json.dumps(data, indent=None if watch else 2))
+            else:
+                text = render_ps(data)
+                if watch:
+                    click.echo("\x1b[H\x1b[2J" + text, nl=False)
+                else:
+                    click.echo(text, nl=False)
+            if not watch:
+                return
+            time.sleep(1.0)
+    except KeyboardInterrupt:
+        click.echo("")
+
+
+@main.command()
+@click.argument("name")
+@config_option
+@socket_option
+@reports_errors
+def restart(name, config_path, socket_path):
+    """Restart a worker group (pdf) or one process (pdf-1), fatal ones included."""
+    reply = control_client(config_path, socket_path).request({"cmd": "restart", "name": name})
+    if not reply.get("ok"):
+        fail(reply.get("error", "restart failed"), int(reply.get("code", 1)))
+    click.echo(f"restarting {', '.join(reply['restarted'])}")
+
+
+@main.command()
+@config_option
+@socket_option
+@click.option("--timeout", type=click.FloatRange(min=0), default=None,
+              help="Seconds to let running jobs finish (default: shutdown_timeout).")
+@reports_errors
+def stop(config_path, socket_path, timeout):
+    """Gracefully stop the running supervisor and wait until it has exited."""
+    client = control_client(config_path, socket_path, timeout=None)
+    replies = client.stream({"cmd": "stop", "timeout": timeout}, timeout=None)
+    first = next(replies, None)
+    if not first or not first.get("ok"):
+        fail("the supervisor did not accept the stop request", 1)
+    for _ in replies:  # the connection closes when the supervisor has stopped
+        pass
+    pid = first.get("pid")
+    deadline = time.monotonic() + 10
+    while pid and psutil.pid_exists(pid) and time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                break
+        except psutil.NoSuchProcess:
+            break
+        time.sleep(0.02)
+    click.echo(f"supervisor {pid} stopped")
+
+
+def submit_on_demand(config_path, socket_path, type_name, payload, priority, timeout) -> int:
+    """Send an on-demand request, print progress to stderr and the result JSON; exit code."""
+    client = control_client(config_path, socket_path, timeout=None)
+    request = {"cmd": "submit", "type": type_name, "payload": payload, "priority": priority,
+               "timeout": timeout}
+    show_progress = sys.stderr.isatty()
+    for event in client.stream(request, timeout=None):
+        kind = event.get("event")
+        if kind == "refused":
+            fail(event.get("error", "refused"), int(event.get("code", 2)))
+        elif kind == "progress" and show_progress:
+            fraction = event.get("fraction")
+            pct = f"{fraction * 100:5.1f}% " if isinstance(fraction, int | float) else ""
+            click.echo(f"\r{event['job_id']}: {pct}{event.get('message') or ''}\x1b[K", err=True,
+                       nl=False)
+        elif kind == "result":
+            if show_progress:
+                click.echo("\r\x1b[K", err=True, nl=False)
+            click.echo(json.dumps(event.get("result")))
+            return 0
+        elif kind == "error":
+            fail(f"job {event.get('job_id')} failed: {event.get('error')}", 1)
+        elif kind == "timeout":
+            fail(f"job {event.get('job_id')}: {event.get('error')}", 1)
+    fail("the supervisor closed the connection before the job finished", 1)
+    return 1
+
+
+def add_process_figures(data: dict) -> dict:
+    """RSS and CPU seconds per worker process, read here with psutil (same host)."""
+    cache: dict[int, tuple] = {}
+    for row in data["slots"]:
+        pid = row.get("pid")
+        if pid and pid not in cache:
+            try:
+                p = psutil.Process(pid)
+                with p.oneshot():
+                    times = p.cpu_times()
+                    cache[pid] = (p.memory_info().rss, round(times.user + times.system, 2))
+            except psutil.Error:
+                cache[pid] = (None, None)
+        row["rss"], row["cpu"] = cache.get(pid, (None, None)) if pid else (None, None)
+    return data
+
+
+def _duration(seconds) -> str:
+    if seconds is None:
+        return "-"
+    seconds = float(seconds)
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    if seconds < 3600:
+        return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
+    if seconds < 86400:
+        return f"{int(seconds // 3600)}h{int(seconds % 3600 // 60):02d}m"
+    return f"{int(seconds // 86400)}d{int(seconds % 86400 // 3600):02d}h"
+
+
+def _bytes(n) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "K", "M", "G"):
+        if n < 1024 or unit == "G":
+            return f"{n:.0f}{unit}" if unit == "B" else f"{n:.1f}{unit}"
+        n /= 1024
+    return str(n)
+
+
+PS_COLUMNS = ["WORKER", "PID", "SLOT", "TYPES", "STATE", "JOB", "AGE", "PROGRESS", "RESTARTS",
+              "UPTIME", "RSS", "CPU"]
+
+
+def render_ps(data: dict) -> str:
+    sup = data["supervisor"]
+    db = sup["database"] + ("" if sup.get("database_connected", True) else " (disconnected)")
+    lines = [f"supervisor pid {sup['pid']}  up {_duration(sup['uptime'])}  database {db}  "
+             f"core {sup['core']}  on-demand waiting {sup.get('waiting_on_demand', 0)}"]
+    rows = [PS_COLUMNS]
+    for s in data["slots"]:
+        progress = "-"
+        if s.get("progress") is not None or s.get("message"):
+            pct = f"{s['progress'] * 100:.0f}%" if s.get("progress") is not None else ""
+            progress = " ".join(x for x in (pct, s.get("message") or "") if x)[:30]
+        rows.append([
+            s["worker"], str(s["pid"] or "-"), str(s["slot"]), ",".join(s["types"]), s["state"],
+            str(s["job_id"]) if s["job_id"] is not None else "-", _duration(s.get("job_age")),
+            progress, str(s["restarts"]), _duration(s.get("uptime")), _bytes(s.get("rss")),
+            f"{s['cpu']:.2f}s" if s.get("cpu") is not None else "-",
+        ])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(PS_COLUMNS))]
+    for r in rows:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    for s in data["slots"]:
+        if s["state"] == "fatal" and s["slot"] == 0 and s.get("fatal_reason"):
+            lines.append(f"{s['worker']} is fatal: {s['fatal_reason']} "
+                         f"(fix it, then `fairsched restart {s['worker']}`)")
+    return "\n".join(lines) + "\n"

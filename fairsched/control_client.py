@@ -1,0 +1,59 @@
+"""Talk to a running supervisor over its control socket (newline-delimited JSON)."""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+from fairsched.errors import FairschedError
+
+
+class NotRunning(FairschedError):
+    pass
+
+
+class ControlClient:
+    def __init__(self, path: Path, timeout: float | None = 30.0):
+        self.path = Path(path)
+        self.timeout = timeout
+
+    def _connect(self) -> socket.socket:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(str(self.path))
+        except (FileNotFoundError, ConnectionRefusedError):
+            sock.close()
+            raise NotRunning(f"no supervisor is running on {self.path} "
+                             "(start one with `fairsched supervise --config ...`)") from None
+        except PermissionError:
+            sock.close()
+            raise NotRunning(f"permission denied on {self.path}") from None
+        return sock
+
+    def stream(self, request: dict, timeout: float | None = ...) -> Iterator[dict]:
+        """Send one request and yield every reply line until the supervisor closes."""
+        sock = self._connect()
+        if timeout is not ...:
+            sock.settimeout(timeout)
+        try:
+            sock.sendall(json.dumps(request).encode() + b"\n")
+            buf = b""
+            with sock.makefile("rb") as f:
+                for line in f:
+                    buf = line.strip()
+                    if buf:
+                        yield json.loads(buf)
+        finally:
+            sock.close()
+
+    def request(self, request: dict) -> dict:
+        for reply in self.stream(request):
+            return reply
+        raise NotRunning(f"the supervisor on {self.path} closed the connection without answering")
+
+    def ps(self) -> dict:
+        reply = self.request({"cmd": "ps"})
+        return reply["ps"]

@@ -1,0 +1,729 @@
+"""The actor: one asyncio loop owns the slot pool, the workers and every job in flight.
+
+Everything that changes state arrives as a callback on the loop (a worker frame, SIGCHLD, a
+control request, a database result, a timer), so reasoning about state is sequential and there
+are no locks. Database work is handed to the QueueLink and its answers come back as callbacks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import signal
+import time
+
+from fairsched import core
+from fairsched.config import Config
+from fairsched.protocol import FrameDecoder, ProtocolError, encode, validate
+from fairsched.store.aqueue import retry_delay
+from fairsched.supervisor.jobs import Request, RunningJob
+from fairsched.supervisor.process import EXIT_CANNOT_START, WorkerProcess, describe_exit, restart_delay
+from fairsched.supervisor.queue_link import Failure, QueueLink
+from fairsched.supervisor.states import ProcessState
+from fairsched.worker.launch import LaunchSpec, Template, become_subreaper, launch
+
+log = logging.getLogger("fairsched.supervisor")
+
+STOP_GRACE = 2.0  # SIGTERM to SIGKILL for a worker that is stopped or timed out
+LOSSES_BEFORE_REFETCH = 5
+
+
+class Supervisor:
+    def __init__(self, config: Config):
+        self.config = config
+        self.weights = config.scoring
+        self.priority_per_second = self.weights.priority / self.weights.age
+        self.type_ids = {t: i for i, t in enumerate(sorted(config.types))}
+        self.pool = core.SlotPool()
+        self.procs = [WorkerProcess(spec, i) for spec in config.workers
+                      for i in range(1, spec.processes + 1)]
+        self.by_pid: dict[int, WorkerProcess] = {}
+        self.slot_owner: dict[int, tuple[WorkerProcess, int]] = {}
+        self.running: dict[int, RunningJob] = {}  # by pool slot id
+        self.running_by_job: dict[int | str, RunningJob] = {}
+        self.requests: dict[int, Request] = {}  # waiting on-demand requests by number
+        self.cache: dict[int, object] = {}  # fetched queued candidates, not yet claimed
+        self.exhausted: set[str] = set()  # types whose last fetch came back short
+        self.losses_in_row = 0
+        self.queue = QueueLink(self, config)
+        self.templates: dict[str, Template] = {}
+        self.template_pids: dict[int, str] = {}
+        self.shutting_down = False
+        self.stopped = asyncio.Event()
+        self.changed = asyncio.Event()
+        self.next_slot_id = 1
+        self.next_generation = 1
+        self.next_request = 1
+        self.started = time.time()
+        self.counters = {"succeeded": 0, "failed": 0, "retried": 0, "cancelled": 0,
+                         "claim_losses": 0, "restarts": 0}
+        self._scheduling = False
+        self._schedule_again = False
+        self._wake_handle: asyncio.TimerHandle | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.log_dir = config.supervisor.state_dir / "logs"
+
+    # -- start and stop ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        await self.queue.start()
+        become_subreaper()
+        self.loop.add_signal_handler(signal.SIGCHLD, self.reap_workers)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self.loop.add_signal_handler(sig, self.request_shutdown, None)
+        for spec in self.config.workers:
+            if spec.handler is not None:
+                self._start_template(spec)
+        for proc in self.procs:
+            self.spawn_worker(proc)
+        log.info("supervisor %s started (pid %d, core %s, database %s, %d workers)",
+                 self.queue.supervisor_id, os.getpid(), core.__impl__, self.queue.kind,
+                 len(self.procs))
+
+    def request_shutdown(self, timeout: float | None) -> None:
+        if not self.shutting_down:
+            self.loop.create_task(self.shutdown(timeout))
+
+    async def shutdown(self, timeout: float | None = None) -> None:
+        if self.shutting_down:
+            return
+        self.shutting_down = True
+        timeout = self.config.supervisor.shutdown_timeout if timeout is None else timeout
+        log.info("shutting down: cancelling %d running jobs, waiting up to %g s",
+                 len(self.running), timeout)
+        for req in list(self.requests.values()):
+            self._finish_request(req, {"event": "error", "job_id": req.job_id,
+                                       "error": "the supervisor is shutting down"})
+        self.requests.clear()
+        self.cache.clear()
+        for rj in list(self.running.values()):
+            self.cancel_job(rj, "shutdown")
+        deadline = time.monotonic() + timeout
+        while self.running and time.monotonic() < deadline:
+            await self._wait_changed(deadline - time.monotonic())
+        for proc in self.procs:
+            self._cancel_timers(proc)
+            if proc.state in (ProcessState.DOWN, ProcessState.FATAL):
+                proc.set_state(ProcessState.STOPPED)
+            elif proc.pid is not None:
+                busy = any(rj.proc is proc for rj in self.running.values())
+                self.stop_worker(proc, kill_now=busy)
+        deadline = time.monotonic() + STOP_GRACE + 1.0
+        while self.by_pid and time.monotonic() < deadline:
+            await self._wait_changed(deadline - time.monotonic())
+        self.reap_workers()
+        for template in self.templates.values():
+            template.close()
+        await self.queue.close()
+        log.info("supervisor stopped")
+        self.stopped.set()
+
+    async def _wait_changed(self, timeout: float) -> None:
+        self.changed.clear()
+        try:
+            await asyncio.wait_for(self.changed.wait(), max(0.0, timeout))
+        except TimeoutError:
+            pass
+
+    def _changed(self) -> None:
+        self.changed.set()
+
+    # -- workers ------------------------------------------------------------------------------
+
+    def _launch_spec(self, proc: WorkerProcess) -> LaunchSpec:
+        spec = proc.spec
+        return LaunchSpec(name=proc.name, group=spec.name, types=spec.types, slots=spec.slots,
+                          handler=spec.handler, command=spec.command, cwd=spec.cwd,
+                          log_path=self.log_dir / f"{proc.name}.log", env=dict(spec.env))
+
+    def _start_template(self, spec) -> None:
+        proc = next(p for p in self.procs if p.spec is spec)
+        try:
+            template = Template.start(self._launch_spec(proc))
+        except Exception as exc:  # the cold path reports the real problem through the worker
+            log.debug("no template for %s: %s", spec.name, exc)
+            return
+        self.templates[spec.name] = template
+        self.template_pids[template.pid] = spec.name
+
+    def spawn_worker(self, proc: WorkerProcess) -> None:
+        if self.shutting_down:
+            return
+        proc.restart_timer = None
+        proc.generation = self.next_generation
+        self.next_generation += 1
+        proc.incarnation = f"{proc.name}.{proc.generation}.{secrets.token_hex(4)}"
+        spec = self._launch_spec(proc)
+        template = self.templates.get(proc.group)
+        try:
+            launched = None
+            if template is not None:
+                try:
+                    launched = template.spawn(spec, proc.incarnation)
+                except OSError as exc:
+                    log.warning("template for %s failed (%s); starting %s cold", proc.group, exc,
+                                proc.name)
+                    self.templates.pop(proc.group, None)
+            if launched is None:
+                launched = launch(spec, proc.incarnation)
+        except OSError as exc:
+            self._make_fatal(proc, f"could not start: {exc}")
+            return
+        proc.pid = launched.pid
+        proc.sock = launched.sock
+        proc.sock.setblocking(False)
+        proc.decoder = FrameDecoder()
+        proc.outbox = bytearray()
+        proc.started_at = time.time()
+        proc.started_mono = time.monotonic()
+        proc.set_state(ProcessState.STARTING)
+        self.by_pid[proc.pid] = proc
+        self.loop.add_reader(proc.sock.fileno(), self._on_readable, proc)
+        log.info("worker %s spawned (pid %d)", proc.name, proc.pid)
+
+    def _make_fatal(self, proc: WorkerProcess, reason: str) -> None:
+        proc.fatal_reason = reason
+        proc.set_state(ProcessState.FATAL)
+        log.error("worker %s is fatal: %s; run `fairsched restart %s` once fixed",
+                  proc.name, reason, proc.name)
+
+    def reap_workers(self) -> None:
+        """Collect every exited child; several SIGCHLDs fold into one call."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            proc = self.by_pid.pop(pid, None)
+            if proc is not None:
+                self.worker_exited(proc, status)
+            elif pid in self.template_pids:
+                group = self.template_pids.pop(pid)
+                if self.templates.get(group) is not None and self.templates[group].pid == pid:
+                    del self.templates[group]
+                    log.warning("template for %s exited; replacements start cold", group)
+
+    def worker_exited(self, proc: WorkerProcess, status: int) -> None:
+        how = describe_exit(status)
+        proc.last_exit = how
+        self.unregister_worker(proc, f"worker {proc.name} {how}")
+        self._cancel_timers(proc)
+        proc.pid = None
+        self._changed()
+        if self.shutting_down:
+            proc.set_state(ProcessState.STOPPED)
+            log.info("worker %s stopped (%s)", proc.name, how)
+            return
+        if proc.state is ProcessState.STOPPING:  # an operator's restart
+            log.info("worker %s %s; restarting", proc.name, how)
+            proc.set_state(ProcessState.DOWN)
+            self._respawn(proc)
+            return
+        if os.WIFEXITED(status) and os.WEXITSTATUS(status) == EXIT_CANNOT_START:
+            self._make_fatal(proc, f"could not start ({self._last_log_line(proc)})")
+            return
+        recent = proc.record_crash()
+        if proc.crash_loop(recent):
+            proc.set_state(ProcessState.DOWN)
+            self._make_fatal(proc, f"{how}; crashed {recent} times within "
+                                   f"{proc.spec.restart_window:g} s")
+            return
+        delay = restart_delay(recent)
+        proc.set_state(ProcessState.DOWN)
+        log.warning("worker %s %s; restarting in %g s", proc.name, how, delay)
+        if delay <= 0:
+            self._respawn(proc)
+        else:
+            proc.restart_timer = self.loop.call_later(delay, self._respawn, proc)
+
+    def _respawn(self, proc: WorkerProcess) -> None:
+        proc.restarts += 1
+        self.counters["restarts"] += 1
+        self.spawn_worker(proc)
+
+    def _last_log_line(self, proc: WorkerProcess) -> str:
+        try:
+            with open(self.log_dir / f"{proc.name}.log", "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - 4096))
+                lines = [ln for ln in f.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+            return lines[-1].strip() if lines else "no output"
+        except OSError:
+            return "no log"
+
+    def _cancel_timers(self, proc: WorkerProcess) -> None:
+        for name in ("restart_timer", "kill_timer"):
+            timer = getattr(proc, name)
+            if timer is not None:
+                timer.cancel()
+                setattr(proc, name, None)
+
+    def unregister_worker(self, proc: WorkerProcess, reason: str) -> None:
+        """Drop the worker's pipe and slots at once; its running jobs fail this attempt."""
+        if proc.sock is not None:
+            fd = proc.sock.fileno()
+            self.loop.remove_reader(fd)
+            self.loop.remove_writer(fd)
+            proc.sock.close()
+            proc.sock = None
+        if not proc.slot_ids:
+            return
+        self.pool.remove_worker(proc.generation)
+        slot_ids, proc.slot_ids = proc.slot_ids, []
+        for sid in slot_ids:
+            self.slot_owner.pop(sid, None)
+        for sid in slot_ids:
+            rj = self.running.get(sid)
+            if rj is not None:
+                self.finish_job(rj, "crashed", error=rj.failure or reason)
+        self.schedule()
+
+    def kill_worker(self, proc: WorkerProcess, sig: int, grace: float | None = None) -> None:
+        if proc.pid is None:
+            return
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass  # already dead: SIGCHLD is on its way
+        except PermissionError:
+            os.kill(proc.pid, sig)
+        if grace is not None and proc.kill_timer is None:
+            proc.kill_timer = self.loop.call_later(grace, self.kill_worker, proc, signal.SIGKILL)
+
+    def stop_worker(self, proc: WorkerProcess, *, kill_now: bool = False) -> None:
+        """Take the worker's slots out of the index, then SIGTERM (or SIGKILL) it."""
+        if proc.state in (ProcessState.STARTING, ProcessState.RUNNING):
+            proc.set_state(ProcessState.STOPPING)
+        self.pool.remove_worker(proc.generation)
+        if kill_now:
+            self.kill_worker(proc, signal.SIGKILL)
+        else:
+            self.send(proc, {"t": "stop"})
+            self.kill_worker(proc, signal.SIGTERM, grace=STOP_GRACE)
+
+    def restart(self, name: str) -> list[str]:
+        """Restart a group or one process, `fatal` ones included; returns the process names."""
+        procs = [p for p in self.procs if name in (p.name, p.group)]
+        for proc in procs:
+            proc.crash_times.clear()
+            proc.fatal_reason = None
+            if proc.state in (ProcessState.DOWN, ProcessState.FATAL, ProcessState.STOPPED):
+                self._cancel_timers(proc)
+                log.info("worker %s restarted by the operator", proc.name)
+                self._respawn(proc)
+            elif proc.state in (ProcessState.STARTING, ProcessState.RUNNING):
+                for rj in list(self.running.values()):
+                    if rj.proc is proc:
+                        self.cancel_job(rj, "restart")
+                self.stop_worker(proc)
+        return [p.name for p in procs]
+
+    # -- the pipe -----------------------------------------------------------------------------
+
+    def send(self, proc: WorkerProcess, msg: dict) -> bool:
+        if proc.sock is None:
+            return False
+        data = encode(msg)
+        if proc.outbox:
+            proc.outbox += data
+            return True
+        try:
+            sent = proc.sock.send(data)
+        except BlockingIOError:
+            sent = 0
+        except OSError as exc:  # EPIPE/ECONNRESET: the worker is gone
+            self.unregister_worker(proc, f"worker {proc.name} pipe closed ({exc.strerror})")
+            return False
+        if sent < len(data):
+            proc.outbox += data[sent:]
+            self.loop.add_writer(proc.sock.fileno(), self._on_writable, proc)
+        return True
+
+    def _on_writable(self, proc: WorkerProcess) -> None:
+        try:
+            sent = proc.sock.send(proc.outbox)
+        except BlockingIOError:
+            return
+        except OSError as exc:
+            self.unregister_worker(proc, f"worker {proc.name} pipe closed ({exc.strerror})")
+            return
+        del proc.outbox[:sent]
+        if not proc.outbox:
+            self.loop.remove_writer(proc.sock.fileno())
+
+    def _on_readable(self, proc: WorkerProcess) -> None:
+        try:
+            data = proc.sock.recv(1 << 18)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self.unregister_worker(proc, f"worker {proc.name} closed its pipe")
+            return
+        try:
+            messages = proc.decoder.feed(data)
+            for msg in messages:
+                validate(msg)
+                self.handle_message(proc, msg)
+                if proc.sock is None:
+                    return
+        except ProtocolError as exc:
+            log.error("worker %s sent a bad frame: %s; killing it", proc.name, exc)
+            self.kill_worker(proc, signal.SIGKILL)
+            self.unregister_worker(proc, f"worker {proc.name} sent a bad frame: {exc}")
+
+    def handle_message(self, proc: WorkerProcess, msg: dict) -> None:
+        kind = msg["t"]
+        if kind == "hello":
+            self.register_worker(proc, msg)
+            return
+        if kind == "fatal":
+            log.error("worker %s cannot start: %s", proc.name, msg.get("error"))
+            return
+        if not proc.slot_ids:
+            raise ProtocolError(f"{kind!r} before hello")
+        slot = msg["slot"]
+        rj = self.running.get(proc.slot_ids[slot]) if 0 <= slot < len(proc.slot_ids) else None
+        if rj is None or rj.job_id != msg["job_id"]:
+            log.warning("worker %s sent %s for job %s on slot %s, which is not running there; ignored",
+                        proc.name, kind, msg.get("job_id"), slot)
+            return
+        if kind == "progress":
+            rj.progress = msg.get("fraction")
+            rj.message = msg.get("message") or ""
+            if rj.request is not None:
+                rj.request.notify({"event": "progress", "job_id": rj.job_id,
+                                   "fraction": rj.progress, "message": rj.message})
+        elif kind == "result":
+            self.finish_job(rj, "succeeded", result=msg.get("result"))
+        elif kind == "error":
+            self.finish_job(rj, "failed", error=msg["error"], permanent=bool(msg.get("permanent")))
+        elif kind == "refused":
+            log.error("worker %s refused job %s: %s", proc.name, rj.job_id, msg.get("reason"))
+            self.finish_job(rj, "refused", error=f"refused by {proc.name}: {msg.get('reason')}")
+
+    def register_worker(self, proc: WorkerProcess, hello: dict) -> None:
+        if proc.state is not ProcessState.STARTING or proc.slot_ids:
+            raise ProtocolError("a second hello")
+        if hello.get("incarnation") != proc.incarnation:
+            raise ProtocolError(f"hello for incarnation {hello.get('incarnation')!r}, "
+                                f"expected {proc.incarnation!r}")
+        types = [t for t in proc.spec.types if t in set(hello["types"])]
+        extra = set(hello["types"]) - set(proc.spec.types)
+        if extra or not types:
+            log.warning("worker %s announced types %s; using those configured for it: %s",
+                        proc.name, hello["types"], types)
+        slots = min(int(hello["slots"]), proc.spec.slots)
+        if slots < 1 or not types:
+            raise ProtocolError("hello announces no usable slot")
+        type_ids = [self.type_ids[t] for t in types]
+        proc.types = tuple(types)
+        proc.slot_ids = []
+        for index in range(slots):
+            sid = self.next_slot_id
+            self.next_slot_id += 1
+            self.pool.add_slot(sid, proc.generation, type_ids)
+            proc.slot_ids.append(sid)
+            self.slot_owner[sid] = (proc, index)
+        proc.set_state(ProcessState.RUNNING)
+        self._changed()
+        log.info("worker %s ready (pid %d, %d slots, types %s)", proc.name, proc.pid, slots,
+                 ",".join(types))
+        self.schedule()
+
+    # -- scheduling -----------------------------------------------------------------------------
+
+    def schedule(self) -> None:
+        """One scheduling cycle over on-demand requests and fetched queued jobs; re-entrant safe."""
+        if self._scheduling:
+            self._schedule_again = True
+            return
+        self._scheduling = True
+        try:
+            again = True
+            while again:
+                self._schedule_again = False
+                self._cycle()
+                again = self._schedule_again
+        finally:
+            self._scheduling = False
+
+    def _cycle(self) -> None:
+        if self.shutting_down or self.pool.n_free == 0:
+            return
+        cands = core.Candidates()
+        entries: list = []
+        for req in self.requests.values():
+            cands.append(req.type_id, req.priority, req.eligible_at, 1, req.core_id)
+            entries.append(req)
+        for qj in self.cache.values():
+            tid = self.type_ids.get(qj.type)
+            if tid is not None:
+                cands.append(tid, qj.priority, qj.eligible_at, 0, qj.id)
+                entries.append(qj)
+        if entries:
+            idx, slots = core.plan_cycle(self.pool, cands, time.time(), self.weights)
+            claims = []
+            for i, slot_id in zip(idx, slots, strict=True):
+                entry = entries[i]
+                if isinstance(entry, Request):
+                    del self.requests[entry.number]
+                    entry.attempts += 1
+                    self.start_job(entry, slot_id, attempt=entry.attempts)
+                else:
+                    del self.cache[entry.id]
+                    claims.append((entry, slot_id))
+            if claims:
+                self.queue.claim(claims)
+        if self._wants_fetch():
+            self.queue.request_fetch()
+
+    def _wants_fetch(self) -> bool:
+        cached = {qj.type for qj in self.cache.values()}
+        return any(t not in cached for t in self.free_by_type())
+
+    def free_by_type(self) -> dict[str, int]:
+        if self.shutting_down:
+            return {}
+        free = {}
+        for t, tid in self.type_ids.items():
+            if t not in self.exhausted:
+                n = self.pool.free_count(tid)
+                if n:
+                    free[t] = n
+        return free
+
+    def running_queued_ids(self) -> list[int]:
+        ids = [rj.job_id for rj in self.running.values() if rj.request is None]
+        ids.extend(qj.id for qj, _ in self.queue.claims)
+        return ids
+
+    def on_fetched(self, rows: list, wanted: dict[str, int]) -> None:
+        busy = {rj.job_id for rj in self.running.values()}
+        self.cache = {qj.id: qj for qj in rows if qj.id not in busy}
+        counts: dict[str, int] = {}
+        for qj in rows:
+            counts[qj.type] = counts.get(qj.type, 0) + 1
+        for t, free in wanted.items():
+            if counts.get(t, 0) < 2 * free:
+                self.exhausted.add(t)
+            else:
+                self.exhausted.discard(t)
+        self.schedule()
+
+    def on_claimed(self, claims: list, won: dict) -> None:
+        lost = 0
+        for qj, slot_id in claims:
+            job = won.get(qj.id)
+            owner = self.slot_owner.get(slot_id)
+            if job is None:
+                lost += 1
+                self.pool.release(slot_id)
+                continue
+            proc = owner[0] if owner else None
+            if (proc is None or proc.state is not ProcessState.RUNNING or self.shutting_down
+                    or not self.pool.is_busy(slot_id)):
+                # The slot's worker died or is stopping while the claim was in flight.
+                self.queue.release(job.id, job.attempts)
+                self.pool.release(slot_id)
+                continue
+            self.start_job(job, slot_id, attempt=job.attempts)
+        if lost:
+            self.counters["claim_losses"] += lost
+            self.losses_in_row += lost
+            if self.losses_in_row >= LOSSES_BEFORE_REFETCH:
+                self.cache.clear()
+                self.losses_in_row = 0
+            self.exhausted.clear()
+        elif claims:
+            self.losses_in_row = 0
+        self.schedule()
+
+    def on_jobs_notified(self, type_name: str) -> None:
+        self.exhausted.discard(type_name)
+        if type_name in self.type_ids and self.pool.free_count(self.type_ids[type_name]):
+            self.queue.request_fetch()
+
+    def on_poll(self) -> None:
+        self.exhausted.clear()
+
+    def wake_at(self, at: float) -> None:
+        delay = max(0.0, at - time.time())
+        if self._wake_handle is not None:
+            if self._wake_handle.when() <= self.loop.time() + delay:
+                return
+            self._wake_handle.cancel()
+        self._wake_handle = self.loop.call_later(delay + 0.001, self._on_wake)
+
+    def _on_wake(self) -> None:
+        self._wake_handle = None
+        self.exhausted.clear()
+        self.queue.request_fetch()
+
+    def on_cancel_requested(self, job_id) -> None:
+        try:
+            rj = self.running_by_job.get(int(job_id))
+        except (TypeError, ValueError):
+            return
+        if rj is not None:
+            self.cancel_job(rj, "user")
+
+    # -- jobs -----------------------------------------------------------------------------------
+
+    def start_job(self, entry, slot_id: int, attempt: int) -> None:
+        proc, index = self.slot_owner[slot_id]
+        if isinstance(entry, Request):
+            rj = RunningJob(job_id=entry.job_id, type=entry.type, priority=entry.priority,
+                            payload=entry.payload, attempt=attempt, max_attempts=entry.max_attempts,
+                            proc=proc, slot_id=slot_id, slot_index=index,
+                            eligible_at=entry.eligible_at, request=entry)
+        else:
+            rj = RunningJob(job_id=entry.id, type=entry.type, priority=entry.priority,
+                            payload=entry.payload, attempt=attempt,
+                            max_attempts=entry.max_attempts or proc.spec.max_attempts,
+                            proc=proc, slot_id=slot_id, slot_index=index,
+                            eligible_at=entry.eligible_at)
+        self.running[slot_id] = rj
+        self.running_by_job[rj.job_id] = rj
+        if proc.spec.timeout is not None:
+            rj.timer = self.loop.call_later(proc.spec.timeout, self._on_job_timeout, rj)
+        log.info("job %s started: type %s, worker %s, slot %d, attempt %d/%d, waited %.3f s",
+                 rj.job_id, rj.type, proc.name, index, attempt, rj.max_attempts,
+                 max(0.0, time.time() - rj.eligible_at))
+        self.send(proc, {"t": "run", "incarnation": proc.incarnation, "slot": index,
+                         "job": rj.frame()})
+
+    def _on_job_timeout(self, rj: RunningJob) -> None:
+        rj.timer = None
+        if self.running.get(rj.slot_id) is not rj:
+            return
+        rj.failure = f"timed out after {rj.proc.spec.timeout:g} s"
+        log.warning("job %s on worker %s %s; stopping the worker", rj.job_id, rj.proc.name,
+                    rj.failure)
+        self.kill_worker(rj.proc, signal.SIGTERM, grace=STOP_GRACE)
+
+    def cancel_job(self, rj: RunningJob, reason: str) -> None:
+        if rj.cancel_reason is None or reason == "user":
+            rj.cancel_reason = reason
+        self.send(rj.proc, {"t": "cancel", "incarnation": rj.proc.incarnation,
+                            "slot": rj.slot_index, "job_id": rj.job_id})
+
+    def finish_job(self, rj: RunningJob, outcome: str, *, result=None, error: str | None = None,
+                   permanent: bool = False) -> None:
+        if self.running.get(rj.slot_id) is not rj:
+            return
+        del self.running[rj.slot_id]
+        self.running_by_job.pop(rj.job_id, None)
+        if rj.timer is not None:
+            rj.timer.cancel()
+        self.pool.release(rj.slot_id)  # a no-op when the worker (and its slots) is gone
+        self._changed()
+        duration = time.monotonic() - rj.started_mono
+        where = f"type {rj.type}, worker {rj.proc.name}, slot {rj.slot_index}, attempt {rj.attempt}"
+        if rj.request is not None:
+            self._finish_on_demand(rj, outcome, result, error, permanent, duration, where)
+        else:
+            self._finish_queued(rj, outcome, result, error, permanent, duration, where)
+        self.schedule()
+
+    def _finish_queued(self, rj, outcome, result, error, permanent, duration, where) -> None:
+        if rj.cancel_reason == "user":
+            self.counters["cancelled"] += 1
+            self.queue.cancel_finish(rj.job_id, rj.attempt)
+            log.info("job %s cancelled: %s, %.3f s", rj.job_id, where, duration)
+        elif outcome == "succeeded":
+            self.counters["succeeded"] += 1
+            self.queue.complete(rj.job_id, rj.attempt, result)
+            log.info("job %s succeeded: %s, %.3f s", rj.job_id, where, duration)
+        elif outcome == "refused" or rj.cancel_reason in ("shutdown", "restart"):
+            self.queue.release(rj.job_id, rj.attempt)
+            log.info("job %s returned to the queue (%s): %s", rj.job_id,
+                     rj.cancel_reason or "refused", where)
+        else:
+            last = permanent or rj.attempt >= rj.max_attempts
+            delay = 0.0 if last else retry_delay(rj.attempt, base=rj.proc.spec.retry_backoff)
+            self.counters["failed" if last else "retried"] += 1
+            if last:
+                log.warning("job %s failed for good: %s, %.3f s: %s", rj.job_id, where, duration,
+                            error)
+            else:
+                log.warning("job %s failed: %s, %.3f s: %s; retry in %.1f s", rj.job_id, where,
+                            duration, error, delay)
+            self.queue.fail(Failure(rj.job_id, rj.attempt, error or outcome, permanent, delay))
+
+    def _finish_on_demand(self, rj, outcome, result, error, permanent, duration, where) -> None:
+        req = rj.request
+        if outcome == "succeeded" and rj.cancel_reason is None:
+            self.counters["succeeded"] += 1
+            log.info("job %s succeeded: %s, %.3f s", rj.job_id, where, duration)
+            self._finish_request(req, {"event": "result", "job_id": req.job_id, "result": result})
+            return
+        if rj.cancel_reason is not None or req.cancelled:
+            self.counters["cancelled"] += 1
+            reason = {"shutdown": "the supervisor is shutting down",
+                      "restart": "the worker was restarted"}.get(rj.cancel_reason, "cancelled")
+            if rj.cancel_reason == "restart" and not req.cancelled:
+                self.requests[req.number] = req  # not the job's fault: run it elsewhere
+                req.attempts -= 1
+                return
+            self._finish_request(req, {"event": "error", "job_id": req.job_id, "error": reason})
+            return
+        if outcome == "refused":
+            req.attempts -= 1
+            self.requests[req.number] = req
+            return
+        if permanent or req.attempts >= req.max_attempts:
+            self.counters["failed"] += 1
+            log.warning("job %s failed for good: %s, %.3f s: %s", rj.job_id, where, duration, error)
+            self._finish_request(req, {"event": "error", "job_id": req.job_id, "error": error,
+                                       "attempts": req.attempts})
+            return
+        self.counters["retried"] += 1
+        log.warning("job %s failed: %s, %.3f s: %s; retrying now", rj.job_id, where, duration, error)
+        if req.notify is not None:
+            req.notify({"event": "retry", "job_id": req.job_id, "error": error,
+                        "attempt": req.attempts})
+        self.requests[req.number] = req
+
+    def _finish_request(self, req: Request, event: dict) -> None:
+        if req.done:
+            return
+        req.done = True
+        self.requests.pop(req.number, None)
+        req.notify(event)
+
+    # -- on-demand requests ---------------------------------------------------------------------
+
+    def submit_on_demand(self, type_name: str, payload, priority: int, notify) -> Request | None:
+        """Accept an on-demand request; None when no configured worker supports the type."""
+        tid = self.type_ids.get(type_name)
+        if tid is None:
+            return None
+        attempts = max((w.max_attempts for w in self.config.workers if type_name in w.types))
+        req = Request(number=self.next_request, type=type_name, type_id=tid, payload=payload,
+                      priority=priority, max_attempts=attempts, notify=notify)
+        self.next_request += 1
+        if self.shutting_down:
+            self._finish_request(req, {"event": "error", "job_id": req.job_id,
+                                       "error": "the supervisor is shutting down"})
+            return req
+        self.requests[req.number] = req
+        self.schedule()
+        return req
+
+    def abandon_request(self, req: Request) -> None:
+        """The caller gave up (timeout or disconnect): drop it, or cancel it where it runs."""
+        req.cancelled = True
+        if self.requests.pop(req.number, None) is not None:
+            req.done = True
+            return
+        rj = self.running_by_job.get(req.job_id)
+        if rj is not None:
+            self.cancel_job(rj, "caller")

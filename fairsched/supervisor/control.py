@@ -1,0 +1,173 @@
+"""The control socket: newline-delimited JSON requests from `fairsched ps/restart/stop/submit`.
+
+The socket lives in a 0700 folder under state_dir, itself mode 0600. An flock on a lock file
+beside it makes a second supervisor on the same state_dir refuse to start while the first lives,
+and lets it take over a socket left behind by a crash.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import json
+import logging
+import os
+from pathlib import Path
+
+from fairsched.errors import FairschedError
+from fairsched.supervisor.status import snapshot
+
+log = logging.getLogger("fairsched.control")
+
+MAX_LINE = 1 << 20
+
+
+class AlreadyRunning(FairschedError):
+    pass
+
+
+class ControlServer:
+    def __init__(self, sup, socket_path: Path):
+        self.sup = sup
+        self.path = socket_path
+        self.folder = socket_path.parent
+        self.lock_path = self.folder / "supervisor.lock"
+        self._lock_fd: int | None = None
+        self._server: asyncio.AbstractServer | None = None
+        self._clients: set[asyncio.Task] = set()
+
+    def lock(self) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.folder, 0o700)
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            other = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise AlreadyRunning(
+                f"another supervisor (pid {other}) is running on {self.folder.parent}; "
+                "stop it first (`fairsched stop`)") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._lock_fd = fd
+
+    async def start(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()  # stale: we hold the lock, so its owner is gone
+        old = os.umask(0o177)
+        try:
+            self._server = await asyncio.start_unix_server(self._serve, path=str(self.path),
+                                                           limit=MAX_LINE)
+        finally:
+            os.umask(old)
+        os.chmod(self.path, 0o600)
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._clients):
+            task.cancel()
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        self._clients.add(task)
+        try:
+            line = await reader.readline()
+            if not line:
+                return
+            try:
+                request = json.loads(line)
+                if not isinstance(request, dict) or not isinstance(request.get("cmd"), str):
+                    raise ValueError("not a request object")
+            except ValueError:
+                log.warning("garbage on the control socket; closing that connection")
+                writer.write(b'{"ok": false, "error": "bad request"}\n')
+                return
+            await self._dispatch(request, reader, writer)
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
+            log.warning("control connection dropped: bad or oversized request")
+        except asyncio.CancelledError:
+            pass
+        finally:
+            self._clients.discard(task)
+            with contextlib.suppress(Exception):
+                writer.close()
+
+    async def _dispatch(self, request: dict, reader, writer) -> None:
+        sup = self.sup
+        cmd = request["cmd"]
+        if cmd == "ps":
+            _send(writer, {"ok": True, "ps": snapshot(sup)})
+        elif cmd == "restart":
+            names = sup.restart(str(request.get("name", "")))
+            if names:
+                _send(writer, {"ok": True, "restarted": names})
+            else:
+                known = sorted({p.group for p in sup.procs} | {p.name for p in sup.procs})
+                _send(writer, {"ok": False, "code": 2,
+                               "error": f"no worker or group named {request.get('name')!r} "
+                                        f"(known: {', '.join(known)})"})
+        elif cmd == "stop":
+            timeout = request.get("timeout")
+            _send(writer, {"ok": True, "pid": os.getpid()})
+            await writer.drain()
+            sup.request_shutdown(float(timeout) if isinstance(timeout, int | float) else None)
+            await sup.stopped.wait()
+        elif cmd == "submit":
+            await self._submit(request, reader, writer)
+        else:
+            _send(writer, {"ok": False, "code": 2, "error": f"unknown command {cmd!r}"})
+        await writer.drain()
+
+    async def _submit(self, request: dict, reader, writer) -> None:
+        sup = self.sup
+        done = asyncio.Event()
+        final: dict = {}
+
+        def notify(event: dict) -> None:
+            if not writer.is_closing():
+                _send(writer, event)
+            if event["event"] in ("result", "error"):
+                final.update(event)
+                done.set()
+
+        priority = request.get("priority", 0)
+        if not isinstance(priority, int) or isinstance(priority, bool) or not 0 <= priority <= 10:
+            _send(writer, {"event": "refused", "code": 2,
+                           "error": f"priority must be an integer 0..10, got {priority!r}"})
+            return
+        type_name = str(request.get("type", ""))
+        req = sup.submit_on_demand(type_name, request.get("payload"), priority, notify)
+        if req is None:
+            _send(writer, {"event": "refused", "code": 2,
+                           "error": f"no configured worker supports type {type_name!r} "
+                                    f"(known types: {', '.join(sorted(sup.type_ids))})"})
+            return
+        if not req.done:
+            _send(writer, {"event": "accepted", "job_id": req.job_id})
+        timeout = request.get("timeout")
+        eof = asyncio.ensure_future(reader.read(1))  # the caller hanging up
+        waiter = asyncio.ensure_future(done.wait())
+        try:
+            finished, _ = await asyncio.wait(
+                {eof, waiter}, timeout=float(timeout) if timeout else None,
+                return_when=asyncio.FIRST_COMPLETED)
+            if waiter not in finished:
+                sup.abandon_request(req)
+                if eof not in finished:
+                    _send(writer, {"event": "timeout", "job_id": req.job_id,
+                                   "error": f"no result within {float(timeout):g} s"})
+        finally:
+            eof.cancel()
+            waiter.cancel()
+
+
+def _send(writer: asyncio.StreamWriter, msg: dict) -> None:
+    writer.write(json.dumps(msg, separators=(",", ":"), default=str).encode() + b"\n")

@@ -1,0 +1,64 @@
+"""Records the actor keeps for work in flight: on-demand requests and running jobs."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(eq=False)
+class Request:
+    """An on-demand request: lives in memory while its caller waits on the control socket."""
+
+    number: int
+    type: str
+    type_id: int
+    payload: Any
+    priority: int
+    max_attempts: int
+    notify: Callable[[dict], None]  # sends an event line to the waiting caller
+    eligible_at: float = field(default_factory=time.time)
+    attempts: int = 0
+    done: bool = False
+    cancelled: bool = False
+
+    @property
+    def job_id(self) -> str:
+        return f"od-{self.number}"
+
+    @property
+    def core_id(self) -> int:
+        # On-demand ids are negative inside the core so they never collide with queued ids.
+        return -self.number
+
+
+@dataclass(eq=False)
+class RunningJob:
+    job_id: int | str
+    type: str
+    priority: int
+    payload: Any
+    attempt: int
+    max_attempts: int
+    proc: Any
+    slot_id: int
+    slot_index: int
+    eligible_at: float
+    request: Request | None = None
+    started_mono: float = field(default_factory=time.monotonic)
+    started_wall: float = field(default_factory=time.time)
+    progress: float | None = None
+    message: str = ""
+    cancel_reason: str | None = None  # "user", "shutdown", "restart", "caller"
+    failure: str | None = None  # why the worker was killed under this job (timeout)
+    timer: Any = None
+
+    @property
+    def on_demand(self) -> bool:
+        return self.request is not None
+
+    def frame(self) -> dict:
+        return {"id": self.job_id, "type": self.type, "payload": self.payload,
+                "priority": self.priority, "attempt": self.attempt, "on_demand": self.on_demand}

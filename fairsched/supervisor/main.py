@@ -1,0 +1,39 @@
+"""Run one supervisor in the foreground until it is stopped; returns the process exit code."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import psycopg
+
+from fairsched.config import Config
+from fairsched.supervisor.actor import Supervisor
+from fairsched.supervisor.control import ControlServer
+
+log = logging.getLogger("fairsched.supervisor")
+
+
+def run_supervisor(config: Config) -> int:
+    control = None
+    sup = None
+
+    async def main() -> int:
+        nonlocal control, sup
+        sup = Supervisor(config)
+        control = ControlServer(sup, config.control_socket)
+        control.lock()  # raises AlreadyRunning: exit 2 before anything starts
+        try:
+            try:
+                await sup.start()
+            except psycopg.Error as exc:
+                log.error("cannot use the database: %s", str(exc).strip().splitlines()[0])
+                await sup.shutdown(0)
+                return 1
+            await control.start()
+            await sup.stopped.wait()
+            return 0
+        finally:
+            await control.close()
+
+    return asyncio.run(main())

@@ -1,0 +1,308 @@
+"""The supervisor's one lane to PostgreSQL: fetch, claim, complete, heartbeat, rescue, reconnect.
+
+All database work of the actor goes through one coroutine, in order, on one connection, so the
+actor never awaits the database inside a scheduling decision. Completions queue up in an outbox
+and are written in one batch per round trip; the outbox survives a lost connection (fencing makes
+a repeated write harmless), so nothing is lost when PostgreSQL restarts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+
+from fairsched.store.aqueue import AsyncStore
+from fairsched.store.database import open_database
+
+log = logging.getLogger("fairsched.queue")
+
+RECONNECT_FIRST = 0.1
+RECONNECT_MAX = 5.0
+DB_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError)
+
+
+@dataclass
+class Failure:
+    job_id: int
+    attempt: int
+    error: str
+    permanent: bool
+    retry_delay: float
+    done: Callable[[str], None] | None = None
+
+
+@dataclass
+class Outbox:
+    completions: list[tuple[int, int, Any]] = field(default_factory=list)
+    failures: list[Failure] = field(default_factory=list)
+    cancels: list[tuple[int, int]] = field(default_factory=list)
+    releases: list[tuple[int, int]] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.completions or self.failures or self.cancels or self.releases)
+
+
+class QueueLink:
+    def __init__(self, sup, config):
+        self.sup = sup
+        self.config = config
+        self.settings = config.supervisor
+        self.default_max_attempts = {}
+        for spec in config.workers:
+            for t in spec.types:
+                self.default_max_attempts.setdefault(t, spec.max_attempts)
+        self.database = None
+        self.store: AsyncStore | None = None
+        self.supervisor_id: str | None = None
+        self.outbox = Outbox()
+        self.claims: list = []  # (QueuedJob, slot_id) reserved by the actor, not yet claimed
+        self.fetch_wanted = False
+        self.connected = False
+        self.closing = False
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self._listen_task: asyncio.Task | None = None
+        self._next_heartbeat = 0.0
+        self._next_poll = 0.0
+        self.claim_losses = 0
+
+    @property
+    def kind(self) -> str:
+        return self.database.kind if self.database is not None else "unknown"
+
+    # -- called by the actor (synchronous, never blocks) -------------------------------------
+
+    def wake(self) -> None:
+        self._idle.clear()
+        self._wake.set()
+
+    def request_fetch(self) -> None:
+        if not self.fetch_wanted:
+            self.fetch_wanted = True
+            self.wake()
+
+    def claim(self, pairs: list) -> None:
+        self.claims.extend(pairs)
+        self.wake()
+
+    def complete(self, job_id: int, attempt: int, result: Any) -> None:
+        self.outbox.completions.append((job_id, attempt, result))
+        self.wake()
+
+    def fail(self, failure: Failure) -> None:
+        self.outbox.failures.append(failure)
+        self.wake()
+
+    def cancel_finish(self, job_id: int, attempt: int) -> None:
+        self.outbox.cancels.append((job_id, attempt))
+        self.wake()
+
+    def release(self, job_id: int, attempt: int) -> None:
+        self.outbox.releases.append((job_id, attempt))
+        self.wake()
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.database = await loop.run_in_executor(
+            None, open_database, self.settings.state_dir, self.settings.database)
+        await self._connect()
+        self._task = asyncio.create_task(self._run(), name="fairsched-queue")
+
+    async def _connect(self) -> None:
+        if self.database.kind == "embedded":
+            await asyncio.get_running_loop().run_in_executor(None, self.database.ensure_running)
+        store = await AsyncStore.connect(self.database.url, lease=self.settings.lease)
+        if self.supervisor_id is not None and store.supervisor_id != self.supervisor_id:
+            log.warning("database reconnected; registered again as supervisor %s", store.supervisor_id)
+        self.store = store
+        self.supervisor_id = store.supervisor_id
+        self.connected = True
+        await self._reconcile()
+        if self._listen_task is None or self._listen_task.done():
+            self._listen_task = asyncio.create_task(self._listen(), name="fairsched-listen")
+        self.fetch_wanted = True
+
+    async def _reconcile(self) -> None:
+        """Return rows this supervisor holds as running but is not running (a claim cut off mid-flight)."""
+        known = self.sup.running_queued_ids()
+        async with self.store.conn.cursor() as cur:
+            await cur.execute(
+                "UPDATE fairsched_jobs SET status = 'pending', attempts = greatest(attempts - 1, 0),"
+                " claimed_by = NULL, started_at = NULL"
+                " WHERE status = 'running' AND claimed_by = %s AND NOT (id = ANY(%s))",
+                (self.supervisor_id, known))
+        await self.store.conn.commit()
+
+    async def close(self, timeout: float = 5.0) -> None:
+        """Flush the outbox, deregister and stop an embedded server this process started."""
+        self.claims.clear()
+        self.fetch_wanted = False
+        deadline = time.monotonic() + timeout
+        while self.outbox and time.monotonic() < deadline and self._task and not self._task.done():
+            self.wake()
+            try:
+                await asyncio.wait_for(self._idle.wait(), max(0.05, deadline - time.monotonic()))
+            except TimeoutError:
+                break
+        if self.outbox:
+            log.error("could not write %d job outcomes before exiting; their jobs return to pending "
+                      "when this supervisor's lease expires", _outbox_size(self.outbox))
+        self.closing = True
+        for task in (self._task, self._listen_task):
+            if task is not None:
+                task.cancel()
+        for task in (self._task, self._listen_task):
+            if task is not None:
+                try:
+                    await task
+                except (asyncio.CancelledError, Exception):
+                    pass
+        if self.store is not None:
+            try:
+                await self.store.close(deregister=True)
+            except Exception as exc:  # the database may be gone; the lease covers it
+                log.warning("could not deregister from the database: %s", exc)
+        if self.database is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.database.close)
+
+    # -- the lane -------------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        delay = RECONNECT_FIRST
+        while not self.closing:
+            try:
+                if self.store is None:
+                    await self._connect()
+                    log.info("database connection restored")
+                    self.sup.schedule()
+                await self._drain()
+                delay = RECONNECT_FIRST
+                if not self._pending():
+                    self._idle.set()
+                    timeout = max(0.0, min(self._next_heartbeat, self._next_poll) - time.monotonic())
+                    try:
+                        await asyncio.wait_for(self._wake.wait(), timeout)
+                    except TimeoutError:
+                        pass
+                self._wake.clear()
+            except DB_ERRORS as exc:
+                if self.connected:
+                    log.error("lost the database: %s; reconnecting (workers keep running)",
+                              str(exc).strip().splitlines()[0] if str(exc).strip() else exc)
+                self.connected = False
+                await self._drop_store()
+                self._requeue_claims()
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RECONNECT_MAX)
+
+    def _pending(self) -> bool:
+        return bool(self.outbox or self.claims or self.fetch_wanted
+                    or time.monotonic() >= min(self._next_heartbeat, self._next_poll))
+
+    async def _drop_store(self) -> None:
+        store, self.store = self.store, None
+        if store is not None:
+            try:
+                await store.close(deregister=False)
+            except Exception:
+                pass
+
+    def _requeue_claims(self) -> None:
+        # Claims whose statement never ran (or whose outcome is unknown): the actor frees the
+        # slots; _reconcile returns any row that did get claimed.
+        claims, self.claims = self.claims, []
+        if claims:
+            self.sup.on_claimed(claims, {})
+
+    async def _drain(self) -> None:
+        store = self.store
+        box = self.outbox
+        if box.completions:
+            batch = box.completions[:]
+            await store.complete(batch)
+            del box.completions[:len(batch)]
+        while box.failures:
+            f = box.failures[0]
+            status = await store.fail(f.job_id, f.attempt, f.error, permanent=f.permanent,
+                                      retry_delay=f.retry_delay)
+            box.failures.pop(0)
+            if f.done is not None:
+                f.done(status)
+        while box.cancels:
+            job_id, attempt = box.cancels[0]
+            await store.cancel_finish(job_id, attempt)
+            box.cancels.pop(0)
+        if box.releases:
+            batch = box.releases[:]
+            await store.release(batch)
+            del box.releases[:len(batch)]
+        now = time.monotonic()
+        if now >= self._next_heartbeat:
+            await store.heartbeat()
+            rescued = await store.rescue_expired()
+            if rescued:
+                log.warning("returned %d running jobs of dead supervisors to the queue", rescued)
+                self.fetch_wanted = True
+            self._next_heartbeat = now + self.settings.heartbeat_interval
+        if now >= self._next_poll:
+            # The safety net behind LISTEN/NOTIFY, and the clock for delayed jobs.
+            self.sup.on_poll()
+            self.fetch_wanted = True
+            self._next_poll = now + self.settings.poll_interval
+        if self.claims:
+            claims, self.claims = self.claims, []
+            try:
+                won = await store.claim([qj.id for qj, _ in claims], self.default_max_attempts)
+            except BaseException:
+                self.claims[:0] = claims
+                raise
+            self.sup.on_claimed(claims, {qj.id: qj for qj in won})
+        if self.fetch_wanted and not self.claims:
+            self.fetch_wanted = False
+            wanted = self.sup.free_by_type()
+            if wanted:
+                rows = await store.fetch(wanted, self.sup.priority_per_second)
+                self.sup.on_fetched(rows, wanted)
+                if sum(1 for _ in rows) < sum(2 * n for n in wanted.values()):
+                    await self._arm_delayed_wakeup()
+
+    async def _arm_delayed_wakeup(self) -> None:
+        at = await self.store.next_eligible_at()
+        if at is not None:
+            self.sup.wake_at(at)
+
+    async def _listen(self) -> None:
+        delay = RECONNECT_FIRST
+        while not self.closing:
+            try:
+                async for kind, value in self.store_listen():
+                    delay = RECONNECT_FIRST
+                    if kind == "jobs":
+                        self.sup.on_jobs_notified(value)
+                    elif kind == "cancel":
+                        self.sup.on_cancel_requested(value)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.debug("notification connection lost: %s", exc)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RECONNECT_MAX)
+
+    def store_listen(self):
+        store = self.store
+        if store is None:
+            raise psycopg.OperationalError("not connected")
+        return store.listen()
+
+
+def _outbox_size(box: Outbox) -> int:
+    return len(box.completions) + len(box.failures) + len(box.cancels) + len(box.releases)

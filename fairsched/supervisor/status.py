@@ -1,0 +1,70 @@
+"""The `ps` snapshot: one row per slot, built from the actor's state in one pass."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from fairsched import core
+from fairsched.supervisor.states import SLOT_STATE, ProcessState
+
+
+def snapshot(sup) -> dict:
+    now = time.time()
+    mono = time.monotonic()
+    slots = []
+    for proc in sup.procs:
+        uptime = now - proc.started_at if proc.pid is not None and proc.started_at else None
+        base = {
+            "worker": proc.name,
+            "group": proc.group,
+            "pid": proc.pid,
+            "types": list(proc.types or proc.spec.types),
+            "restarts": proc.restarts,
+            "uptime": round(uptime, 3) if uptime is not None else None,
+            "process_state": proc.state.value,
+            "last_exit": proc.last_exit,
+            "fatal_reason": proc.fatal_reason,
+        }
+        if proc.slot_ids:
+            for index, sid in enumerate(proc.slot_ids):
+                rj = sup.running.get(sid)
+                if proc.state is ProcessState.STOPPING:
+                    state = "stopping"
+                elif rj is not None or sup.pool.is_busy(sid):
+                    state = "busy"
+                else:
+                    state = "free"
+                slots.append(_row(base, index, state, rj, mono))
+        else:
+            state = SLOT_STATE.get(proc.state, proc.state.value)
+            for index in range(proc.spec.slots):
+                slots.append(_row(base, index, state, None, mono))
+    supervisor = {
+        "pid": os.getpid(),
+        "id": sup.queue.supervisor_id,
+        "uptime": round(now - sup.started, 3),
+        "started_at": sup.started,
+        "config": str(sup.config.path),
+        "state_dir": str(sup.config.supervisor.state_dir),
+        "database": sup.queue.kind,
+        "database_connected": sup.queue.connected,
+        "core": core.__impl__,
+        "shutting_down": sup.shutting_down,
+        "waiting_on_demand": len(sup.requests),
+        "counters": dict(sup.counters),
+    }
+    return {"supervisor": supervisor, "slots": slots}
+
+
+def _row(base: dict, index: int, state: str, rj, mono: float) -> dict:
+    row = dict(base)
+    row["slot"] = index
+    row["state"] = state
+    row["job_id"] = rj.job_id if rj is not None else None
+    row["job_type"] = rj.type if rj is not None else None
+    row["job_age"] = round(mono - rj.started_mono, 3) if rj is not None else None
+    row["attempt"] = rj.attempt if rj is not None else None
+    row["progress"] = rj.progress if rj is not None else None
+    row["message"] = rj.message if rj is not None else None
+    return row
