@@ -1,0 +1,61 @@
+"""Example handlers for examples/workers.toml: PDF, Excel and a versatile office worker.
+
+Each takes a payload {"path": ...}; without a path it reports what it would do, so the
+quickstart works before any sample file exists.
+"""
+
+import os
+import time
+
+import fairsched
+
+
+def render_pdf(job: fairsched.Job):
+    path = (job.payload or {}).get("path")
+    if path is None:
+        for step in range(1, 4):
+            job.progress(step / 3, f"page {step}/3")
+            if job.cancelled():
+                return None
+            time.sleep(0.05)
+        return {"pages": 3, "pid": os.getpid()}
+    from pypdf import PdfReader
+
+    reader = PdfReader(path)
+    pages = []
+    for number, page in enumerate(reader.pages, 1):
+        job.progress(number / len(reader.pages), f"page {number}/{len(reader.pages)}")
+        if job.cancelled():
+            return None
+        pages.append(page.extract_text() or "")
+    return {"pages": len(pages), "chars": sum(map(len, pages)), "text": pages[0][:200] if pages else ""}
+
+
+def read_excel(job: fairsched.Job):
+    path = (job.payload or {}).get("path")
+    if path is None:
+        return {"sheets": {}, "pid": os.getpid()}
+    from openpyxl import load_workbook
+
+    book = load_workbook(path, read_only=True, data_only=True)
+    sums = {}
+    for number, sheet in enumerate(book.worksheets, 1):
+        job.progress(number / len(book.worksheets), sheet.title)
+        total = 0.0
+        for row in sheet.iter_rows(values_only=True):
+            total += sum(v for v in row if isinstance(v, int | float) and not isinstance(v, bool))
+        sums[sheet.title] = total
+    return {"sheets": sums}
+
+
+def build_index(job: fairsched.Job):
+    words = str((job.payload or {}).get("text", "")).lower().split()
+    index = {}
+    for position, word in enumerate(words):
+        index.setdefault(word, []).append(position)
+    return {"terms": len(index), "index": index}
+
+
+def office(job: fairsched.Job):
+    """The versatile worker: whatever type it is handed."""
+    return {"pdf": render_pdf, "excel": read_excel, "index": build_index}[job.type](job)

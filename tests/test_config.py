@@ -1,0 +1,107 @@
+"""workers.toml: good files load, every kind of mistake exits 2 with one line naming it."""
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from fairsched.config import load_config
+from fairsched.errors import ConfigError
+
+GOOD = """
+[supervisor]
+state_dir = "state"
+shutdown_timeout = 3
+
+[scoring]
+age_weight = 32
+
+[[worker]]
+name = "pdf"
+types = ["pdf"]
+handler = "handlers:render_pdf"
+processes = 2
+
+[[worker]]
+name = "tool"
+types = ["pdf", "excel"]
+command = ["./bin/tool", "--fast"]
+slots = 3
+timeout = 5
+"""
+
+
+def write(tmp_path, text, name="workers.toml"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_good_config_loads_with_paths_relative_to_the_file(tmp_path):
+    config = load_config(write(tmp_path, GOOD))
+    assert config.supervisor.state_dir == tmp_path / "state"
+    assert config.supervisor.shutdown_timeout == 3.0
+    assert config.scoring.age == 32.0 and config.scoring.priority == 1024.0
+    pdf, tool = config.workers
+    assert pdf.process_names() == ["pdf-1", "pdf-2"]
+    assert tool.command == (str(tmp_path / "bin" / "tool"), "--fast")
+    assert tool.slots == 3 and tool.timeout == 5.0
+    assert config.types == {"pdf", "excel"}
+    assert config.control_socket.parent.parent == tmp_path / "state"
+
+
+BAD = [
+    ("unknown key", GOOD.replace("processes = 2", "procs = 2"), "key 'procs' is not a known setting"),
+    ("wrong type", GOOD.replace("processes = 2", 'processes = "two"'), "key 'processes' must be an integer"),
+    ("zero slots", GOOD.replace("slots = 3", "slots = 0"), "key 'slots' must be >= 1"),
+    ("duplicate name", GOOD.replace('name = "tool"', 'name = "pdf"'), "duplicate name"),
+    ("empty types", GOOD.replace('types = ["pdf"]', "types = []"), "key 'types' must not be empty"),
+    ("both handler and command", GOOD.replace('handler = "handlers:render_pdf"',
+                                              'handler = "handlers:render_pdf"\ncommand = ["x"]'),
+     "exactly one of 'handler' or 'command'"),
+    ("neither handler nor command", GOOD.replace('handler = "handlers:render_pdf"', ""),
+     "exactly one of 'handler' or 'command'"),
+    ("bad handler", GOOD.replace("handlers:render_pdf", "handlers.render_pdf"),
+     "key 'handler' must look like 'package.module:function'"),
+    ("negative timeout", GOOD.replace("timeout = 5", "timeout = -1"), "key 'timeout' must be > 0"),
+    ("bad toml", GOOD + "\n[[worker]\n", "invalid TOML"),
+    ("no workers", '[supervisor]\nstate_dir = "s"\n', "no [[worker]] tables"),
+    ("unknown section", GOOD + "\n[extra]\nx = 1\n", "key 'extra' is not a known setting"),
+    ("bad scoring", GOOD.replace("age_weight = 32", "age_weight = 0"), "key 'age_weight' must be > 0"),
+    ("boolean as number", GOOD.replace("shutdown_timeout = 3", "shutdown_timeout = true"),
+     "key 'shutdown_timeout' must be a number"),
+    ("types not strings", GOOD.replace('types = ["pdf"]', "types = [1]"),
+     "key 'types' must be a list of non-empty strings"),
+    ("unknown scoring key", GOOD.replace("age_weight = 32", "aging = 32"), "key 'aging' is not a known setting"),
+]
+
+
+@pytest.mark.parametrize("text,expected", [(t, e) for _, t, e in BAD], ids=[n for n, _, _ in BAD])
+def test_bad_config_raises_one_line(tmp_path, text, expected):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    message = str(info.value)
+    assert message.startswith(str(path)), message
+    assert expected in message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize("text,expected", [(t, e) for _, t, e in BAD], ids=[n for n, _, _ in BAD])
+def test_supervise_exits_2_with_one_clear_line(tmp_path, text, expected):
+    path = write(tmp_path, text)
+    proc = subprocess.run([sys.executable, "-m", "fairsched", "supervise", "--config", str(path)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert expected in lines[0] and str(path) in lines[0]
+    assert "Traceback" not in proc.stderr
+
+
+def test_missing_config_file_names_it(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "fairsched", "ps", "--config",
+                           str(tmp_path / "nope.toml")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "nope.toml: no such file" in proc.stderr
