@@ -1,0 +1,59 @@
+"""The job a handler receives: its fields, progress reports and the cancel flag."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+MAX_MESSAGE = 4096  # characters of a progress message; longer ones are cut
+
+
+class Job:
+    """One run of one job, handed to `handler(job)`.
+
+    A Job built directly (as in a handler's unit test) reports progress nowhere and is never
+    cancelled unless `_cancel()` is called.
+    """
+
+    __slots__ = ("id", "type", "payload", "priority", "attempt", "on_demand",
+                 "slot", "_send", "_cancel_event", "_done")
+
+    def __init__(self, id: int | str, type: str, payload: Any = None, priority: int = 0,
+                 attempt: int = 1, on_demand: bool = False, *, slot: int = 0,
+                 send: Callable[[dict], None] | None = None):
+        self.id = id
+        self.type = type
+        self.payload = payload
+        self.priority = priority
+        self.attempt = attempt
+        self.on_demand = on_demand
+        self.slot = slot
+        self._send = send
+        self._cancel_event = threading.Event()
+        self._done = False
+
+    def progress(self, fraction: float | None = None, message: str = "") -> None:
+        """Report how far the job is (0..1, or None when unknown); shows in `fairsched ps`."""
+        if fraction is not None:
+            if isinstance(fraction, bool) or not isinstance(fraction, int | float):
+                raise TypeError(f"progress fraction must be a number or None, got {fraction!r}")
+            if not 0 <= fraction <= 1:
+                raise ValueError(f"progress fraction must be between 0 and 1, got {fraction!r}")
+            fraction = float(fraction)
+        message = str(message)[:MAX_MESSAGE]
+        if self._send is None or self._done:
+            return
+        self._send({"t": "progress", "slot": self.slot, "job_id": self.id,
+                    "fraction": fraction, "message": message})
+
+    def cancelled(self) -> bool:
+        """True once the supervisor asked to cancel this job (or the worker is stopping)."""
+        return self._cancel_event.is_set()
+
+    def _cancel(self) -> None:
+        self._cancel_event.set()
+
+    def __repr__(self) -> str:
+        return (f"Job(id={self.id!r}, type={self.type!r}, priority={self.priority}, "
+                f"attempt={self.attempt}, on_demand={self.on_demand})")

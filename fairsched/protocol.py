@@ -1,0 +1,241 @@
+"""The pipe protocol between the supervisor and a worker: framing, decoding and message checks.
+
+A frame is a 4-byte big-endian length followed by that many bytes of UTF-8 JSON, always an
+object with a string field "t". docs/protocol.md is the full description.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Collection
+
+PROTOCOL_VERSION = 1
+MAX_FRAME = 1 << 20  # bytes of JSON in one frame, the 4-byte header not counted
+
+WORKER_MESSAGES = frozenset({"hello", "progress", "result", "error", "refused", "fatal"})
+SUPERVISOR_MESSAGES = frozenset({"run", "cancel", "stop"})
+MESSAGE_TYPES = WORKER_MESSAGES | SUPERVISOR_MESSAGES
+
+_HEADER = struct.Struct(">I")
+_dumps = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+
+
+class ProtocolError(ValueError):
+    """A frame or message breaks the protocol; the peer that sent it is dropped."""
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not valid JSON")
+
+
+_loads = json.JSONDecoder(parse_constant=_reject_constant).decode
+
+
+def encode(msg: dict) -> bytes:
+    """One frame for `msg`; raises TypeError/ValueError for what JSON cannot hold and
+    ProtocolError when the frame would exceed MAX_FRAME."""
+    body = _dumps(msg).encode("ascii")  # ensure_ascii: always valid UTF-8, lone surrogates too
+    if len(body) > MAX_FRAME:
+        raise ProtocolError(f"frame of {len(body)} bytes exceeds the {MAX_FRAME}-byte limit")
+    return _HEADER.pack(len(body)) + body
+
+
+def decode_body(body: bytes, accept: Collection[str] = MESSAGE_TYPES) -> dict:
+    """The message in one frame body (without its length header)."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ProtocolError(f"frame is not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+    try:
+        msg = _loads(text)
+    except RecursionError:
+        raise ProtocolError("frame JSON nests too deeply") from None
+    except ValueError as exc:  # json.JSONDecodeError, NaN, over-long integers
+        raise ProtocolError(f"frame is not valid JSON: {exc}") from None
+    if not isinstance(msg, dict):
+        raise ProtocolError(f"frame holds a JSON {_json_kind(msg)}, not an object")
+    kind = msg.get("t")
+    if not isinstance(kind, str):
+        raise ProtocolError("frame has no string field 't' (the message type)")
+    if kind not in accept:
+        raise ProtocolError(f"unknown message type {kind[:40]!r}")
+    return msg
+
+
+class FrameDecoder:
+    """Turns a byte stream into messages, however the stream was cut into reads.
+
+    `accept` limits the message types this side takes (default: any known type). After a
+    ProtocolError the stream cannot be trusted: every later feed raises the same error.
+    """
+
+    __slots__ = ("_buf", "_accept", "_error")
+
+    def __init__(self, accept: Collection[str] | None = None):
+        self._buf = bytearray()
+        self._accept = MESSAGE_TYPES if accept is None else frozenset(accept)
+        self._error: ProtocolError | None = None
+
+    @property
+    def pending(self) -> int:
+        """Bytes received but not yet part of a whole frame."""
+        return len(self._buf)
+
+    def feed(self, data: bytes) -> list[dict]:
+        if self._error is not None:
+            raise self._error
+        buf = self._buf
+        buf += data
+        out = []
+        pos = 0
+        end = len(buf)
+        try:
+            while end - pos >= 4:
+                (size,) = _HEADER.unpack_from(buf, pos)
+                # Checked before the body arrives: an oversize length is refused at once.
+                if size == 0:
+                    raise ProtocolError("frame of length 0")
+                if size > MAX_FRAME:
+                    raise ProtocolError(f"frame of {size} bytes exceeds the {MAX_FRAME}-byte limit")
+                start = pos + 4
+                if end - start < size:
+                    break
+                pos = start + size
+                out.append(decode_body(bytes(buf[start:pos]), self._accept))
+        except ProtocolError as exc:
+            self._error = exc
+            buf.clear()
+            raise
+        if pos:
+            del buf[:pos]
+        return out
+
+
+def _json_kind(value) -> str:
+    if isinstance(value, dict):
+        return "object"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, str):
+        return "string"
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    return "number"
+
+
+# -- message checks -----------------------------------------------------------------------------
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _check(ok: bool, kind: str, field: str, want: str, msg: dict) -> None:
+    if not ok:
+        key = field.rpartition(".")[2]  # "job.id" is looked up as "id" in the job object
+        if key in msg:
+            got = f"got {_json_kind(msg[key])} {json.dumps(msg[key])[:40]}"
+        else:
+            got = "it is missing"
+        raise ProtocolError(f"{kind!r} message: field {field!r} must be {want}, {got}")
+
+
+def _job_id_ok(value) -> bool:
+    return _is_int(value) or isinstance(value, str)
+
+
+def _slot_and_job(kind: str, msg: dict) -> None:
+    slot = msg.get("slot")
+    _check(_is_int(slot) and slot >= 0, kind, "slot", "an integer >= 0", msg)
+    _check(_job_id_ok(msg.get("job_id")), kind, "job_id", "an integer or a string", msg)
+
+
+def _v_hello(msg: dict) -> None:
+    _check(_is_int(msg.get("protocol")), "hello", "protocol", "an integer", msg)
+    if msg["protocol"] != PROTOCOL_VERSION:
+        raise ProtocolError(f"worker speaks protocol {msg['protocol']}, "
+                            f"this side speaks {PROTOCOL_VERSION}")
+    pid = msg.get("pid")
+    _check(_is_int(pid) and pid > 0, "hello", "pid", "a positive integer", msg)
+    _check(isinstance(msg.get("incarnation"), str), "hello", "incarnation", "a string", msg)
+    slots = msg.get("slots")
+    _check(_is_int(slots) and slots >= 1, "hello", "slots", "an integer >= 1", msg)
+    types = msg.get("types")
+    _check(isinstance(types, list) and bool(types) and all(isinstance(t, str) for t in types),
+           "hello", "types", "a non-empty array of strings", msg)
+
+
+def _v_progress(msg: dict) -> None:
+    _slot_and_job("progress", msg)
+    fraction = msg.get("fraction")
+    _check(fraction is None or (_is_number(fraction) and 0 <= fraction <= 1),
+           "progress", "fraction", "a number from 0 to 1 or null", msg)
+    _check(isinstance(msg.get("message", ""), str), "progress", "message", "a string", msg)
+
+
+def _v_result(msg: dict) -> None:
+    _slot_and_job("result", msg)
+    _check("result" in msg, "result", "result", "present (any JSON value)", msg)
+
+
+def _v_error(msg: dict) -> None:
+    _slot_and_job("error", msg)
+    _check(isinstance(msg.get("error"), str), "error", "error", "a string", msg)
+    _check(isinstance(msg.get("permanent"), bool), "error", "permanent", "a boolean", msg)
+
+
+def _v_refused(msg: dict) -> None:
+    _slot_and_job("refused", msg)
+    _check(isinstance(msg.get("reason"), str), "refused", "reason", "a string", msg)
+
+
+def _v_fatal(msg: dict) -> None:
+    _check(isinstance(msg.get("error"), str), "fatal", "error", "a string", msg)
+
+
+def _v_run(msg: dict) -> None:
+    _check(isinstance(msg.get("incarnation"), str), "run", "incarnation", "a string", msg)
+    slot = msg.get("slot")
+    _check(_is_int(slot) and slot >= 0, "run", "slot", "an integer >= 0", msg)
+    job = msg.get("job")
+    _check(isinstance(job, dict), "run", "job", "an object", msg)
+    _check(_job_id_ok(job.get("id")), "run", "job.id", "an integer or a string", job)
+    _check(isinstance(job.get("type"), str), "run", "job.type", "a string", job)
+    _check("payload" in job, "run", "job.payload", "present (any JSON value)", job)
+    _check(_is_int(job.get("priority")), "run", "job.priority", "an integer", job)
+    attempt = job.get("attempt")
+    _check(_is_int(attempt) and attempt >= 1, "run", "job.attempt", "an integer >= 1", job)
+    _check(isinstance(job.get("on_demand"), bool), "run", "job.on_demand", "a boolean", job)
+
+
+def _v_cancel(msg: dict) -> None:
+    _check(isinstance(msg.get("incarnation"), str), "cancel", "incarnation", "a string", msg)
+    _slot_and_job("cancel", msg)
+
+
+def _v_stop(msg: dict) -> None:
+    pass
+
+
+_VALIDATORS = {
+    "hello": _v_hello, "progress": _v_progress, "result": _v_result, "error": _v_error,
+    "refused": _v_refused, "fatal": _v_fatal, "run": _v_run, "cancel": _v_cancel, "stop": _v_stop,
+}
+
+
+def validate(msg: dict) -> dict:
+    """Check the required fields of a decoded message; returns it, or raises ProtocolError."""
+    if not isinstance(msg, dict):
+        raise ProtocolError(f"message is a {type(msg).__name__}, not an object")
+    kind = msg.get("t")
+    check = _VALIDATORS.get(kind) if isinstance(kind, str) else None
+    if check is None:
+        raise ProtocolError(f"unknown message type {kind!r}")
+    check(msg)
+    return msg
