@@ -1,0 +1,38 @@
+"""prctl(2) through ctypes: parent-death signals for workers, child subreaping for the supervisor."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+
+_libc = None
+
+
+def _prctl(option: int, value: int) -> bool:
+    """Run prctl(option, value); False off Linux, OSError when the kernel refuses."""
+    global _libc
+    if not sys.platform.startswith("linux"):
+        return False
+    if _libc is None:
+        import ctypes
+
+        _libc = ctypes.CDLL(None, use_errno=True)
+    if _libc.prctl(option, value, 0, 0, 0) != 0:
+        import ctypes
+
+        err = ctypes.get_errno()
+        raise OSError(err, f"prctl({option}, {value}) failed: {os.strerror(err)}")
+    return True
+
+
+def set_parent_death_signal(sig: int) -> bool:
+    """Have the kernel send `sig` to this process when its parent (or subreaper) dies."""
+    return _prctl(PR_SET_PDEATHSIG, sig)
+
+
+def set_child_subreaper() -> bool:
+    """Orphaned descendants of this process re-parent to it instead of to init."""
+    return _prctl(PR_SET_CHILD_SUBREAPER, 1)

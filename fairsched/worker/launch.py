@@ -1,0 +1,333 @@
+"""Starting worker processes for the supervisor: cold with posix_spawn, or fast from a template.
+
+Which to call: `Template.start(spec)` once per Python handler group, then `template.spawn(spec,
+incarnation)` for every start of that group's processes; when it raises OSError (the template
+died or could not import the handler), call `launch(spec, incarnation)`, the cold start, which
+reports any real problem through the worker itself (exit 78, one line in its log).
+`launch_fast` does exactly that. Command workers always use `launch`.
+
+Every process started here (workers and templates) is the caller's child to reap: templates
+double-fork, so the caller must have called `become_subreaper()` first.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import signal
+import socket
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NoReturn
+
+import fairsched
+from fairsched.protocol import PROTOCOL_VERSION
+from fairsched.worker._linux import set_child_subreaper
+
+CHANNEL_FD = 3  # the worker's end of its socketpair, in every worker (FAIRSCHED_FD)
+READY_TIMEOUT = 60.0  # seconds a template may spend importing its handler
+SPAWN_TIMEOUT = 5.0  # seconds for a ready template to answer a spawn request
+COMMAND_TRAMPOLINE = 'cd -- "$0" || exit 78; exec "$@"'  # posix_spawn has no cwd argument
+_RESET_SIGNALS = {signal.SIGPIPE, signal.SIGXFSZ}  # what Python ignores; programs expect default
+
+
+class LaunchError(OSError):
+    """A worker or template could not be started; the message says why in one line."""
+
+
+@dataclass
+class LaunchSpec:
+    name: str  # process name, e.g. "pdf-1"
+    group: str  # worker group, e.g. "pdf"
+    types: tuple[str, ...]
+    slots: int
+    handler: str | None  # "package.module:function", or None for a command worker
+    command: tuple[str, ...] | None
+    cwd: Path
+    log_path: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Launched:
+    pid: int
+    sock: socket.socket  # the supervisor's end of the socketpair, non-blocking
+
+
+def become_subreaper() -> bool:
+    """Make orphaned descendants (workers forked by templates) children of this process.
+
+    Returns False where the platform has no subreapers (then templates' workers re-parent to
+    init and only EOF on their socket ties them to the supervisor).
+    """
+    return set_child_subreaper()
+
+
+def worker_variables(spec: LaunchSpec, incarnation: str) -> dict[str, str]:
+    """The FAIRSCHED_* variables of one worker start, as docs/protocol.md lists them."""
+    env = {
+        "FAIRSCHED_FD": str(CHANNEL_FD),
+        "FAIRSCHED_PROTOCOL": str(PROTOCOL_VERSION),
+        "FAIRSCHED_WORKER": spec.name,
+        "FAIRSCHED_GROUP": spec.group,
+        "FAIRSCHED_INCARNATION": incarnation,
+        "FAIRSCHED_SLOTS": str(spec.slots),
+        "FAIRSCHED_TYPES": ",".join(spec.types),
+    }
+    if spec.handler is not None:
+        env["FAIRSCHED_HANDLER"] = spec.handler
+    return env
+
+
+def _base_environ(spec: LaunchSpec) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(spec.env)
+    if spec.handler is not None:
+        # The handler's folder first; then this fairsched's own folder when it runs from a
+        # source tree, so `-m fairsched.worker` finds the same fairsched as the supervisor.
+        paths = [str(Path(spec.cwd).resolve())]
+        root = Path(fairsched.__file__).resolve().parent.parent
+        if root.name not in ("site-packages", "dist-packages"):
+            paths.append(str(root))
+        if env.get("PYTHONPATH"):
+            paths.append(env["PYTHONPATH"])
+        env["PYTHONPATH"] = os.pathsep.join(paths)
+    return env
+
+
+def _check_spec(spec: LaunchSpec) -> None:
+    if (spec.handler is None) == (spec.command is None):
+        raise ValueError(f"worker {spec.name}: needs exactly one of handler or command")
+    if spec.slots < 1 or not spec.types:
+        raise ValueError(f"worker {spec.name}: needs at least one slot and one type")
+    if not Path(spec.cwd).is_dir():
+        raise LaunchError(f"worker {spec.name}: directory {str(spec.cwd)!r} does not exist")
+
+
+def _resolve_command(spec: LaunchSpec, env: dict[str, str]) -> str:
+    program = spec.command[0]
+    if "/" in program:
+        path = Path(spec.cwd, program)
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            raise LaunchError(f"worker {spec.name}: command {program!r} is not an executable "
+                              f"file (looked in {str(spec.cwd)!r})")
+        return str(path.resolve())
+    found = shutil.which(program, path=env.get("PATH", os.defpath))
+    if found is None:
+        raise LaunchError(f"worker {spec.name}: command {program!r} not found on PATH")
+    return found
+
+
+def _open_log(path: Path) -> int:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+
+
+def _spawn(argv: list[str], env: dict[str, str], channel: int, log_fd: int) -> int:
+    """posix_spawn `argv` in its own session: stdin /dev/null, stdout+stderr to the log,
+    `channel` as fd 3. Every other descriptor of ours is close-on-exec."""
+    devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    moved = []
+    try:
+        # A source at 0..3 would be overwritten by an earlier dup2 (a supervisor started with
+        # stdin closed gets fd 0 for its first file): lift those out of the way first.
+        sources = []
+        for fd in (devnull, log_fd, channel):
+            if fd <= CHANNEL_FD:
+                fd = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10)
+                moved.append(fd)
+            sources.append(fd)
+        devnull_src, log_src, channel_src = sources
+        actions = [
+            (os.POSIX_SPAWN_DUP2, devnull_src, 0),
+            (os.POSIX_SPAWN_DUP2, log_src, 1),
+            (os.POSIX_SPAWN_DUP2, log_src, 2),
+            (os.POSIX_SPAWN_DUP2, channel_src, CHANNEL_FD),
+        ]
+        return os.posix_spawn(argv[0], argv, env, file_actions=actions, setsid=True,
+                              setsigmask=(), setsigdef=_RESET_SIGNALS)
+    finally:
+        os.close(devnull)
+        for fd in moved:
+            os.close(fd)
+
+
+def launch(spec: LaunchSpec, incarnation: str) -> Launched:
+    """Cold start: a fresh `python -m fairsched.worker` (or the command) for `incarnation`."""
+    _check_spec(spec)
+    env = _base_environ(spec)
+    env.update(worker_variables(spec, incarnation))
+    if spec.handler is not None:
+        argv = [sys.executable, "-P", "-m", "fairsched.worker", "--chdir", str(spec.cwd)]
+    else:
+        program = _resolve_command(spec, env)
+        argv = ["/bin/sh", "-c", COMMAND_TRAMPOLINE, str(spec.cwd), program, *spec.command[1:]]
+    return _start(argv, env, spec.log_path, socket.SOCK_STREAM)
+
+
+def _start(argv, env, log_path: Path, kind: int) -> Launched:
+    parent, child = socket.socketpair(socket.AF_UNIX, kind)
+    try:
+        log_fd = _open_log(log_path)
+        try:
+            pid = _spawn(argv, env, child.fileno(), log_fd)
+        finally:
+            os.close(log_fd)
+    except BaseException:
+        parent.close()
+        raise
+    finally:
+        child.close()
+    parent.setblocking(False)
+    return Launched(pid, parent)
+
+
+def template_log_path(spec: LaunchSpec) -> Path:
+    """Where a group's template writes (import warnings, a failed import's traceback)."""
+    return Path(spec.log_path).with_name(f"{spec.group}.template.log")
+
+
+class Template:
+    """A pre-loaded process per handler group that forks ready workers on request.
+
+    It imports fairsched.worker.runtime and the handler once; each `spawn` passes the new
+    worker's socket end and log over SCM_RIGHTS and gets back the worker's pid. The template
+    double-forks, so with `become_subreaper()` the worker is the caller's child. It exits by
+    itself when its control socket closes (`close()`, or the supervisor dying).
+    """
+
+    def __init__(self, pid: int, ctrl: socket.socket, spec: LaunchSpec):
+        self.pid = pid
+        self.group = spec.group
+        self.handler = spec.handler
+        self.cwd = Path(spec.cwd)
+        self.log_path = template_log_path(spec)
+        self._ctrl = ctrl
+        self._ready = False
+        self._failure: str | None = None
+        self._lock = threading.Lock()
+
+    @classmethod
+    def start(cls, spec: LaunchSpec) -> Template:
+        """Start the template for `spec`'s group; returns at once (the import runs meanwhile)."""
+        if spec.handler is None:
+            raise ValueError(f"worker group {spec.group}: templates serve Python handlers only")
+        _check_spec(spec)
+        env = _base_environ(spec)
+        env.update(worker_variables(spec, ""))
+        for key in ("FAIRSCHED_WORKER", "FAIRSCHED_INCARNATION"):  # set per worker, by spawn
+            env.pop(key)
+        argv = [sys.executable, "-P", "-m", "fairsched.worker", "--template", "--chdir",
+                str(spec.cwd)]
+        launched = _start(argv, env, template_log_path(spec), socket.SOCK_SEQPACKET)
+        launched.sock.setblocking(True)
+        return cls(launched.pid, launched.sock, spec)
+
+    @property
+    def closed(self) -> bool:
+        return self._ctrl.fileno() < 0
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT) -> None:
+        """Block until the handler is imported; LaunchError if the template failed or died."""
+        with self._lock:
+            self._wait_ready(timeout)
+
+    def _wait_ready(self, timeout: float) -> None:
+        if self._failure is not None:
+            raise LaunchError(self._failure)
+        if self._ready:
+            return
+        reply = self._request(None, (), timeout, "starting")
+        if reply.get("ready") is not True:
+            self._fail(f"template for {self.group} could not start: "
+                       f"{reply.get('error', 'no reason given')}")
+        self._ready = True
+
+    def spawn(self, spec: LaunchSpec, incarnation: str) -> Launched:
+        """Fork a worker for `incarnation` from the template; raises OSError when it cannot."""
+        if spec.handler != self.handler or Path(spec.cwd) != self.cwd:
+            raise ValueError(f"template for {self.group} runs {self.handler!r} in {self.cwd}, "
+                             f"not {spec.handler!r} in {spec.cwd}")
+        if spec.slots < 1 or not spec.types:
+            raise ValueError(f"worker {spec.name}: needs at least one slot and one type")
+        with self._lock:
+            self._wait_ready(READY_TIMEOUT)
+            env = dict(spec.env)
+            env.update(worker_variables(spec, incarnation))
+            request = json.dumps({"cwd": str(self.cwd), "env": env}).encode()
+            parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                log_fd = _open_log(spec.log_path)
+                try:
+                    reply = self._request(request, (child.fileno(), log_fd), SPAWN_TIMEOUT,
+                                          f"starting {spec.name}")
+                finally:
+                    os.close(log_fd)
+            except BaseException:
+                parent.close()
+                raise
+            finally:
+                child.close()
+        pid = reply.get("pid")
+        if not isinstance(pid, int) or pid <= 0:
+            parent.close()
+            raise LaunchError(f"template for {self.group} could not start {spec.name}: "
+                              f"{reply.get('error', 'no pid given')}")
+        parent.setblocking(False)
+        return Launched(pid, parent)
+
+    def _request(self, data: bytes | None, fds, timeout: float, doing: str) -> dict:
+        if self.closed:
+            raise LaunchError(f"template for {self.group} is closed")
+        try:
+            self._ctrl.settimeout(timeout)
+            if data is not None:
+                socket.send_fds(self._ctrl, [data], list(fds))
+            reply = self._ctrl.recv(65536)
+        except TimeoutError:
+            self._fail(f"template for {self.group} did not answer within {timeout:g} s "
+                       f"while {doing}")
+        except OSError as exc:
+            self._fail(f"template for {self.group} is gone ({exc.strerror or exc})")
+        if not reply:
+            self._fail(f"template for {self.group} exited while {doing} "
+                       f"(see {self.log_path})")
+        try:
+            answer = json.loads(reply)
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict):
+            self._fail(f"template for {self.group} sent a reply that is not a JSON object")
+        return answer
+
+    def _fail(self, reason: str) -> NoReturn:
+        """Mark the template unusable: every later spawn raises the same LaunchError."""
+        self._failure = reason
+        self._ctrl.close()
+        raise LaunchError(reason)
+
+    def close(self) -> None:
+        """Close the control socket; the template then exits. The caller reaps `pid`."""
+        self._ctrl.close()
+
+    def __repr__(self) -> str:
+        return f"Template(group={self.group!r}, pid={self.pid})"
+
+
+def launch_fast(spec: LaunchSpec, incarnation: str, templates: dict[str, Template]) -> Launched:
+    """Spawn from the group's template when there is a working one, else start cold.
+
+    A template that fails is removed from `templates` (its pid still needs reaping).
+    """
+    template = templates.get(spec.group)
+    if template is not None:
+        try:
+            return template.spawn(spec, incarnation)
+        except OSError:
+            templates.pop(spec.group, None)
+    return launch(spec, incarnation)

@@ -1,0 +1,363 @@
+"""The Python worker runtime: says hello on fd 3, then runs the handler for each job it is sent.
+
+The main thread reads frames (and signals, through a wakeup pipe); each job runs in its own
+thread, one per busy slot; every frame goes out under one write lock. docs/protocol.md is the
+contract this side keeps.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import select
+import signal
+import socket
+import stat
+import sys
+import threading
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+from fairsched.errors import PermanentError
+from fairsched.job import Job
+from fairsched.protocol import (
+    PROTOCOL_VERSION,
+    SUPERVISOR_MESSAGES,
+    FrameDecoder,
+    ProtocolError,
+    encode,
+    validate,
+)
+from fairsched.worker._linux import set_parent_death_signal
+
+EXIT_CANNOT_START = 78  # EX_CONFIG: the handler or the environment is wrong; do not restart
+EXIT_PROTOCOL = 76  # EX_PROTOCOL: the supervisor sent something this worker cannot read
+MAX_ERROR = 65536  # characters of an error text sent back; the log keeps the whole traceback
+
+HANDLER_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+Handler = Callable[[Job], Any]
+
+
+class StartupError(Exception):
+    """The worker cannot start; the message is the one line an operator needs."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    fd: int
+    name: str
+    group: str
+    incarnation: str
+    slots: int
+    types: tuple[str, ...]
+    handler: str | None
+
+
+def settings_from_environ(environ: Mapping[str, str]) -> Settings:
+    """The FAIRSCHED_* variables the supervisor sets, checked; StartupError names the bad one."""
+
+    def need(key: str) -> str:
+        value = environ.get(key)
+        if not value:
+            raise StartupError(f"{key} is not set: workers are started by `fairsched supervise`")
+        return value
+
+    protocol = environ.get("FAIRSCHED_PROTOCOL", str(PROTOCOL_VERSION))
+    if protocol != str(PROTOCOL_VERSION):
+        raise StartupError(f"FAIRSCHED_PROTOCOL={protocol!r}: this worker speaks protocol "
+                           f"{PROTOCOL_VERSION}")
+    fd_text = need("FAIRSCHED_FD")
+    if not fd_text.isdigit():
+        raise StartupError(f"FAIRSCHED_FD must be a file descriptor number, got {fd_text!r}")
+    slots_text = need("FAIRSCHED_SLOTS")
+    if not slots_text.isdigit() or int(slots_text) < 1:
+        raise StartupError(f"FAIRSCHED_SLOTS must be an integer >= 1, got {slots_text!r}")
+    types = tuple(t for t in need("FAIRSCHED_TYPES").split(",") if t)
+    if not types:
+        raise StartupError("FAIRSCHED_TYPES names no job type")
+    name = need("FAIRSCHED_WORKER")
+    return Settings(fd=int(fd_text), name=name,
+                    group=environ.get("FAIRSCHED_GROUP") or name.rpartition("-")[0] or name,
+                    incarnation=need("FAIRSCHED_INCARNATION"), slots=int(slots_text),
+                    types=types, handler=environ.get("FAIRSCHED_HANDLER") or None)
+
+
+def open_channel(fd: int) -> socket.socket:
+    """The worker's end of the supervisor's socketpair, in blocking mode."""
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        raise StartupError(f"FAIRSCHED_FD={fd} is not an open file descriptor") from None
+    if not stat.S_ISSOCK(mode):
+        raise StartupError(f"FAIRSCHED_FD={fd} is not a socket")
+    sock = socket.socket(fileno=fd)
+    sock.setblocking(True)
+    return sock
+
+
+def load_handler(ref: str | None) -> Handler:
+    """Import 'package.module:function'; StartupError says what is wrong in one line."""
+    if not ref:
+        raise StartupError("FAIRSCHED_HANDLER is not set: no handler to run")
+    if not HANDLER_RE.match(ref):
+        raise StartupError(f"handler {ref!r} must look like 'package.module:function'")
+    module_name, _, func_name = ref.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except (Exception, SystemExit) as exc:
+        missing = isinstance(exc, ModuleNotFoundError) and exc.name is not None and (
+            module_name == exc.name or module_name.startswith(exc.name + "."))
+        if not missing:  # an error inside the module: its traceback shows where
+            traceback.print_exc()
+        raise StartupError(f"cannot import handler {ref!r}: {describe_exception(exc)}") from None
+    try:
+        handler = getattr(module, func_name)
+    except AttributeError:
+        raise StartupError(f"cannot import handler {ref!r}: module {module_name!r} has no "
+                           f"attribute {func_name!r}") from None
+    if not callable(handler):
+        raise StartupError(f"handler {ref!r} is a {type(handler).__name__}, not a function")
+    return handler
+
+
+def describe_exception(exc: BaseException) -> str:
+    """'ExcType: message', as sent in an error frame."""
+    try:
+        text = str(exc)
+    except Exception:
+        text = ""
+    name = type(exc).__name__
+    return (f"{name}: {text}" if text else name)[:MAX_ERROR]
+
+
+def exit_now(code: int) -> NoReturn:
+    """Leave at once (no atexit, no thread joins), after flushing what the log still buffers."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    os._exit(code)
+
+
+def cannot_start(name: str, exc: StartupError, sock: socket.socket | None) -> NoReturn:
+    """Report a start failure: one line in the log, a "fatal" frame if possible, exit 78."""
+    print(f"fairsched worker {name} could not start: {exc}", file=sys.stderr)
+    if sock is not None:
+        try:
+            sock.sendall(encode({"t": "fatal", "error": str(exc)[:MAX_ERROR]}))
+        except OSError:
+            pass
+    exit_now(EXIT_CANNOT_START)
+
+
+class Worker:
+    """Serves run/cancel/stop for one incarnation until stopped or orphaned."""
+
+    def __init__(self, sock: socket.socket, settings: Settings, handler: Handler):
+        self.sock = sock
+        self.settings = settings
+        self.handler = handler
+        self.jobs: list[Job | None] = [None] * settings.slots
+        self.stopping = False
+        self._write_lock = threading.Lock()
+        # Held while a slot changes hands, so a finished job's result and its slot's release
+        # are one step: the next "run" for that slot can only be read after both.
+        self._state_lock = threading.Lock()
+
+    # -- output ---------------------------------------------------------------------------------
+
+    def send_frame(self, data: bytes) -> None:
+        with self._write_lock:
+            try:
+                self.sock.sendall(data)
+            except OSError:  # EPIPE/ECONNRESET: the supervisor is gone, and so is this worker
+                exit_now(0)
+
+    def send(self, msg: dict) -> None:
+        self.send_frame(encode(msg))
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    def serve(self) -> NoReturn:
+        """Say hello, then read frames until "stop" completes or the supervisor goes away."""
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_w, False)
+        signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, _ignore_signal)  # the wakeup pipe carries it to the loop
+        s = self.settings
+        self.send({"t": "hello", "protocol": PROTOCOL_VERSION, "pid": os.getpid(),
+                   "incarnation": s.incarnation, "slots": s.slots, "types": list(s.types)})
+        decoder = FrameDecoder(SUPERVISOR_MESSAGES)
+        fd = self.sock.fileno()
+        while True:
+            ready, _, _ = select.select([fd, wake_r], [], [])
+            if wake_r in ready:
+                os.read(wake_r, 512)
+                self.stop()
+            if fd not in ready:
+                continue
+            try:
+                data = self.sock.recv(1 << 18)
+            except OSError:
+                data = b""
+            if not data:  # the supervisor is gone: leave before anything else happens
+                exit_now(0)
+            try:
+                for msg in decoder.feed(data):
+                    self.handle(validate(msg))
+            except ProtocolError as exc:
+                print(f"fairsched worker {s.name}: bad frame from the supervisor: {exc}",
+                      file=sys.stderr)
+                exit_now(EXIT_PROTOCOL)
+
+    def handle(self, msg: dict) -> None:
+        kind = msg["t"]
+        if kind == "run":
+            self.start_job(msg)
+        elif kind == "cancel":
+            self.cancel_job(msg)
+        else:
+            self.stop()
+
+    def start_job(self, msg: dict) -> None:
+        spec = msg["job"]
+        slot = msg["slot"]
+        with self._state_lock:
+            reason = self._refusal(msg["incarnation"], slot, spec["type"])
+            if reason is not None:
+                self.send({"t": "refused", "slot": slot, "job_id": spec["id"], "reason": reason})
+                return
+            job = Job(spec["id"], spec["type"], spec["payload"], spec["priority"],
+                      spec["attempt"], spec["on_demand"], slot=slot, send=self.send)
+            self.jobs[slot] = job
+            threading.Thread(target=self.run_job, args=(job,), daemon=True,
+                             name=f"slot-{slot}").start()
+
+    def _refusal(self, incarnation: str, slot: int, job_type: str) -> str | None:
+        s = self.settings
+        if incarnation != s.incarnation:
+            return f"work for incarnation {incarnation!r}, this worker is {s.incarnation!r}"
+        if self.stopping:
+            return "the worker is stopping"
+        if slot >= s.slots:
+            return f"slot {slot} is out of range: this worker has slots 0..{s.slots - 1}"
+        busy = self.jobs[slot]
+        if busy is not None:
+            return f"slot {slot} is busy with job {busy.id!r}"
+        if job_type not in s.types:
+            return f"type {job_type!r} is not handled here (handles {', '.join(s.types)})"
+        return None
+
+    def cancel_job(self, msg: dict) -> None:
+        if msg["incarnation"] != self.settings.incarnation:
+            return
+        with self._state_lock:
+            slot = msg["slot"]
+            job = self.jobs[slot] if slot < len(self.jobs) else None
+            # A cancel that crossed the job's result on the wire finds nothing: not an error.
+            if job is not None and job.id == msg["job_id"]:
+                job._cancel()
+
+    def stop(self) -> None:
+        """Cancel everything running; exit 0 once the handlers have returned."""
+        with self._state_lock:
+            self.stopping = True
+            running = [job for job in self.jobs if job is not None]
+            for job in running:
+                job._cancel()
+        if not running:
+            exit_now(0)
+
+    # -- one job --------------------------------------------------------------------------------
+
+    def run_job(self, job: Job) -> None:
+        head = {"slot": job.slot, "job_id": job.id}
+        try:
+            value = self.handler(job)
+        except PermanentError as exc:
+            print(f"job {job.id!r} ({job.type}) failed permanently: {describe_exception(exc)}",
+                  file=sys.stderr)
+            data = encode({"t": "error", **head, "error": describe_exception(exc),
+                           "permanent": True})
+        except BaseException as exc:  # SystemExit too: a handler must not end the worker
+            print(f"job {job.id!r} ({job.type}) failed, attempt {job.attempt}:", file=sys.stderr)
+            traceback.print_exc()
+            data = encode({"t": "error", **head, "error": describe_exception(exc),
+                           "permanent": False})
+        else:
+            data = self._result_frame(job, head, value)
+        self.finish_job(job, data)
+
+    def _result_frame(self, job: Job, head: dict, value: Any) -> bytes:
+        try:
+            return encode({"t": "result", **head, "result": value})
+        except ProtocolError as exc:
+            error = f"result is too large: {exc}"
+        except (TypeError, ValueError, RecursionError) as exc:
+            error = f"result is not JSON-serialisable: {describe_exception(exc)}"
+        print(f"job {job.id!r} ({job.type}) failed permanently: {error}", file=sys.stderr)
+        return encode({"t": "error", **head, "error": error, "permanent": True})
+
+    def finish_job(self, job: Job, data: bytes) -> None:
+        with self._state_lock:
+            job._done = True
+            self.jobs[job.slot] = None
+            self.send_frame(data)
+            done = self.stopping and not any(self.jobs)
+        if done:
+            exit_now(0)
+
+
+def _ignore_signal(signum, frame) -> None:
+    pass
+
+
+def _die_with_parent() -> None:
+    """A belt to the EOF braces: the kernel kills this worker when its supervisor dies."""
+    try:
+        set_parent_death_signal(signal.SIGKILL)
+    except OSError as exc:
+        print(f"fairsched worker: no parent-death signal ({exc})", file=sys.stderr)
+
+
+def serve(settings: Settings, handler: Handler, sock: socket.socket) -> NoReturn:
+    """Run a worker whose handler is already imported (the template's forked workers)."""
+    try:
+        sys.stdout.reconfigure(line_buffering=True)
+    except (AttributeError, ValueError):
+        pass
+    try:
+        Worker(sock, settings, handler).serve()
+    except BaseException:
+        traceback.print_exc()
+    exit_now(70)  # EX_SOFTWARE: the loop itself failed; the traceback is in the log
+
+
+def main(argv: list[str] | None = None) -> NoReturn:
+    """`python -m fairsched.worker [--chdir DIR]`: the cold start of a Python worker."""
+    args = sys.argv[1:] if argv is None else argv
+    name = os.environ.get("FAIRSCHED_WORKER") or "worker"
+    sock = None
+    try:
+        if args[:1] == ["--chdir"] and len(args) == 2:
+            try:
+                os.chdir(args[1])
+            except OSError as exc:
+                raise StartupError(f"cannot enter worker directory {args[1]!r}: "
+                                   f"{exc.strerror}") from None
+        elif args:
+            raise StartupError(f"unexpected arguments {' '.join(args)!r}; "
+                               "usage: python -m fairsched.worker [--chdir DIR]")
+        settings = settings_from_environ(os.environ)
+        sock = open_channel(settings.fd)
+        _die_with_parent()
+        handler = load_handler(settings.handler)
+    except StartupError as exc:
+        cannot_start(name, exc, sock)
+    serve(settings, handler, sock)

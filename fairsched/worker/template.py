@@ -1,0 +1,165 @@
+"""The template process: imports a handler once, then forks ready workers on request.
+
+Started by launch.Template with its control socket (SOCK_SEQPACKET) on fd 3. It answers
+{"ready": true} (or {"error": ...} and exit 78), then serves requests, one datagram each:
+JSON {"cwd", "env"} with two descriptors attached (the worker's socket end, its log file),
+answered with {"pid": N} or {"error": ...}. EOF on the control socket ends the template.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+import time
+import traceback
+from typing import NoReturn
+
+from fairsched.worker.runtime import (
+    Handler,
+    StartupError,
+    _die_with_parent,
+    cannot_start,
+    describe_exception,
+    exit_now,
+    load_handler,
+    open_channel,
+    serve,
+    settings_from_environ,
+)
+
+CONTROL_FD = 3
+_PID = struct.Struct("=i")
+_DEFAULT_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD, signal.SIGUSR1,
+                    signal.SIGUSR2, signal.SIGALRM)
+
+
+def main(args: list[str]) -> NoReturn:
+    """`python -m fairsched.worker --template [--chdir DIR]`."""
+    group = os.environ.get("FAIRSCHED_GROUP") or "?"
+    ctrl = None
+    try:
+        if args[:1] == ["--chdir"] and len(args) == 2:
+            os.chdir(args[1])
+        elif args:
+            raise StartupError(f"unexpected template arguments {' '.join(args)!r}")
+        ctrl = socket.socket(fileno=CONTROL_FD)
+        ctrl.setblocking(True)
+        supervisor = os.getppid()
+        _die_with_parent()
+        handler = load_handler(os.environ.get("FAIRSCHED_HANDLER"))
+    except (StartupError, OSError) as exc:
+        print(f"fairsched template for {group} could not start: {exc}", file=sys.stderr)
+        if ctrl is not None:
+            _reply(ctrl, {"error": str(exc)})
+        exit_now(78)
+    _reply(ctrl, {"ready": True})
+    while True:
+        try:
+            data, fds, _flags, _addr = socket.recv_fds(ctrl, 65536, 4)
+        except OSError:
+            data, fds = b"", []
+        if not data:  # the supervisor closed us or is gone
+            for fd in fds:
+                os.close(fd)
+            exit_now(0)
+        try:
+            answer = {"pid": fork_worker(json.loads(data), fds, handler, ctrl, supervisor)}
+        except Exception as exc:
+            print(f"fairsched template for {group}: spawn failed: {describe_exception(exc)}",
+                  file=sys.stderr)
+            answer = {"error": describe_exception(exc)}
+        finally:
+            for fd in fds:
+                os.close(fd)
+        _reply(ctrl, answer)
+
+
+def _reply(ctrl: socket.socket, answer: dict) -> None:
+    try:
+        ctrl.send(json.dumps(answer).encode())
+    except OSError:
+        exit_now(0)
+
+
+def fork_worker(request: dict, fds: list[int], handler: Handler, ctrl: socket.socket,
+                supervisor: int) -> int:
+    """Double-fork a worker; returns its pid. The intermediate exits at once, so the worker
+    re-parents to the nearest subreaper: the supervisor."""
+    if len(fds) != 2:
+        raise ValueError(f"a spawn request carries 2 descriptors, this one {len(fds)}")
+    if not isinstance(request, dict) or not isinstance(request.get("env"), dict):
+        raise ValueError("a spawn request is a JSON object with 'cwd' and 'env'")
+    read_end, write_end = os.pipe()
+    for stream in (sys.stdout, sys.stderr):  # or the children would write our buffers again
+        stream.flush()
+    intermediate = os.fork()
+    if intermediate == 0:
+        code = 0
+        try:
+            os.close(read_end)
+            me = os.getpid()
+            worker = os.fork()
+            if worker == 0:
+                os.close(write_end)
+                become_worker(request, fds, handler, ctrl, supervisor, me)
+            os.write(write_end, _PID.pack(worker))
+        except BaseException:
+            traceback.print_exc()
+            code = 70
+        os._exit(code)
+    os.close(write_end)
+    try:
+        data = b""
+        while len(data) < _PID.size:
+            chunk = os.read(read_end, _PID.size - len(data))
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        os.close(read_end)
+        os.waitpid(intermediate, 0)
+    if len(data) != _PID.size:
+        raise OSError("the intermediate child died before reporting the worker's pid")
+    return _PID.unpack(data)[0]
+
+
+def become_worker(request: dict, fds: list[int], handler: Handler, ctrl: socket.socket,
+                  supervisor: int, intermediate: int) -> NoReturn:
+    """In the forked worker: shed the template's state, take fd 3 and the log, then serve."""
+    name = request["env"].get("FAIRSCHED_WORKER", "worker")
+    try:
+        for sig in _DEFAULT_SIGNALS:
+            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.set_wakeup_fd(-1)
+        os.setsid()
+        ctrl.close()  # frees fd 3; the received descriptors are above it
+        channel, log_fd = fds
+        os.dup2(channel, 3)
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        for fd in (channel, log_fd):
+            if fd > 3:
+                os.close(fd)
+        os.environ.update({str(k): str(v) for k, v in request["env"].items()})
+        os.chdir(request["cwd"])
+        # The parent-death signal fires when the parent changes too, so it is set only once
+        # the intermediate is gone and the supervisor (a subreaper) has adopted this process.
+        while os.getppid() == intermediate:
+            time.sleep(0.0001)
+        if os.getppid() == supervisor:
+            _die_with_parent()
+            if os.getppid() != supervisor:  # the supervisor died in between
+                exit_now(0)
+        settings = settings_from_environ(os.environ)
+        sock = open_channel(settings.fd)
+    except StartupError as exc:
+        cannot_start(name, exc, None)
+    except BaseException:
+        traceback.print_exc()
+        exit_now(70)
+    serve(settings, handler, sock)

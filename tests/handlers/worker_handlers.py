@@ -1,0 +1,80 @@
+"""Handlers for the worker runtime and template tests (run with this folder as the worker's cwd)."""
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import fairsched
+
+IMPORTED_IN = os.getpid()  # a template-forked worker reports its template's pid here
+WAIT = 10.0  # seconds a handler waits for something before giving up
+
+
+def echo(job: fairsched.Job):
+    return {"id": job.id, "type": job.type, "payload": job.payload, "priority": job.priority,
+            "attempt": job.attempt, "on_demand": job.on_demand, "slot": job.slot,
+            "pid": os.getpid(), "imported_in": IMPORTED_IN}
+
+
+def environment(job: fairsched.Job):
+    """What the launcher set up: variables, directory, session, standard input."""
+    stdin = os.fstat(0)
+    devnull = os.stat(os.devnull)
+    return {"env": {k: v for k, v in os.environ.items()
+                    if k.startswith("FAIRSCHED_") or k in ("EXTRA", "PYTHONPATH")},
+            "cwd": os.getcwd(), "pid": os.getpid(), "sid": os.getsid(0),
+            "stdin_is_devnull": (stdin.st_dev, stdin.st_ino) == (devnull.st_dev, devnull.st_ino)}
+
+
+def fail(job: fairsched.Job):
+    raise RuntimeError(f"boom on attempt {job.attempt}")
+
+
+def fail_permanently(job: fairsched.Job):
+    raise fairsched.PermanentError("this input can never work")
+
+
+def exit_in_handler(job: fairsched.Job):
+    sys.exit(3)
+
+
+def unserialisable(job: fairsched.Job):
+    return {"tags": {"a", "b"}}
+
+
+def huge(job: fairsched.Job):
+    return "x" * (2 << 20)
+
+
+def steps(job: fairsched.Job):
+    for i in range(1, 4):
+        job.progress(i / 4, f"step {i}")
+    job.progress(None, "finishing")
+    return "done"
+
+
+def until_cancelled(job: fairsched.Job):
+    """Reports progress once, then waits for the cancel (or payload['seconds'])."""
+    job.progress(0.0, "waiting for cancel")
+    deadline = time.monotonic() + float((job.payload or {}).get("seconds", WAIT))
+    while time.monotonic() < deadline:
+        if job.cancelled():
+            return {"cancelled": True}
+        time.sleep(0.005)
+    return {"cancelled": False}
+
+
+def rendezvous(job: fairsched.Job):
+    """Marks itself arrived, then waits for its partner: only concurrent jobs both succeed."""
+    folder = Path(job.payload["dir"])
+    (folder / job.payload["me"]).write_text(str(job.slot))
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        if (folder / job.payload["other"]).exists():
+            return {"met": True, "slot": job.slot}
+        time.sleep(0.005)
+    return {"met": False, "slot": job.slot}
+
+
+NOT_CALLABLE = 42

@@ -1,0 +1,325 @@
+"""Real worker processes started with launch(), driven through their socketpair by the test."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from handlers.worker_peer import HERE, Peer, make_spec
+
+from fairsched import Job
+from fairsched.worker.launch import LaunchError, launch
+
+STANDALONE = Path(__file__).parent.parent / "examples" / "standalone_worker.py"
+
+
+@pytest.fixture
+def start(tmp_path):
+    """start(**spec fields) -> Peer for a cold-launched worker; all are killed and reaped after."""
+    peers: list[Peer] = []
+
+    def start(incarnation="inc-1", **fields) -> Peer:
+        spec = make_spec(tmp_path, **fields)
+        peer = Peer(launch(spec, incarnation), incarnation, spec)
+        peers.append(peer)
+        return peer
+
+    yield start
+    for peer in peers:
+        peer.cleanup()
+
+
+def test_hello_comes_first_and_describes_the_worker(start):
+    peer = start(types=("echo", "other"), slots=2)
+    hello = peer.hello()
+    assert hello == {"t": "hello", "protocol": 1, "pid": peer.pid, "incarnation": "inc-1",
+                     "slots": 2, "types": ["echo", "other"]}
+
+
+def test_run_returns_the_handlers_result_with_the_job_fields(start):
+    peer = start()
+    peer.hello()
+    peer.run(7, payload={"n": [1, 2]}, priority=4, attempt=2)
+    assert peer.expect("result") == {
+        "t": "result", "slot": 0, "job_id": 7,
+        "result": {"id": 7, "type": "echo", "payload": {"n": [1, 2]}, "priority": 4,
+                   "attempt": 2, "on_demand": False, "slot": 0, "pid": peer.pid,
+                   "imported_in": peer.pid}}
+    peer.run("od-42", payload="text", on_demand=True)
+    msg = peer.expect("result")
+    assert msg["job_id"] == "od-42"  # string ids come back unchanged
+    assert msg["result"]["on_demand"] is True and msg["result"]["payload"] == "text"
+
+
+def test_launch_sets_up_environment_directory_session_and_stdin(start):
+    peer = start(handler="worker_handlers:environment", env={"EXTRA": "yes"}, incarnation="i9")
+    peer.hello()
+    peer.run(1)
+    seen = peer.expect("result")["result"]
+    env = seen["env"]
+    assert env["FAIRSCHED_FD"] == "3" and env["FAIRSCHED_PROTOCOL"] == "1"
+    assert env["FAIRSCHED_WORKER"] == "w-1" and env["FAIRSCHED_GROUP"] == "w"
+    assert env["FAIRSCHED_INCARNATION"] == "i9" and env["FAIRSCHED_SLOTS"] == "1"
+    assert env["FAIRSCHED_TYPES"] == "echo"
+    assert env["FAIRSCHED_HANDLER"] == "worker_handlers:environment"
+    assert env["EXTRA"] == "yes"
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(HERE.resolve())
+    assert seen["cwd"] == str(HERE.resolve())
+    assert seen["sid"] == peer.pid  # its own session, so killpg reaches all it starts
+    assert seen["stdin_is_devnull"]
+
+
+def test_handler_exception_is_a_retryable_error_with_traceback_in_the_log(start):
+    peer = start(handler="worker_handlers:fail")
+    peer.hello()
+    peer.run(1, attempt=3)
+    assert peer.expect("error") == {"t": "error", "slot": 0, "job_id": 1,
+                                    "error": "RuntimeError: boom on attempt 3",
+                                    "permanent": False}
+    peer.run(2)  # the worker survives its handler's failures
+    assert peer.expect("error")["job_id"] == 2
+    peer.send({"t": "stop"})
+    assert peer.wait_exit() == 0
+    log = peer.log()
+    assert "Traceback (most recent call last)" in log and "RuntimeError: boom on attempt 3" in log
+
+
+def test_permanent_error_is_marked_permanent(start):
+    peer = start(handler="worker_handlers:fail_permanently")
+    peer.hello()
+    peer.run(1)
+    msg = peer.expect("error")
+    assert msg["permanent"] is True
+    assert msg["error"] == "PermanentError: this input can never work"
+
+
+@pytest.mark.parametrize(("handler", "words"), [
+    ("worker_handlers:unserialisable", "result is not JSON-serialisable: TypeError"),
+    ("worker_handlers:huge", "result is too large: frame of"),
+])
+def test_result_that_cannot_be_sent_is_a_permanent_error_not_a_crash(start, handler, words):
+    peer = start(handler=handler)
+    peer.hello()
+    peer.run(1)
+    msg = peer.expect("error")
+    assert msg["permanent"] is True and words in msg["error"]
+    peer.run(2)
+    assert peer.expect("error")["job_id"] == 2  # still serving
+
+
+def test_sys_exit_in_a_handler_fails_the_job_not_the_worker(start):
+    peer = start(handler="worker_handlers:exit_in_handler")
+    peer.hello()
+    peer.run(1)
+    assert peer.expect("error") == {"t": "error", "slot": 0, "job_id": 1,
+                                    "error": "SystemExit: 3", "permanent": False}
+
+
+@pytest.mark.parametrize(("run", "reason"), [
+    ({"incarnation": "inc-0"}, "work for incarnation 'inc-0', this worker is 'inc-1'"),
+    ({"slot": 2}, "slot 2 is out of range: this worker has slots 0..1"),
+    ({"job_type": "pdf"}, "type 'pdf' is not handled here (handles echo)"),
+])
+def test_work_not_meant_for_this_worker_is_refused(start, run, reason):
+    peer = start(slots=2)
+    peer.hello()
+    peer.run(5, **run)
+    assert peer.recv() == {"t": "refused", "slot": run.get("slot", 0), "job_id": 5,
+                           "reason": reason}
+    peer.run(6, slot=1)
+    assert peer.expect("result")["job_id"] == 6
+
+
+def test_a_busy_slot_refuses_a_second_job_and_the_other_slot_takes_it(start):
+    peer = start(handler="worker_handlers:until_cancelled", slots=2)
+    peer.hello()
+    peer.run(1, slot=0)
+    assert peer.recv()["t"] == "progress"
+    peer.run(2, slot=0)
+    assert peer.recv() == {"t": "refused", "slot": 0, "job_id": 2,
+                           "reason": "slot 0 is busy with job 1"}
+    peer.run(3, slot=1)
+    assert peer.recv()["job_id"] == 3
+    peer.cancel(1, slot=0)
+    peer.cancel(3, slot=1)
+    results = {peer.expect("result")["job_id"] for _ in range(2)}
+    assert results == {1, 3}
+
+
+def test_two_slots_run_two_jobs_at_once(start, tmp_path):
+    peer = start(handler="worker_handlers:rendezvous", slots=2)
+    peer.hello()
+    peer.run("a", slot=0, payload={"dir": str(tmp_path), "me": "a", "other": "b"})
+    peer.run("b", slot=1, payload={"dir": str(tmp_path), "me": "b", "other": "a"})
+    results = {m["job_id"]: m["result"] for m in (peer.expect("result"), peer.expect("result"))}
+    assert results == {"a": {"met": True, "slot": 0}, "b": {"met": True, "slot": 1}}
+
+
+def test_cancel_reaches_job_cancelled(start):
+    peer = start(handler="worker_handlers:until_cancelled")
+    peer.hello()
+    peer.run(1)
+    assert peer.recv()["t"] == "progress"  # the handler is running
+    peer.cancel(99)  # another job's id: ignored
+    peer.cancel(1)
+    assert peer.expect("result")["result"] == {"cancelled": True}
+
+
+def test_progress_frames_arrive_in_order_before_the_result(start):
+    peer = start(handler="worker_handlers:steps")
+    peer.hello()
+    peer.run(1)
+    frames = [peer.recv() for _ in range(5)]
+    assert [(f["t"], f.get("fraction"), f.get("message")) for f in frames] == [
+        ("progress", 0.25, "step 1"), ("progress", 0.5, "step 2"), ("progress", 0.75, "step 3"),
+        ("progress", None, "finishing"), ("result", None, None)]
+    assert frames[-1]["result"] == "done"
+
+
+def test_stop_cancels_running_jobs_and_exits_0_after_they_return(start):
+    peer = start(handler="worker_handlers:until_cancelled", slots=2)
+    peer.hello()
+    peer.run(1, slot=0)
+    peer.run(2, slot=1)
+    assert {peer.recv()["job_id"], peer.recv()["job_id"]} == {1, 2}  # both running
+    peer.send({"t": "stop"})
+    results = {m["job_id"]: m["result"] for m in (peer.expect("result"), peer.expect("result"))}
+    assert results == {1: {"cancelled": True}, 2: {"cancelled": True}}
+    assert peer.wait_exit() == 0
+
+
+def test_sigterm_is_like_stop(start):
+    peer = start(handler="worker_handlers:until_cancelled")
+    peer.hello()
+    peer.run(1)
+    assert peer.recv()["t"] == "progress"
+    os.kill(peer.pid, signal.SIGTERM)
+    assert peer.expect("result")["result"] == {"cancelled": True}
+    assert peer.wait_exit() == 0
+
+
+def test_stop_when_idle_exits_0_at_once(start):
+    peer = start()
+    peer.hello()
+    peer.send({"t": "stop"})
+    assert peer.wait_exit() == 0
+
+
+@pytest.mark.parametrize(("handler", "line"), [
+    ("no_such_module_here:run",
+     "could not start: cannot import handler 'no_such_module_here:run': ModuleNotFoundError: "
+     "No module named 'no_such_module_here'"),
+    ("worker_handlers:missing",
+     "could not start: cannot import handler 'worker_handlers:missing': module "
+     "'worker_handlers' has no attribute 'missing'"),
+    ("worker_handlers:NOT_CALLABLE",
+     "could not start: handler 'worker_handlers:NOT_CALLABLE' is a int, not a function"),
+    ("broken_on_import:handle",
+     "could not start: cannot import handler 'broken_on_import:handle': ImportError: the pdf "
+     "library is not installed"),
+])
+def test_handler_import_failure_exits_78_with_one_clear_line(start, handler, line):
+    peer = start(handler=handler)
+    fatal = peer.recv()
+    assert fatal["t"] == "fatal" and fatal["error"] in line
+    assert peer.wait_exit() == 78
+    last = peer.log().strip().splitlines()[-1]
+    assert last == f"fairsched worker w-1 {line}"
+
+
+def test_bad_environment_exits_78_naming_the_variable():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAIRSCHED_")}
+    done = subprocess.run([sys.executable, "-m", "fairsched.worker"], env=env, timeout=30,
+                          capture_output=True, text=True)
+    assert done.returncode == 78
+    assert done.stderr.strip() == ("fairsched worker worker could not start: FAIRSCHED_FD is "
+                                   "not set: workers are started by `fairsched supervise`")
+
+
+def test_closing_the_supervisor_end_makes_the_worker_exit(start):
+    idle = start()
+    idle.hello()
+    busy = start(handler="worker_handlers:until_cancelled", incarnation="inc-2",
+                 name="w-2")
+    busy.hello()
+    busy.run(1)
+    assert busy.recv()["t"] == "progress"
+    idle.sock.close()
+    busy.sock.close()  # the running handler does not keep its worker alive
+    assert idle.wait_exit() == 0
+    assert busy.wait_exit() == 0
+
+
+def test_garbage_from_the_supervisor_makes_the_worker_exit(start):
+    peer = start()
+    peer.hello()
+    peer.sock.sendall(b"\x00\x00\x00\x05hello")
+    assert peer.wait_exit() == 76
+    assert "bad frame from the supervisor: frame is not valid JSON" in peer.log()
+
+
+def test_standalone_stdlib_worker_speaks_the_same_protocol(start):
+    peer = start(handler=None, command=("python3", str(STANDALONE)), types=("echo", "pdf"))
+    assert peer.hello() == {"t": "hello", "protocol": 1, "pid": peer.pid,
+                            "incarnation": "inc-1", "slots": 1, "types": ["echo", "pdf"]}
+    peer.run(1, job_type="pdf", payload={"x": 1})
+    assert peer.recv() == {"t": "progress", "slot": 0, "job_id": 1, "fraction": 0.5,
+                           "message": "echoing"}
+    assert peer.recv() == {"t": "result", "slot": 0, "job_id": 1,
+                           "result": {"echo": {"x": 1}, "pid": peer.pid, "type": "pdf"}}
+    peer.run(2, payload={"fail": "no"})
+    assert peer.recv() == {"t": "error", "slot": 0, "job_id": 2, "error": "no",
+                           "permanent": True}
+    peer.run(3, incarnation="old")
+    assert peer.recv()["t"] == "refused"
+    peer.run(4, job_type="excel")
+    assert peer.recv()["reason"] == "type 'excel' unsupported"
+    peer.send({"t": "stop"})
+    assert peer.wait_exit() == 0
+
+
+def test_standalone_worker_exits_when_the_supervisor_goes(start):
+    peer = start(handler=None, command=("python3", str(STANDALONE)))
+    peer.hello()
+    peer.sock.close()
+    assert peer.wait_exit() == 0
+
+
+def test_command_runs_in_the_worker_directory(start, tmp_path):
+    script = tmp_path / "w.sh"
+    script.write_text("#!/bin/sh\npwd > where.txt\n")
+    script.chmod(0o755)
+    peer = start(handler=None, command=("./w.sh",), cwd=tmp_path)
+    assert peer.wait_exit() == 0
+    assert (tmp_path / "where.txt").read_text().strip() == str(tmp_path)
+
+
+def test_launch_errors_name_the_problem(tmp_path):
+    with pytest.raises(LaunchError, match="command 'no-such-program-x' not found on PATH"):
+        launch(make_spec(tmp_path, handler=None, command=("no-such-program-x",)), "i")
+    with pytest.raises(LaunchError, match="command './missing' is not an executable file"):
+        launch(make_spec(tmp_path, handler=None, command=("./missing",), cwd=tmp_path), "i")
+    with pytest.raises(LaunchError, match="directory '/nonexistent/dir' does not exist"):
+        launch(make_spec(tmp_path, cwd=Path("/nonexistent/dir")), "i")
+    with pytest.raises(ValueError, match="exactly one of handler or command"):
+        launch(make_spec(tmp_path, command=("true",)), "i")
+
+
+def test_job_outside_a_worker_reports_nowhere_and_checks_its_arguments():
+    job = Job(1, "pdf", {"a": 1})
+    job.progress(0.5, "half")  # no connection: nothing to do, no error
+    assert not job.cancelled()
+    job._cancel()
+    assert job.cancelled()
+    with pytest.raises(ValueError, match="between 0 and 1, got 1.5"):
+        job.progress(1.5)
+    with pytest.raises(TypeError, match="a number or None, got '50%'"):
+        job.progress("50%")
+    sent = []
+    Job("x", "pdf", slot=2, send=sent.append).progress(1, "all")
+    assert sent == [{"t": "progress", "slot": 2, "job_id": "x", "fraction": 1.0,
+                     "message": "all"}]

@@ -1,0 +1,179 @@
+"""Templates: pre-loaded processes that fork ready workers, and the fallbacks when they fail."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from handlers.worker_peer import HERE, Peer, make_spec
+
+from fairsched.worker.launch import LaunchError, Template, launch, launch_fast
+
+
+@pytest.fixture
+def templates(tmp_path):
+    """start(**spec fields) -> (Template, spec); spawn(...) -> Peer; everything is cleaned up."""
+    started: list[Template] = []
+    peers: list[Peer] = []
+
+    class Lab:
+        def start(self, **fields):
+            spec = make_spec(tmp_path, **fields)
+            template = Template.start(spec)
+            started.append(template)
+            return template, spec
+
+        def spawn(self, template, spec, incarnation="inc-1"):
+            peer = Peer(template.spawn(spec, incarnation), incarnation, spec, child=False)
+            peers.append(peer)
+            return peer
+
+        def cold(self, spec, incarnation="inc-1"):
+            peer = Peer(launch(spec, incarnation), incarnation, spec)
+            peers.append(peer)
+            return peer
+
+        def adopt(self, launched, incarnation, spec, child):
+            peer = Peer(launched, incarnation, spec, child=child)
+            peers.append(peer)
+            return peer
+
+    yield Lab()
+    for peer in peers:
+        peer.cleanup()
+    for template in started:
+        template.close()
+        try:
+            if os.waitpid(template.pid, os.WNOHANG)[0] == 0:
+                os.kill(template.pid, signal.SIGKILL)
+                os.waitpid(template.pid, 0)
+        except ChildProcessError:
+            pass  # the test reaped it already
+
+
+def test_template_forks_workers_that_reuse_its_imports(templates):
+    template, spec = templates.start()
+    peer = templates.spawn(template, spec)
+    assert peer.hello() == {"t": "hello", "protocol": 1, "pid": peer.pid,
+                            "incarnation": "inc-1", "slots": 1, "types": ["echo"]}
+    peer.run(1, payload=[1, 2])
+    result = peer.expect("result")["result"]
+    assert result["pid"] == peer.pid != template.pid
+    assert result["imported_in"] == template.pid  # the handler module was not imported again
+
+
+def test_each_spawn_is_a_fresh_worker_for_its_incarnation(templates, tmp_path):
+    template, spec = templates.start(name="w-1")
+    first = templates.spawn(template, spec, "inc-1")
+    first.hello()
+    os.kill(first.pid, signal.SIGKILL)  # a crash; its replacement comes from the template
+    first.wait_exit()
+    second = templates.spawn(template, make_spec(tmp_path, name="w-2"), "inc-2")
+    assert second.hello()["incarnation"] == "inc-2"
+    assert second.pid != first.pid
+    second.run(1, incarnation="inc-1")  # work for the dead incarnation is refused
+    assert second.recv()["t"] == "refused"
+    second.run(2)
+    assert second.expect("result")["job_id"] == 2
+    assert (tmp_path / "w-2.log").exists()
+
+
+def test_template_worker_sees_the_same_setup_as_a_cold_one(templates, tmp_path):
+    template, spec = templates.start(handler="worker_handlers:environment", env={"EXTRA": "1"})
+    forked = templates.spawn(template, spec, "inc-f")
+    cold = templates.cold(spec, "inc-c")
+    seen = []
+    for peer in (forked, cold):
+        peer.hello()
+        peer.run(1)
+        seen.append(peer.expect("result")["result"])
+    for one in seen:
+        one.pop("pid")
+        one.pop("sid")
+        one["env"].pop("FAIRSCHED_INCARNATION")
+    assert seen[0] == seen[1]
+    assert seen[0]["cwd"] == str(HERE.resolve()) and seen[0]["stdin_is_devnull"]
+    assert forked.hello is not None and forked.pid != template.pid
+
+
+def test_template_worker_runs_in_its_own_session_with_its_own_log(templates, tmp_path):
+    template, spec = templates.start(handler="worker_handlers:environment")
+    peer = templates.spawn(template, spec)
+    peer.hello()
+    peer.run(1)
+    assert peer.expect("result")["result"]["sid"] == peer.pid
+    peer.send({"t": "stop"})
+    peer.wait_exit()
+    assert "could not start" not in peer.log()
+
+
+def test_template_that_cannot_import_the_handler_reports_and_falls_back(templates, tmp_path):
+    template, spec = templates.start(handler="no_such_module_here:run")
+    with pytest.raises(LaunchError, match="No module named 'no_such_module_here'"):
+        template.spawn(spec, "inc-1")
+    assert os.waitpid(template.pid, 0)[1] == 78 << 8
+    with pytest.raises(LaunchError, match="No module named"):  # stays failed
+        template.spawn(spec, "inc-2")
+    pool = {"w": template}
+    peer = templates.adopt(launch_fast(spec, "inc-3", pool), "inc-3", spec, child=True)
+    assert pool == {}  # the failed template is dropped; the cold start reports the problem
+    assert peer.recv()["t"] == "fatal"
+    assert peer.wait_exit() == 78
+    assert "No module named 'no_such_module_here'" in peer.log().splitlines()[-1]
+
+
+def test_dead_template_makes_spawn_raise_and_launch_fast_go_cold(templates):
+    template, spec = templates.start()
+    template.wait_ready()
+    os.kill(template.pid, signal.SIGKILL)
+    os.waitpid(template.pid, 0)
+    with pytest.raises(OSError, match="template for w"):
+        template.spawn(spec, "inc-1")
+    pool = {"w": template}
+    peer = templates.adopt(launch_fast(spec, "inc-2", pool), "inc-2", spec, child=True)
+    assert pool == {}
+    assert peer.hello()["incarnation"] == "inc-2"
+
+
+def test_launch_fast_uses_a_working_template(templates):
+    template, spec = templates.start()
+    pool = {"w": template}
+    peer = templates.adopt(launch_fast(spec, "inc-1", pool), "inc-1", spec, child=False)
+    peer.hello()
+    peer.run(1)
+    assert peer.expect("result")["result"]["imported_in"] == template.pid
+    assert pool == {"w": template}
+
+
+def test_template_exits_when_its_control_socket_closes(templates):
+    template, spec = templates.start()
+    template.wait_ready()
+    template.close()
+    assert os.waitpid(template.pid, 0)[1] == 0
+    with pytest.raises(LaunchError, match="closed"):
+        template.spawn(spec, "inc-1")
+
+
+def test_spawn_refuses_a_spec_of_another_group(templates, tmp_path):
+    template, spec = templates.start()
+    with pytest.raises(ValueError, match="runs 'worker_handlers:echo'"):
+        template.spawn(make_spec(tmp_path, handler="worker_handlers:fail"), "inc-1")
+    with pytest.raises(ValueError, match="Python handlers only"):
+        Template.start(make_spec(tmp_path, handler=None, command=("true",)))
+
+
+def test_template_workers_are_children_of_a_subreaper():
+    probe = Path(__file__).parent / "handlers" / "subreaper_probe.py"
+    done = subprocess.run([sys.executable, str(probe)], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["parent"] == report["me"]  # re-parented from the template to the probe
+    assert report["exit"] == 0  # and the probe could reap it with waitpid
+    assert report["hello_pid"] == report["worker"] != report["template"]
+    assert report["imported_in"] == report["template"]
