@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""How fast a worker is ready: cold launch vs template spawn, crash-to-replacement, round trip.
+
+    .venv/bin/python scripts/bench_spawn.py [--spawns 50] [--jobs 2000]
+
+Prints median and p99 of: start to hello (cold `python -m fairsched.worker` vs a fork from the
+group's template), SIGKILL of a worker to its replacement's hello (both ways), and one job's
+run -> result round trip over the socketpair. The handler imports `json`, `decimal` and
+`email.parser` (a few ms of imports) so the template's saving is visible.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import select
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from fairsched.protocol import WORKER_MESSAGES, FrameDecoder, encode
+from fairsched.worker.launch import LaunchSpec, Template, become_subreaper, launch
+
+HANDLER = '''
+import decimal, email.parser, json  # noqa: F401 - a handler with some imports to pay for
+
+def echo(job):
+    return job.payload
+'''
+
+
+class Conn:
+    def __init__(self, launched):
+        self.pid = launched.pid
+        self.sock = launched.sock
+        self.decoder = FrameDecoder(WORKER_MESSAGES)
+        self.inbox = []
+
+    def recv(self, timeout: float = 30.0) -> dict:
+        deadline = time.monotonic() + timeout
+        while not self.inbox:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.sock], [], [], left)[0]:
+                raise TimeoutError(f"worker {self.pid} sent nothing within {timeout} s")
+            data = self.sock.recv(1 << 16)
+            if not data:
+                raise EOFError(f"worker {self.pid} closed its socket")
+            self.inbox.extend(self.decoder.feed(data))
+        return self.inbox.pop(0)
+
+    def send(self, msg: dict) -> None:
+        self.sock.setblocking(True)
+        self.sock.sendall(encode(msg))
+        self.sock.setblocking(False)
+
+    def stop(self) -> None:
+        self.send({"t": "stop"})
+        os.waitpid(self.pid, 0)
+        self.sock.close()
+
+
+def stats(samples: list[float]) -> str:
+    ms = sorted(s * 1000 for s in samples)
+    p99 = ms[min(len(ms) - 1, round(0.99 * (len(ms) - 1)))]
+    return f"median {statistics.median(ms):7.2f} ms   p99 {p99:7.2f} ms   (n={len(ms)})"
+
+
+def start(how, spec: LaunchSpec, n: int) -> Conn:
+    conn = Conn(how(spec, f"{spec.name}.{n}"))
+    hello = conn.recv()
+    assert hello["t"] == "hello", hello
+    return conn
+
+
+def to_hello(how, spec, count: int) -> list[float]:
+    out = []
+    for n in range(count):
+        t0 = time.perf_counter()
+        conn = start(how, spec, n)
+        out.append(time.perf_counter() - t0)
+        conn.stop()
+    return out
+
+
+def replacement(how, spec, count: int) -> list[float]:
+    """SIGKILL a worker; time until EOF is seen, it is reaped and its successor says hello."""
+    out = []
+    conn = start(how, spec, 0)
+    for n in range(1, count + 1):
+        t0 = time.perf_counter()
+        os.kill(conn.pid, signal.SIGKILL)
+        select.select([conn.sock], [], [])
+        assert conn.sock.recv(1) == b""
+        os.waitpid(conn.pid, 0)
+        conn.sock.close()
+        conn = start(how, spec, n)
+        out.append(time.perf_counter() - t0)
+    conn.stop()
+    return out
+
+
+def round_trips(how, spec, count: int) -> list[float]:
+    conn = start(how, spec, 0)
+    out = []
+    for n in range(count):
+        t0 = time.perf_counter()
+        conn.send({"t": "run", "incarnation": f"{spec.name}.0", "slot": 0,
+                   "job": {"id": n, "type": "echo", "payload": {"n": n}, "priority": 0,
+                           "attempt": 1, "on_demand": True}})
+        msg = conn.recv()
+        out.append(time.perf_counter() - t0)
+        assert msg["t"] == "result", msg
+    conn.stop()
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--spawns", type=int, default=50)
+    parser.add_argument("--jobs", type=int, default=2000)
+    args = parser.parse_args()
+    if not become_subreaper():
+        sys.exit("this benchmark needs Linux (PR_SET_CHILD_SUBREAPER)")
+    folder = Path(tempfile.mkdtemp(prefix="fs-bench-"))
+    (folder / "bench_handler.py").write_text(HANDLER)
+    spec = LaunchSpec(name="bench-1", group="bench", types=("echo",), slots=1,
+                      handler="bench_handler:echo", command=None, cwd=folder,
+                      log_path=folder / "bench-1.log", env={})
+    template = Template.start(spec)
+    try:
+        template.wait_ready()
+        print(f"start to hello, {args.spawns} spawns each")
+        print(f"  cold launch     {stats(to_hello(launch, spec, args.spawns))}")
+        print(f"  template spawn  {stats(to_hello(template.spawn, spec, args.spawns))}")
+        print(f"crash (SIGKILL) to replacement's hello, {args.spawns} each")
+        print(f"  cold launch     {stats(replacement(launch, spec, args.spawns))}")
+        print(f"  template spawn  {stats(replacement(template.spawn, spec, args.spawns))}")
+        print(f"run -> result round trip, {args.jobs} jobs")
+        print(f"  one slot        {stats(round_trips(template.spawn, spec, args.jobs))}")
+    finally:
+        template.close()
+        os.waitpid(template.pid, 0)
+
+
+if __name__ == "__main__":
+    main()
