@@ -1,0 +1,196 @@
+"""Optimistic claims and fenced outcomes: complete, fail, cancel_finish, release."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+
+import psycopg
+import pytest
+
+from fairsched.store.aqueue import DEFAULT_MAX_ATTEMPTS, AsyncStore
+from fairsched.store.queue import Queue
+
+
+def run_async(test):
+    """Run an async test body in its own event loop."""
+    @functools.wraps(test)
+    def wrapper(*args, **kwargs):
+        return asyncio.run(test(*args, **kwargs))
+    return wrapper
+
+
+@contextlib.asynccontextmanager
+async def stores(url: str, n: int = 1, **kwargs):
+    opened = []
+    try:
+        for _ in range(n):
+            opened.append(await AsyncStore.connect(url, **kwargs))
+        yield opened
+    finally:
+        for store in opened:
+            await store.close()
+
+
+def enqueue(url: str, *jobs: dict) -> list[int]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        return Queue(conn).enqueue_many(jobs)
+
+
+def job(url: str, job_id: int) -> dict:
+    with psycopg.connect(url, autocommit=True) as conn:
+        return Queue(conn).get_job(job_id)
+
+
+def sql(url: str, statement: str, params=()) -> list[tuple]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        cur = conn.execute(statement, params)
+        return cur.fetchall() if cur.description else []
+
+
+@run_async
+async def test_each_job_is_won_by_exactly_one_of_two_racing_supervisors(db):
+    ids = enqueue(db, *[{"type": "pdf"}] * 300)
+    async with stores(db, 2) as (a, b):
+        won_a, won_b = [], []
+        # Overlapping batches in opposite orders, sent at the same time on two connections.
+        for start in range(0, 300, 60):
+            batch = ids[start:start + 60]
+            got_a, got_b = await asyncio.gather(a.claim(batch, {"pdf": 2}),
+                                                b.claim(batch[::-1], {"pdf": 2}))
+            won_a += [j.id for j in got_a]
+            won_b += [j.id for j in got_b]
+    assert not set(won_a) & set(won_b)
+    assert sorted(won_a + won_b) == ids
+    assert len(won_a) == len(set(won_a))
+    owners = dict(sql(db, "SELECT id, claimed_by FROM fairsched_jobs"))
+    assert {owners[i] for i in won_a} == {a.supervisor_id}
+    assert {owners[i] for i in won_b} == {b.supervisor_id}
+
+
+@run_async
+async def test_claim_returns_won_jobs_in_the_order_asked_with_the_attempt_counted(db):
+    ids = enqueue(db, {"type": "pdf", "payload": {"n": 1}}, {"type": "xls", "max_attempts": 7},
+                  {"type": "idx"}, {"type": "pdf", "delay": 3600}, {"type": "pdf"})
+    sql(db, "UPDATE fairsched_jobs SET status = 'cancelled' WHERE id = %s", (ids[4],))
+    async with stores(db) as (store,):
+        won = await store.claim([ids[2], ids[0], ids[1], ids[3], ids[4], 999], {"pdf": 5, "idx": 2})
+    assert [j.id for j in won] == [ids[2], ids[0], ids[1]]
+    assert [j.attempts for j in won] == [1, 1, 1]
+    # The job's own value, else the worker's default for its type, else the store's fallback.
+    assert {j.id: j.max_attempts for j in won} == {ids[0]: 5, ids[1]: 7, ids[2]: 2}
+    assert won[1].payload == {"n": 1}
+    row = job(db, ids[0])
+    assert row["status"] == "running" and row["started_at"] is not None
+    assert row["max_attempts"] == 5
+    async with stores(db) as (store,):
+        assert await store.claim([], {}) == []
+    ids = enqueue(db, {"type": "other"})
+    async with stores(db) as (store,):
+        (claimed,) = await store.claim(ids, {})
+    assert claimed.max_attempts == DEFAULT_MAX_ATTEMPTS
+
+
+@run_async
+async def test_a_stale_attempt_cannot_complete(db):
+    (job_id,) = enqueue(db, {"type": "pdf"})
+    async with stores(db, 2) as (a, b):
+        (first,) = await a.claim([job_id], {"pdf": 3})
+        assert await a.fail(job_id, first.attempts, "flaky", permanent=False, retry_delay=0) == "pending"
+        (second,) = await a.claim([job_id], {"pdf": 3})
+        assert second.attempts == 2
+        assert await a.complete([(job_id, 1, {"stale": True})]) == []
+        assert await b.complete([(job_id, 2, {"other": True})]) == []
+        assert await a.fail(job_id, 1, "late", permanent=True, retry_delay=0) is None
+        assert await a.cancel_finish(job_id, 1) is None
+        assert await a.release([(job_id, 1)]) == []
+        assert job(db, job_id)["status"] == "running"
+        assert await a.complete([(job_id, 2, {"pages": 3})]) == [job_id]
+        assert await a.complete([(job_id, 2, {"again": True})]) == []
+    row = job(db, job_id)
+    assert (row["status"], row["result"], row["attempts"]) == ("succeeded", {"pages": 3}, 2)
+    assert row["finished_at"] is not None and row["last_error"] == "flaky"
+
+
+@run_async
+async def test_complete_writes_a_batch_in_one_call(db):
+    ids = enqueue(db, *[{"type": "pdf"}] * 5)
+    async with stores(db) as (store,):
+        await store.claim(ids, {"pdf": 1})
+        done = await store.complete([(i, 1, {"i": i}) for i in ids[:4]] + [(ids[4], 9, None)])
+    assert sorted(done) == ids[:4]
+    assert [job(db, i)["result"] for i in ids[:4]] == [{"i": i} for i in ids[:4]]
+    assert job(db, ids[4])["status"] == "running"
+
+
+@run_async
+async def test_fail_retries_later_then_fails_for_good(db):
+    (job_id,) = enqueue(db, {"type": "pdf", "max_attempts": 3})
+    async with stores(db) as (store,):
+        (claimed,) = await store.claim([job_id], {"pdf": 9})
+        status = await store.fail(job_id, claimed.attempts, "timeout", permanent=False,
+                                  retry_delay=30)
+        assert status == "pending"
+        row = job(db, job_id)
+        (future,) = sql(db, "SELECT run_after > now() + interval '29 seconds'"
+                            " FROM fairsched_jobs WHERE id = %s", (job_id,))[0]
+        assert future and row["claimed_by"] is None and row["last_error"] == "timeout"
+        # Not eligible yet: neither fetched nor claimable.
+        assert await store.fetch({"pdf": 1}, 64.0) == []
+        assert await store.claim([job_id], {"pdf": 9}) == []
+        for attempt in (2, 3):
+            sql(db, "UPDATE fairsched_jobs SET run_after = now() WHERE id = %s", (job_id,))
+            (claimed,) = await store.claim([job_id], {"pdf": 9})
+            assert claimed.attempts == attempt
+            status = await store.fail(job_id, attempt, f"timeout {attempt}", permanent=False,
+                                      retry_delay=30)
+        assert status == "failed"
+    row = job(db, job_id)
+    assert (row["status"], row["attempts"], row["last_error"]) == ("failed", 3, "timeout 3")
+    assert row["finished_at"] is not None and row["claimed_by"] is not None
+
+
+@run_async
+async def test_a_permanent_error_fails_at_once(db):
+    (job_id,) = enqueue(db, {"type": "pdf"})
+    async with stores(db) as (store,):
+        await store.claim([job_id], {"pdf": 5})
+        assert await store.fail(job_id, 1, "bad input", permanent=True, retry_delay=10) == "failed"
+        with pytest.raises(ValueError, match="retry_delay"):
+            await store.fail(job_id, 1, "x", permanent=False, retry_delay=-1)
+    assert job(db, job_id)["status"] == "failed"
+
+
+@run_async
+async def test_release_gives_the_attempt_back_and_keeps_the_jobs_age(db):
+    ids = enqueue(db, {"type": "pdf"}, {"type": "pdf"})
+    before = {i: job(db, i)["run_after"] for i in ids}
+    async with stores(db) as (store,):
+        await store.claim(ids, {"pdf": 3})
+        assert sorted(await store.release([(ids[0], 1), (ids[1], 2)])) == [ids[0]]
+        again = await store.fetch({"pdf": 1}, 64.0)
+    row = job(db, ids[0])
+    assert (row["status"], row["attempts"], row["claimed_by"]) == ("pending", 0, None)
+    assert row["run_after"] == before[ids[0]]
+    assert ids[0] in [j.id for j in again]
+    assert job(db, ids[1])["status"] == "running"
+
+
+@run_async
+async def test_cancel_of_a_running_job_reaches_its_supervisor(db):
+    ids = enqueue(db, {"type": "pdf"}, {"type": "pdf"}, {"type": "pdf"})
+    async with stores(db) as (store,):
+        await store.claim(ids, {"pdf": 3})
+        notifications = await store.listen()
+        with psycopg.connect(db, autocommit=True) as conn:
+            for job_id in ids:
+                assert Queue(conn).cancel_job(job_id) == "running"
+        seen = [await asyncio.wait_for(anext(notifications), 5) for _ in ids]
+        assert seen == [("cancel", i) for i in ids]
+        assert await store.cancel_finish(ids[0], 1) == "cancelled"
+        # The worker failed or was shut down after the request: the job still ends cancelled.
+        assert await store.fail(ids[1], 1, "interrupted", permanent=False, retry_delay=0) == "cancelled"
+        assert await store.release([(ids[2], 1)]) == [ids[2]]
+    assert [job(db, i)["status"] for i in ids] == ["cancelled"] * 3
+    assert not any(job(db, i)["cancel_requested"] for i in ids)

@@ -1,0 +1,212 @@
+"""open_database: URL precedence, and the embedded server's life shared between processes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+import psycopg
+import pytest
+
+from fairsched.store.database import ENV_URL, open_database, redact
+from fairsched.store.errors import DatabaseUnavailable
+
+# Stands in for a supervisor: opens the embedded database, holds it until told to close.
+HOLDER_SCRIPT = """
+import sys
+from pathlib import Path
+from fairsched.store.database import open_database
+db = open_database(Path(sys.argv[1]), None)
+print(db.url, flush=True)
+sys.stdin.readline()
+db.close()
+print("closed", flush=True)
+"""
+
+
+def postmaster_pid(state_dir: Path) -> int | None:
+    try:
+        pid = int((state_dir / "pg" / "postmaster.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None if exited(pid) else pid
+
+
+def exited(pid: int) -> bool:
+    # The postmaster is nobody's child here; a zombie of it has exited all the same.
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def wait_gone(pid: int) -> bool:
+    deadline = time.monotonic() + 20
+    while not exited(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def answers(url: str) -> bool:
+    try:
+        with psycopg.connect(url, connect_timeout=5) as conn:
+            return conn.execute("SELECT 1").fetchone() == (1,)
+    except psycopg.OperationalError:
+        return False
+
+
+@pytest.fixture
+def state_dir(monkeypatch):
+    """A short state directory with no database URL in the environment; any server left in
+    it is stopped afterwards, even when the test fails."""
+    monkeypatch.delenv(ENV_URL, raising=False)
+    root = Path(tempfile.mkdtemp(prefix="fs-"))
+    yield root / "state"
+    pid = postmaster_pid(root / "state")
+    if pid is not None:
+        os.kill(pid, signal.SIGINT)
+        wait_gone(pid)
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def holders():
+    """Start holder processes; kill any still running at the end."""
+    started: list[subprocess.Popen] = []
+
+    def start(state_dir: Path) -> tuple[subprocess.Popen, str]:
+        env = {k: v for k, v in os.environ.items() if k != ENV_URL}
+        proc = subprocess.Popen([sys.executable, "-c", HOLDER_SCRIPT, str(state_dir)],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+        started.append(proc)
+        url = proc.stdout.readline().strip()
+        assert url.startswith("postgresql://"), f"holder did not open the database: {url!r}"
+        return proc, url
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        for stream in (proc.stdin, proc.stdout):
+            stream.close()
+
+
+def finish(proc: subprocess.Popen) -> None:
+    proc.stdin.write("\n")
+    proc.stdin.flush()
+    assert proc.stdout.readline().strip() == "closed"
+    assert proc.wait(20) == 0
+
+
+def test_embedded_server_starts_in_a_new_state_dir_and_stops_on_close(state_dir):
+    nested = state_dir / "deeper"
+    db = open_database(nested, None)
+    try:
+        assert db.kind == "embedded"
+        assert nested.is_dir()
+        with db.connect() as conn:
+            assert conn.execute("SELECT count(*) FROM fairsched_jobs").fetchone() == (0,)
+        pid = postmaster_pid(nested)
+        assert pid is not None
+    finally:
+        db.close()
+    assert wait_gone(pid)
+    db.close()  # a second close is harmless
+
+
+def test_a_command_beside_a_supervisor_leaves_its_server_running(state_dir, holders):
+    supervisor, url = holders(state_dir)
+    pid = postmaster_pid(state_dir)
+    command = open_database(state_dir, None)
+    assert command.url.split("?")[0] == url.split("?")[0]
+    assert postmaster_pid(state_dir) == pid  # attached, not a second server
+    command.close()
+    assert postmaster_pid(state_dir) == pid
+    assert answers(url)
+    finish(supervisor)  # it started the server and was its last user
+    assert wait_gone(pid)
+
+
+def test_the_last_user_stops_the_server_whoever_started_it(state_dir, holders):
+    first = open_database(state_dir, None)
+    pid = postmaster_pid(state_dir)
+    try:
+        supervisor, url = holders(state_dir)
+    finally:
+        first.close()
+    assert postmaster_pid(state_dir) == pid and answers(url)
+    finish(supervisor)
+    assert wait_gone(pid)
+
+
+def test_a_user_that_died_without_closing_does_not_keep_the_server(state_dir, holders):
+    crashed, _ = holders(state_dir)
+    pid = postmaster_pid(state_dir)
+    crashed.kill()
+    crashed.wait()
+    db = open_database(state_dir, None)
+    db.close()
+    assert wait_gone(pid)
+
+
+def test_ensure_running_brings_a_crashed_server_back(state_dir):
+    db = open_database(state_dir, None)
+    try:
+        pid = postmaster_pid(state_dir)
+        os.kill(pid, signal.SIGQUIT)  # immediate shutdown, as after a crash
+        assert wait_gone(pid)
+        assert not answers(db.url)
+        db.ensure_running()
+        new_pid = postmaster_pid(state_dir)
+        assert new_pid not in (None, pid)
+        with db.connect() as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+        db.ensure_running()  # running already: nothing to do
+        assert postmaster_pid(state_dir) == new_pid
+    finally:
+        db.close()
+    assert wait_gone(new_pid)
+
+
+def test_environment_url_wins_over_the_setting(database_url, monkeypatch, tmp_path):
+    monkeypatch.setenv(ENV_URL, database_url)
+    db = open_database(tmp_path / "unused", "postgresql://nobody@/nowhere?host=/nonexistent")
+    try:
+        assert (db.url, db.kind) == (database_url, "external")
+        assert not (tmp_path / "unused").exists()
+    finally:
+        db.close()
+
+
+def test_the_setting_is_used_without_environment_url(database_url, monkeypatch, tmp_path):
+    monkeypatch.delenv(ENV_URL, raising=False)
+    with open_database(tmp_path, database_url) as db:
+        assert db.kind == "external"
+        with db.connect() as conn:
+            assert conn.execute("SELECT max(version) FROM fairsched_schema_version").fetchone()[0]
+
+
+def test_an_unreachable_server_is_one_line_without_password(monkeypatch, tmp_path):
+    monkeypatch.delenv(ENV_URL, raising=False)
+    url = "postgresql://app:secret@/jobs?host=/nonexistent-fairsched-dir"
+    with pytest.raises(DatabaseUnavailable) as err:
+        open_database(tmp_path, url)
+    message = str(err.value)
+    assert "\n" not in message
+    assert message.startswith("cannot connect to PostgreSQL at postgresql://app:***@/jobs")
+    assert "secret" not in message
+
+
+def test_redact_hides_only_the_password():
+    assert redact("postgresql://u:pw@db.example:5432/x") == "postgresql://u:***@db.example:5432/x"
+    assert redact("postgresql://u@db/x") == "postgresql://u@db/x"

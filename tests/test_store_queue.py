@@ -1,0 +1,221 @@
+"""The synchronous Queue: enqueue, idempotency keys, validation, listing, retry and cancel."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import psycopg
+import pytest
+
+from fairsched.store.errors import JobNotFound, JobStateError
+from fairsched.store.queue import Queue
+
+
+@pytest.fixture
+def queue(db):
+    conn = psycopg.connect(db, autocommit=True)
+    try:
+        yield Queue(conn)
+    finally:
+        conn.close()
+
+
+def count(queue: Queue) -> int:
+    return queue.conn.execute("SELECT count(*) FROM fairsched_jobs").fetchone()[0]
+
+
+def set_status(queue: Queue, job_id: int, status: str, **fields) -> None:
+    assignments = ", ".join(["status = %s"] + [f"{name} = %s" for name in fields])
+    queue.conn.execute(f"UPDATE fairsched_jobs SET {assignments} WHERE id = %s",
+                       (status, *fields.values(), job_id))
+
+
+def test_enqueue_stores_the_job_as_given(queue):
+    job_id = queue.enqueue("pdf", {"doc": 7, "pages": [1, 2]}, priority=4, max_attempts=2)
+    job = queue.get_job(job_id)
+    assert job["type"] == "pdf"
+    assert job["payload"] == {"doc": 7, "pages": [1, 2]}
+    assert (job["priority"], job["max_attempts"], job["attempts"]) == (4, 2, 0)
+    assert job["status"] == "pending"
+    assert job["run_after"] == job["created_at"]
+    assert job["last_error"] is None and job["result"] is None and job["claimed_by"] is None
+    assert queue.get_job(job_id + 1000) is None
+
+
+def test_a_delay_moves_the_eligible_time(queue):
+    job = queue.get_job(queue.enqueue("pdf", delay=90.5))
+    assert job["run_after"] - job["created_at"] == timedelta(seconds=90.5)
+
+
+def test_max_attempts_left_out_means_the_workers_default(queue):
+    assert queue.get_job(queue.enqueue("pdf"))["max_attempts"] is None
+
+
+def test_enqueue_many_returns_ids_in_input_order(queue):
+    jobs = [{"type": f"t{i % 3}", "payload": i, "priority": i % 11} for i in range(50)]
+    ids = queue.enqueue_many(jobs)
+    assert len(set(ids)) == 50
+    for job_id, job in zip(ids, jobs, strict=True):
+        row = queue.get_job(job_id)
+        assert (row["type"], row["payload"], row["priority"]) == (
+            job["type"], job["payload"], job["priority"])
+    assert queue.enqueue_many([]) == []
+
+
+def test_a_key_returns_the_unfinished_job_holding_it(queue):
+    first = queue.enqueue("mail", {"to": "a"}, key="invoice-17")
+    assert queue.enqueue("mail", {"to": "b"}, key="invoice-17") == first
+    set_status(queue, first, "running")
+    assert queue.enqueue("mail", key="invoice-17") == first
+    set_status(queue, first, "succeeded")
+    second = queue.enqueue("mail", key="invoice-17")
+    assert second != first
+    assert queue.get_job(first)["payload"] == {"to": "a"}
+    assert count(queue) == 2
+
+
+def test_keys_inside_one_batch_and_against_the_table(queue):
+    existing = queue.enqueue("mail", key="k1")
+    ids = queue.enqueue_many([
+        {"type": "mail", "key": "k1"},
+        {"type": "mail", "key": "k2"},
+        {"type": "mail"},
+        {"type": "mail", "key": "k2"},
+        {"type": "mail", "key": "k3"},
+    ])
+    assert ids[0] == existing
+    assert ids[1] == ids[3]
+    assert len({existing, ids[1], ids[2], ids[4]}) == 4
+    assert count(queue) == 4
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"priority": 11}, "priority must be an integer from 0 to 10"),
+    ({"priority": -1}, "priority must be an integer from 0 to 10"),
+    ({"priority": 2.5}, "priority must be an integer from 0 to 10"),
+    ({"priority": True}, "priority must be an integer from 0 to 10"),
+    ({"max_attempts": 0}, "max_attempts must be an integer >= 1"),
+    ({"delay": -1}, "delay must be a number of seconds"),
+    ({"delay": float("nan")}, "delay must be a number of seconds"),
+    ({"payload": {1, 2}}, "payload is not JSON-serialisable"),
+    ({"payload": float("inf")}, "payload is not JSON-serialisable"),
+    ({"payload": "nul\x00"}, "payload contains a NUL character"),
+    ({"key": ""}, "key must be a non-empty string"),
+])
+def test_bad_arguments_are_one_line_value_errors_and_write_nothing(queue, kwargs, message):
+    with pytest.raises(ValueError) as err:
+        queue.enqueue("pdf", **kwargs)
+    assert str(err.value).startswith(message)
+    assert "\n" not in str(err.value)
+    assert count(queue) == 0
+
+
+def test_one_bad_job_rejects_the_whole_batch(queue):
+    with pytest.raises(ValueError, match="unknown field 'prio'"):
+        queue.enqueue_many([{"type": "a"}, {"type": "b", "prio": 3}])
+    with pytest.raises(ValueError, match="job type must be a non-empty string"):
+        queue.enqueue_many([{"type": "a"}, {"type": ""}])
+    with pytest.raises(ValueError, match="'type' is required"):
+        queue.enqueue_many([{"payload": 1}])
+    assert count(queue) == 0
+
+
+def test_list_jobs_filters_newest_first(queue):
+    ids = queue.enqueue_many([{"type": "a"}, {"type": "b"}, {"type": "a"}, {"type": "a"}])
+    set_status(queue, ids[3], "failed", last_error="boom")
+    assert [j["id"] for j in queue.list_jobs()] == ids[::-1]
+    assert [j["id"] for j in queue.list_jobs(type="a")] == [ids[3], ids[2], ids[0]]
+    assert [j["id"] for j in queue.list_jobs(status="pending", type="a")] == [ids[2], ids[0]]
+    assert [j["last_error"] for j in queue.list_jobs(status="failed")] == ["boom"]
+    assert len(queue.list_jobs(limit=2)) == 2
+    with pytest.raises(ValueError, match="status must be one of"):
+        queue.list_jobs(status="done")
+    with pytest.raises(ValueError, match="limit must be an integer >= 1"):
+        queue.list_jobs(limit=0)
+
+
+def test_retry_puts_a_failed_job_back_with_fresh_attempts(queue):
+    job_id = queue.enqueue("pdf")
+    set_status(queue, job_id, "failed", attempts=3, max_attempts=3, last_error="boom",
+               finished_at=None)
+    with psycopg.connect(queue.conn.info.dsn, autocommit=True) as listener:
+        listener.execute("LISTEN fairsched_jobs")
+        queue.retry_job(job_id)
+        notes = [(n.channel, n.payload) for n in listener.notifies(timeout=5, stop_after=1)]
+    job = queue.get_job(job_id)
+    assert (job["status"], job["attempts"], job["last_error"]) == ("pending", 0, None)
+    assert job["max_attempts"] == 3
+    assert notes == [("fairsched_jobs", "pdf")]
+
+
+def test_retry_refuses_unfinished_and_unknown_jobs(queue):
+    job_id = queue.enqueue("pdf")
+    with pytest.raises(JobStateError, match=f"job {job_id} is pending; only failed or cancelled"):
+        queue.retry_job(job_id)
+    with pytest.raises(JobNotFound, match="no job with id 999"):
+        queue.retry_job(999)
+    set_status(queue, job_id, "cancelled")
+    queue.retry_job(job_id)
+    assert queue.get_job(job_id)["status"] == "pending"
+
+
+def test_retry_refuses_when_the_key_is_taken_again(queue):
+    old = queue.enqueue("mail", key="k")
+    set_status(queue, old, "failed")
+    new = queue.enqueue("mail", key="k")
+    with pytest.raises(JobStateError, match=f"job {new} \\(pending\\) now holds"):
+        queue.retry_job(old)
+    assert queue.get_job(old)["status"] == "failed"
+
+
+def test_cancel_a_pending_job_at_once(queue):
+    job_id = queue.enqueue("pdf")
+    assert queue.cancel_job(job_id) == "cancelled"
+    job = queue.get_job(job_id)
+    assert job["status"] == "cancelled" and job["finished_at"] is not None
+    assert not job["cancel_requested"]
+
+
+def test_cancel_a_running_job_asks_its_supervisor(queue):
+    job_id = queue.enqueue("pdf")
+    set_status(queue, job_id, "running", attempts=1)
+    with psycopg.connect(queue.conn.info.dsn, autocommit=True) as listener:
+        listener.execute("LISTEN fairsched_cancel")
+        assert queue.cancel_job(job_id) == "running"
+        notes = [(n.channel, n.payload) for n in listener.notifies(timeout=5, stop_after=1)]
+    assert notes == [("fairsched_cancel", str(job_id))]
+    job = queue.get_job(job_id)
+    assert job["status"] == "running" and job["cancel_requested"]
+
+
+def test_cancel_refuses_finished_and_unknown_jobs(queue):
+    job_id = queue.enqueue("pdf")
+    set_status(queue, job_id, "succeeded")
+    with pytest.raises(JobStateError, match=f"job {job_id} already succeeded"):
+        queue.cancel_job(job_id)
+    with pytest.raises(JobNotFound, match="no job with id 12345"):
+        queue.cancel_job(12345)
+    with pytest.raises(ValueError, match="job id must be a positive integer"):
+        queue.cancel_job("7")
+
+
+def test_enqueue_joins_the_callers_transaction(db, queue):
+    with psycopg.connect(db) as conn:  # not autocommit: the application's transaction
+        own = Queue(conn)
+        job_id = own.enqueue("pdf")
+        assert queue.get_job(job_id) is None
+        conn.rollback()
+        assert queue.get_job(job_id) is None
+        job_id = own.enqueue("pdf")
+        conn.commit()
+        assert queue.get_job(job_id)["status"] == "pending"
+
+
+def test_queue_open_owns_its_connection(db, tmp_path, monkeypatch):
+    monkeypatch.delenv("FAIRSCHED_DATABASE_URL", raising=False)
+    with Queue.open(tmp_path, db) as queue:
+        job_id = queue.enqueue("pdf")
+        conn = queue.conn
+    assert conn.closed
+    with Queue.open(tmp_path, db) as queue:
+        assert queue.get_job(job_id)["type"] == "pdf"

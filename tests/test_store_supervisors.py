@@ -1,0 +1,167 @@
+"""Supervisor rows: heartbeats, leases, rescue of a dead supervisor's jobs; notifications;
+delayed jobs; a lost connection; the retry backoff."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import psycopg
+import pytest
+from test_store_claim import enqueue, job, run_async, sql, stores
+
+from fairsched.store.aqueue import AsyncStore, retry_delay
+from fairsched.store.queue import Queue
+
+
+def expire(url: str, store: AsyncStore) -> None:
+    """Make a supervisor's lease run out without waiting for it."""
+    sql(url, "UPDATE fairsched_supervisors SET heartbeat_at = now() - interval '1 hour'"
+             " WHERE id = %s", (store.supervisor_id,))
+
+
+@run_async
+async def test_connect_registers_and_heartbeat_renews(db):
+    async with stores(db, lease=7.5, host="node-1") as (store,):
+        ((host, pid, lease, fresh),) = sql(
+            db, "SELECT host, pid, lease, heartbeat_at >= now() - interval '5 s'"
+                " FROM fairsched_supervisors WHERE id = %s", (store.supervisor_id,))
+        assert (host, lease, fresh) == ("node-1", 7.5, True)
+        expire(db, store)
+        assert await store.heartbeat() is True
+        ((fresh,),) = sql(db, "SELECT heartbeat_at >= now() - interval '5 s'"
+                              " FROM fairsched_supervisors")
+        assert fresh
+    assert sql(db, "SELECT count(*) FROM fairsched_supervisors") == [(0,)]
+    with pytest.raises(ValueError, match="lease must be"):
+        await AsyncStore.connect(db, lease=0)
+
+
+@run_async
+async def test_rescue_returns_a_dead_supervisors_jobs(db):
+    retried, exhausted, cancelling, other = enqueue(
+        db, {"type": "pdf"}, {"type": "pdf", "max_attempts": 1}, {"type": "pdf"}, {"type": "xls"})
+    async with stores(db, 3) as (dead, alive, bystander):
+        await dead.claim([retried, exhausted, cancelling], {"pdf": 3})
+        await bystander.claim([other], {"xls": 3})
+        with psycopg.connect(db, autocommit=True) as conn:
+            Queue(conn).cancel_job(cancelling)
+        notifications = await alive.listen()
+        expire(db, dead)
+        expire(db, alive)  # its own stale lease is not a reason to rescue itself
+        assert await alive.rescue_expired() == 3
+        assert await asyncio.wait_for(anext(notifications), 5) == ("jobs", "pdf")
+        assert await alive.rescue_expired() == 0
+        # The dead supervisor comes back: its old claims are fenced off.
+        assert await dead.complete([(retried, 1, None), (exhausted, 1, None)]) == []
+        assert await dead.heartbeat() is False
+        assert await dead.heartbeat() is True
+    row = job(db, retried)
+    assert (row["status"], row["attempts"], row["claimed_by"]) == ("pending", 1, None)
+    assert "stopped heartbeating during attempt 1 of 3" in row["last_error"]
+    row = job(db, exhausted)
+    assert (row["status"], row["finished_at"] is not None) == ("failed", True)
+    assert "attempt 1 of 1" in row["last_error"]
+    assert job(db, cancelling)["status"] == "cancelled"
+    assert job(db, other)["status"] == "running"
+
+
+@run_async
+async def test_deregistering_with_jobs_left_running_hands_them_back(db):
+    ids = enqueue(db, {"type": "pdf"}, {"type": "pdf"})
+    async with stores(db) as (other,):
+        leaving = await AsyncStore.connect(db)
+        await leaving.claim(ids[:1], {"pdf": 3})
+        await leaving.close()
+        assert await other.rescue_expired() == 1
+        idle = await AsyncStore.connect(db)
+        await idle.close()
+        assert sql(db, "SELECT id FROM fairsched_supervisors") == [(other.supervisor_id,)]
+    assert job(db, ids[0])["status"] == "pending"
+
+
+@run_async
+async def test_orphaned_running_jobs_are_rescued_once_old_enough(db):
+    (job_id,) = enqueue(db, {"type": "pdf"})
+    async with stores(db, 2) as (gone, rescuer):
+        await gone.claim([job_id], {"pdf": 3})
+        sql(db, "DELETE FROM fairsched_supervisors WHERE id = %s", (gone.supervisor_id,))
+        assert await rescuer.rescue_expired() == 0  # might belong to a supervisor just starting
+        sql(db, "UPDATE fairsched_jobs SET started_at = now() - interval '5 minutes'")
+        assert await rescuer.rescue_expired() == 1
+    assert job(db, job_id)["status"] == "pending"
+
+
+@run_async
+async def test_listen_reports_new_jobs_by_type(db):
+    async with stores(db) as (store,):
+        # `await` subscribes first: jobs enqueued before the first read are not missed.
+        notifications = await store.listen()
+        enqueue(db, {"type": "a"}, {"type": "b"}, {"type": "a"})
+        seen = []
+        async for kind, value in notifications:
+            seen.append((kind, value))
+            if len(seen) == 2:
+                break
+        assert sorted(seen) == [("jobs", "a"), ("jobs", "b")]
+        await notifications.aclose()
+        with pytest.raises(psycopg.InterfaceError):
+            await anext(notifications)
+
+
+@run_async
+async def test_listen_works_as_a_plain_async_iterator(db):
+    async with stores(db) as (store,):
+        async def first_notification():
+            async for kind, value in store.listen():
+                return kind, value
+
+        reader = asyncio.create_task(first_notification())
+        # The reader subscribes on its first step: keep enqueueing until it has heard one.
+        while not reader.done():
+            enqueue(db, {"type": "c"})
+            await asyncio.wait([reader], timeout=0.05)
+        assert reader.result() == ("jobs", "c")
+
+
+@run_async
+async def test_next_eligible_at_is_the_earliest_delayed_job(db):
+    async with stores(db) as (store,):
+        assert await store.next_eligible_at() is None
+        enqueue(db, {"type": "a"}, {"type": "a", "delay": 500, "priority": 3},
+                {"type": "b", "delay": 100})
+        ((a_at,), (b_at,)) = sql(db, "SELECT extract(epoch FROM run_after)::float8"
+                                     " FROM fairsched_jobs WHERE run_after > now() ORDER BY type")
+        assert await store.next_eligible_at() == b_at
+        assert await store.next_eligible_at(["a"]) == a_at
+        assert await store.next_eligible_at(["c"]) is None
+
+
+@run_async
+async def test_a_lost_connection_is_an_operational_error(db):
+    (job_id,) = enqueue(db, {"type": "pdf"})
+    async with stores(db) as (store,):
+        notifications = await store.listen()
+        sql(db, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE pid <> pg_backend_pid() AND datname = current_database()")
+        with pytest.raises(psycopg.OperationalError):
+            await store.claim([job_id], {"pdf": 3})
+        with pytest.raises(psycopg.OperationalError):
+            await asyncio.wait_for(anext(notifications), 5)
+
+
+def test_retry_delay_grows_geometrically_with_jitter_and_a_cap():
+    rng = random.Random(7)
+    for attempt in range(1, 40):
+        ceiling = min(300.0, 2.0 ** (attempt - 1))
+        equal = retry_delay(attempt, rng=rng)
+        full = retry_delay(attempt, rng=rng, jitter="full")
+        assert ceiling / 2 <= equal <= ceiling
+        assert 0 <= full <= ceiling
+    assert retry_delay(10**6, base=5, cap=60, rng=rng) <= 60
+    assert retry_delay(3, base=0, rng=rng) == 0
+    draws = {retry_delay(8, rng=rng) for _ in range(20)}
+    assert len(draws) > 1  # jittered, not lockstep
+    for bad in ({"attempt": 0}, {"attempt": 1, "base": -1}, {"attempt": 1, "jitter": "none"}):
+        with pytest.raises(ValueError):
+            retry_delay(**bad)
