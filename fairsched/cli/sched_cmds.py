@@ -1,0 +1,159 @@
+"""`fairsched explain` and `fairsched simulate`: the scheduling weights and policies, measured.
+
+Thin layers over fairsched.sched; every error is one line on stderr with the exit code of
+DESIGN.md (1: the operation failed, 2: bad usage, bad configuration or a bad trace).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+import click
+import psycopg
+
+from fairsched import core
+from fairsched.cli import main
+from fairsched.config import DEFAULT_CONFIG, load_config, resolve_config_path
+from fairsched.errors import ConfigError, FairschedError
+from fairsched.sched import TraceError
+
+
+def fail(message: str, code: int):
+    click.echo(f"fairsched: {message}", err=True)
+    sys.exit(code)
+
+
+def reports_errors(func):
+    """One line and the contract's exit code instead of a traceback."""
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except (ConfigError, TraceError) as exc:
+            fail(str(exc), 2)
+        except FairschedError as exc:  # unknown job, job not pending, no matplotlib, database
+            fail(str(exc), 1)
+        except psycopg.Error as exc:
+            fail(f"database error: {str(exc).strip().splitlines()[0]}", 1)
+    return wrapper
+
+
+def _finite(value):
+    """JSON has no infinity or NaN: an infinite time (age_weight 0) is written as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def parse_job_id(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 2**63 - 1:
+        raise click.BadParameter(f"must be a job id (an integer >= 1), got {text!r}")
+    return value
+
+
+@main.command()
+@click.option("--config", "config_path", metavar="PATH",
+              help="workers.toml (default: $FAIRSCHED_CONFIG or ./workers.toml; without one, "
+                   "the default weights).")
+@click.option("--job", "job_id", metavar="ID", help="Break down a pending job's current score.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+@click.option("--plot", "plot_path", metavar="PNG", help="Also draw the score lines to a file.")
+@reports_errors
+def explain(config_path, job_id, as_json, plot_path):
+    """The scoring weights in effect and what they mean in time."""
+    from fairsched.sched import explain as ex
+
+    job_id = parse_job_id(job_id) if job_id is not None else None
+    path = resolve_config_path(config_path)
+    implicit = config_path is None and not os.environ.get("FAIRSCHED_CONFIG")
+    if implicit and not Path(DEFAULT_CONFIG).exists() and job_id is None:
+        config, weights, source = None, core.Weights(), "defaults: no ./workers.toml"
+    else:
+        config = load_config(path)
+        weights, source = config.scoring, f"[scoring] of {config.path}"
+    job = ex.explain_job(config, job_id) if job_id is not None else None
+    if plot_path:
+        from fairsched.sched.plots import plot_score_lines
+
+        plot_score_lines(weights, plot_path)
+    if as_json:
+        w = weights
+        out = {
+            "source": source,
+            "weights": {"priority_weight": w.priority, "age_weight": w.age,
+                        "rarity_weight": w.rarity, "on_demand_bonus": w.on_demand,
+                        "on_demand_age_weight": w.on_demand_age},
+            "priority_crossovers": [{"gap": g, "seconds": s}
+                                    for g, s in ex.priority_crossovers(w)],
+            "on_demand_crossover": ex.on_demand_crossover(w),
+            "rarity_bonuses": [{"free_slots": n, "points": p} for n, p in ex.rarity_bonuses(w)],
+        }
+        if job is not None:
+            out["job"] = job.as_dict()
+        click.echo(json.dumps(_finite(out), indent=2))
+        return
+    if job is not None:
+        click.echo(ex.job_report(job, weights))
+    else:
+        click.echo(ex.weights_report(weights, source))
+    if plot_path:
+        click.echo(f"score lines drawn to {plot_path}")
+
+
+@main.command()
+@click.argument("trace_path", metavar="TRACE")
+@click.option("--policy", "policies", multiple=True, metavar="NAME",
+              help="fairsched, fifo, priority or optimal; repeat to compare "
+                   "(default: fairsched, fifo and priority).")
+@click.option("--workers", "--config", "config_path", metavar="PATH",
+              help="workers.toml with the slots and [scoring] (default: $FAIRSCHED_CONFIG or "
+                   "./workers.toml).")
+@click.option("--tick", metavar="S", default="0",
+              help="Plan only every S seconds, as a polling supervisor would (default 0: after "
+                   "every event).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+@click.option("--plot", "plot_path", metavar="PNG", help="Also draw waits over time to a file.")
+@reports_errors
+def simulate(trace_path, policies, config_path, tick, as_json, plot_path):
+    """Replay a JSON-lines job TRACE against the configured slots, policy by policy."""
+    from fairsched.sched import simulate as sim
+
+    for name in policies:
+        if name not in sim.POLICIES:
+            raise click.BadParameter(f"unknown policy {name!r} (known: {', '.join(sim.POLICIES)})",
+                                     param_hint="--policy")
+    try:
+        tick = float(tick)
+    except ValueError:
+        tick = -1.0
+    if not 0 <= tick < float("inf"):
+        raise click.BadParameter("must be a number of seconds >= 0", param_hint="--tick")
+    policies = list(dict.fromkeys(policies)) or list(sim.DEFAULT_POLICIES)
+    config = load_config(resolve_config_path(config_path))
+    type_ids = sim.type_ids_of(config)
+    trace = sim.read_trace(trace_path, type_ids)
+    slots = sim.slot_layout(config, type_ids)
+    results = [sim.simulate(trace, slots, config.scoring, name, tick) for name in policies]
+    if plot_path:
+        from fairsched.sched.plots import plot_waits
+
+        plot_waits(trace, results, plot_path)
+    if as_json:
+        click.echo(json.dumps(_finite(sim.report_json(trace, len(slots), results)), indent=2))
+    else:
+        click.echo(sim.report_table(trace, len(slots), results))
+        if plot_path:
+            click.echo(f"waits drawn to {plot_path}")

@@ -1,0 +1,512 @@
+"""Replay a job trace against the configured slots on a virtual clock, one policy at a time.
+
+The clock jumps from event to event (arrivals and completions); after the events of one
+instant, one planning cycle runs, as in the supervisor. The `fairsched` policy plans with
+the supervisor's own core (core.SlotPool, core.plan_cycle), `optimal` with the core's
+optimal matching; `fifo` (oldest first) and `priority` (strict priority, then oldest) order
+the jobs themselves but take slots from the same pool, most specialised first.
+
+Pending jobs wait in per-type heaps ordered the way the policy ranks jobs of one type, and
+a cycle takes from each type only as many jobs as it has free slots: within one type the
+placed jobs are always the best-ranked ones, so this is what the supervisor's bounded fetch
+does, and it keeps a cycle's work proportional to the free slots, not to the backlog.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import math
+import time
+from array import array
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fairsched import core
+from fairsched.config import Config
+from fairsched.core._matching_py import augment
+from fairsched.sched import TraceError
+from fairsched.store.schema import MAX_PRIORITY
+
+POLICIES = ("fairsched", "fifo", "priority", "optimal")
+DEFAULT_POLICIES = ("fairsched", "fifo", "priority")
+TRACE_KEYS = frozenset({"at", "type", "priority", "on_demand", "duration"})
+
+
+# -- the trace ----------------------------------------------------------------------------------
+
+@dataclass
+class Trace:
+    """Jobs in arrival order (ties keep file order), column-wise; `line` is each job's line."""
+
+    path: str
+    type_names: list[str]  # by type id
+    at: list[float] = field(default_factory=list)
+    types: list[int] = field(default_factory=list)
+    priorities: list[int] = field(default_factory=list)
+    on_demand: list[bool] = field(default_factory=list)
+    durations: list[float] = field(default_factory=list)
+    line: list[int] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.at)
+
+
+def type_ids_of(config: Config) -> dict[str, int]:
+    """Type name -> type id, numbered as the supervisor numbers them."""
+    return {t: i for i, t in enumerate(sorted(config.types))}
+
+
+def _number(value, key: str, where: str, minimum: float = 0.0) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TraceError(f"{where}: '{key}' must be a number of seconds, got {json.dumps(value)}")
+    value = float(value)
+    if not math.isfinite(value) or value < minimum:
+        raise TraceError(f"{where}: '{key}' must be a finite number >= {minimum:g}, got {value!r}")
+    return value
+
+
+def read_trace(path: str | Path, type_ids: Mapping[str, int]) -> Trace:
+    """Load a JSON-lines trace; any bad line raises TraceError naming the file and the line."""
+    path = Path(path)
+    names = sorted(type_ids, key=type_ids.__getitem__)
+    rows = []
+    try:
+        f = open(path, encoding="utf-8")
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    with f:
+        try:
+            for number, text in enumerate(f, 1):
+                if text.strip():
+                    rows.append(_parse_line(text, f"{path} line {number}", type_ids) + (number,))
+        except UnicodeDecodeError as exc:
+            raise TraceError(f"{path}: not UTF-8 text ({exc.reason})") from None
+    if not rows:
+        raise TraceError(f"{path}: no jobs in the trace")
+    rows.sort(key=lambda row: row[0])  # stable: ties keep file order
+    trace = Trace(str(path), names)
+    (trace.at, trace.types, trace.priorities, trace.on_demand, trace.durations,
+     trace.line) = (list(column) for column in zip(*rows, strict=True))
+    return trace
+
+
+def _parse_line(text: str, where: str, type_ids: Mapping[str, int]) -> tuple:
+    try:
+        job = json.loads(text)
+    except ValueError as exc:
+        raise TraceError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(job, dict):
+        raise TraceError(f"{where}: must be a JSON object, got {type(job).__name__}")
+    unknown = sorted(set(job) - TRACE_KEYS)
+    if unknown:
+        raise TraceError(f"{where}: unknown key {unknown[0]!r} "
+                         f"(known: {', '.join(sorted(TRACE_KEYS))})")
+    for key in ("at", "type", "duration"):
+        if key not in job:
+            raise TraceError(f"{where}: '{key}' is missing")
+    at = _number(job["at"], "at", where)
+    duration = _number(job["duration"], "duration", where)
+    type_name = job["type"]
+    if not isinstance(type_name, str) or not type_name:
+        raise TraceError(f"{where}: 'type' must be a non-empty string, got {json.dumps(type_name)}")
+    type_id = type_ids.get(type_name)
+    if type_id is None:
+        known = ", ".join(sorted(type_ids))
+        raise TraceError(f"{where}: no worker handles type {type_name!r} (configured: {known})")
+    priority = job.get("priority", 0)
+    if isinstance(priority, bool) or not isinstance(priority, int) \
+            or not 0 <= priority <= MAX_PRIORITY:
+        raise TraceError(f"{where}: 'priority' must be an integer from 0 to {MAX_PRIORITY}, "
+                         f"got {json.dumps(priority)}")
+    on_demand = job.get("on_demand", False)
+    if not isinstance(on_demand, bool):
+        raise TraceError(f"{where}: 'on_demand' must be true or false, got {json.dumps(on_demand)}")
+    return at, type_id, priority, on_demand, duration
+
+
+def slot_layout(config: Config, type_ids: Mapping[str, int]) -> list[tuple[int, ...]]:
+    """Each configured slot's type ids: processes x slots of every [[worker]]."""
+    slots = []
+    for spec in config.workers:
+        ids = tuple(type_ids[t] for t in spec.types)
+        slots += [ids] * (spec.processes * spec.slots)
+    return slots
+
+
+# -- policies -----------------------------------------------------------------------------------
+
+class _Policy:
+    """How jobs of one type are ranked (heap keys) and how a cycle places its candidates."""
+
+    name = ""
+    split_on_demand = False  # fairsched ranks on-demand jobs of a type on their own slope
+
+    def __init__(self, sim: Simulation):
+        self.sim = sim
+
+    def key(self, j: int) -> tuple:
+        raise NotImplementedError
+
+    def plan(self, picked: list[tuple], now: float, free) -> tuple[list, list]:
+        """Place the picked heap entries; return (placed (job, slot) pairs, unplaced in rank order)."""
+        raise NotImplementedError
+
+
+class _FairschedPolicy(_Policy):
+    name = "fairsched"
+    split_on_demand = True
+
+    def __init__(self, sim: Simulation):
+        super().__init__(sim)
+        w = sim.weights
+        # Within one type (same rarity bonus) the score order is the order of these keys.
+        self.queued_slope = w.priority / w.age if w.age > 0 else None
+        od_rate = w.age + w.on_demand_age
+        self.od_slope = w.priority / od_rate if od_rate > 0 else None
+        self.plan_cycle = self.planner()
+
+    def key(self, j):
+        s = self.sim
+        slope = self.od_slope if s.on_demand[j] else self.queued_slope
+        p = s.priorities[j]
+        if slope is None:
+            return (-p, s.at[j], j)
+        return (s.at[j] - p * slope, s.at[j], j)
+
+    def planner(self):
+        return core.plan_cycle
+
+    def plan(self, picked, now, free):
+        s = self.sim
+        js = [e[-1] for e in picked]
+        # The trace was checked when it was read: fill the columns without checking again.
+        cands = core.Candidates()
+        cands.types = array("q", [s.types[j] for j in js])
+        cands.priorities = array("q", [s.priorities[j] for j in js])
+        cands.eligible_at = array("d", [s.at[j] for j in js])
+        cands.on_demand = array("B", [s.on_demand[j] for j in js])
+        cands.job_ids = array("q", js)
+        idx, slots = self.plan_cycle(s.pool, cands, now, s.weights)
+        placed = [(js[i], sid) for i, sid in zip(idx, slots, strict=True)]
+        if len(placed) == len(js):
+            return placed, []
+        taken = set(idx)
+        _, ranked = core.score_candidates(cands, now, free, s.weights)
+        return placed, [js[i] for i in ranked if i not in taken]
+
+
+class _OptimalPolicy(_FairschedPolicy):
+    name = "optimal"
+
+    def planner(self):
+        return optimal_planner()
+
+
+class _FifoPolicy(_Policy):
+    name = "fifo"
+
+    def key(self, j):
+        return (self.sim.at[j], j)
+
+    def plan(self, picked, now, free):
+        s = self.sim
+        acquire = s.pool.acquire
+        placed, unplaced = [], []
+        for entry in sorted(picked):
+            j = entry[-1]
+            sid = acquire(s.types[j])
+            if sid >= 0:
+                placed.append((j, sid))
+            else:
+                unplaced.append(j)
+        return placed, unplaced
+
+
+class _PriorityPolicy(_FifoPolicy):
+    name = "priority"
+
+    def key(self, j):
+        return (-self.sim.priorities[j], self.sim.at[j], j)
+
+
+_POLICY_CLASSES = {p.name: p for p in (_FairschedPolicy, _OptimalPolicy, _FifoPolicy,
+                                       _PriorityPolicy)}
+
+
+def optimal_planner():
+    """plan_optimal of the live core implementation (compiled or the twin)."""
+    if core.__impl__ == "c":
+        from fairsched.core import _matching_c as matching
+    else:
+        from fairsched.core import _matching_py as matching
+    return matching.plan_optimal
+
+
+# -- the simulation -----------------------------------------------------------------------------
+
+@dataclass
+class PolicyResult:
+    policy: str
+    starts: list[float]  # per job, in trace order
+    slots: list[int]  # per job: the slot it ran on
+    stranded: list[int]  # per job: cycles it waited although a better slot choice placed it
+    cycles: int
+    events: int
+    wall_seconds: float
+    makespan: float
+
+    @property
+    def events_per_second(self) -> float:
+        return self.events / self.wall_seconds if self.wall_seconds > 0 else math.inf
+
+
+class Simulation:
+    """One policy's replay of a trace on a fresh pool built from `slots`."""
+
+    def __init__(self, trace: Trace, slots: Sequence[tuple[int, ...]], weights: core.Weights,
+                 policy: str, tick: float = 0.0):
+        if policy not in _POLICY_CLASSES:
+            raise ValueError(f"unknown policy {policy!r} (known: {', '.join(POLICIES)})")
+        if not (tick >= 0 and math.isfinite(tick)):
+            raise ValueError(f"tick must be a number of seconds >= 0, got {tick!r}")
+        self.tick = tick
+        self.trace = trace
+        self.at = trace.at
+        self.types = trace.types
+        self.priorities = trace.priorities
+        self.on_demand = trace.on_demand
+        self.weights = weights
+        self.slot_types = [frozenset(ts) for ts in slots]
+        self.slot_order = {sid: (len(ts), sid) for sid, ts in enumerate(slots)}
+        self.n_types = max(len(trace.type_names), max((max(ts) for ts in slots), default=-1) + 1)
+        self.pool = core.SlotPool()
+        for sid, ts in enumerate(slots):
+            self.pool.add_slot(sid, sid, ts)
+        self.free_slots = set(range(len(slots)))
+        self.policy = _POLICY_CLASSES[policy](self)
+
+    def run(self) -> PolicyResult:
+        trace, pool, policy = self.trace, self.pool, self.policy
+        n = len(trace)
+        at, types, durations = trace.at, trace.types, trace.durations
+        key = policy.key
+        split = policy.split_on_demand
+        on_demand = trace.on_demand
+        # heaps[t][0]: queued (or all) jobs of type t; heaps[t][1]: its on-demand jobs.
+        heaps = [([], []) for _ in range(self.n_types)]
+        waiting = [0] * self.n_types
+        starts = [math.nan] * n
+        ran_on = [-1] * n
+        stranded = [0] * n
+        running = []  # (finish, slot id)
+        free_slots = self.free_slots
+        release = pool.release
+        heappush, heappop = heapq.heappush, heapq.heappop
+        tick = self.tick
+        cycles = 0
+        last_finish = 0.0
+        i = 0
+        began = time.perf_counter()
+        while i < n or running:
+            now = at[i] if i < n else math.inf
+            if running and running[0][0] < now:
+                now = running[0][0]
+            if tick:
+                # Cycles only on the tick: whatever happened since the last one is seen at once.
+                seen = math.ceil(now / tick) * tick
+                now = seen if seen >= now else seen + tick
+            while i < n and at[i] <= now:
+                t = types[i]
+                heappush(heaps[t][1 if split and on_demand[i] else 0], key(i))
+                waiting[t] += 1
+                i += 1
+            while running and running[0][0] <= now:
+                last_finish, sid = heappop(running)
+                release(sid)
+                free_slots.add(sid)
+            if not pool.n_free:
+                continue
+            free = pool.free_counts(self.n_types)
+            picked = []
+            for t in range(self.n_types):
+                k = free[t]
+                if k and waiting[t]:
+                    for heap in heaps[t]:
+                        for _ in range(min(k, len(heap))):
+                            picked.append(heappop(heap))
+            if not picked:
+                continue
+            cycles += 1
+            placed, unplaced = policy.plan(picked, now, free)
+            for j, sid in placed:
+                starts[j] = now
+                ran_on[j] = sid
+                waiting[types[j]] -= 1
+                free_slots.discard(sid)
+                heappush(running, (now + durations[j], sid))
+            if unplaced:
+                for j in unplaced:
+                    heappush(heaps[types[j]][1 if split and on_demand[j] else 0], key(j))
+                if free_slots:
+                    self.count_stranded(placed, unplaced, stranded)
+        wall = time.perf_counter() - began
+        return PolicyResult(policy=policy.name, starts=starts, slots=ran_on, stranded=stranded,
+                            cycles=cycles,
+                            events=2 * n, wall_seconds=wall, makespan=last_finish - at[0])
+
+    def count_stranded(self, placed, unplaced, stranded) -> None:
+        """Charge a stranded cycle to each waiting job a better slot choice would have placed.
+
+        Over this cycle's candidates and the slots free at its start, the jobs the policy
+        placed are kept and more are added, in the policy's rank order, wherever an
+        augmenting path exists (placed jobs moving to other free slots of their type until
+        one lands on a slot left free): exactly the jobs that waited only because of which
+        slots the placed jobs took.
+        """
+        types = self.types
+        taken_types = set()
+        for _, sid in placed:
+            taken_types |= self.slot_types[sid]
+        if not any(types[j] in taken_types for j in unplaced):
+            return  # every slot a waiting job could use was already free or busy before
+        nodes = [sid for _, sid in placed] + sorted(self.free_slots)
+        nodes.sort(key=self.slot_order.__getitem__)
+        slot_types = self.slot_types
+
+        class Adjacency(dict):
+            def __missing__(adj, t):
+                adj[t] = found = [s for s in nodes if t in slot_types[s]]
+                return found
+
+        adj = Adjacency()
+        occ = {sid: types[j] for j, sid in placed}
+        room = len(self.free_slots)
+        dead = set()
+        for j in unplaced:
+            t = types[j]
+            if t in dead:
+                continue
+            if augment(t, adj, occ):
+                stranded[j] += 1
+                room -= 1
+                if not room:
+                    return
+            else:
+                dead.add(t)
+
+
+def simulate(trace: Trace, slots: Sequence[tuple[int, ...]], weights: core.Weights,
+             policy: str, tick: float = 0.0) -> PolicyResult:
+    """Replay `trace` under `policy`; with `tick` > 0, cycles run only every `tick` seconds."""
+    return Simulation(trace, slots, weights, policy, tick).run()
+
+
+# -- the report ---------------------------------------------------------------------------------
+
+def percentile(ordered: Sequence[float], p: float) -> float:
+    """Nearest-rank percentile of an ascending sequence."""
+    if not ordered:
+        return math.nan
+    rank = max(1, math.ceil(p / 100.0 * len(ordered)))
+    return ordered[rank - 1]
+
+
+@dataclass(frozen=True)
+class GroupStats:
+    type: str
+    priority: int
+    on_demand: bool
+    count: int
+    wait_p50: float
+    wait_p99: float
+    wait_max: float
+    stranded: int
+
+
+def group_stats(trace: Trace, result: PolicyResult) -> list[GroupStats]:
+    """Waits and stranded counts per (type, priority, on-demand), sorted by those keys."""
+    waits: dict[tuple, list[float]] = {}
+    stranded: dict[tuple, int] = {}
+    for j in range(len(trace)):
+        group = (trace.type_names[trace.types[j]], trace.priorities[j], trace.on_demand[j])
+        waits.setdefault(group, []).append(result.starts[j] - trace.at[j])
+        stranded[group] = stranded.get(group, 0) + result.stranded[j]
+    out = []
+    for group in sorted(waits):
+        ordered = sorted(waits[group])
+        out.append(GroupStats(*group, count=len(ordered), wait_p50=percentile(ordered, 50),
+                              wait_p99=percentile(ordered, 99), wait_max=ordered[-1],
+                              stranded=stranded[group]))
+    return out
+
+
+def report_json(trace: Trace, n_slots: int, results: list[PolicyResult]) -> dict:
+    policies = {}
+    for r in results:
+        policies[r.policy] = {
+            "groups": [vars(g) for g in group_stats(trace, r)],
+            "stranded": sum(r.stranded),
+            "makespan": r.makespan,
+            "throughput": len(trace) / r.makespan if r.makespan > 0 else None,
+            "cycles": r.cycles,
+            "events": r.events,
+            "wall_seconds": r.wall_seconds,
+            "events_per_second": r.events_per_second,
+        }
+    return {"trace": trace.path, "jobs": len(trace), "slots": n_slots, "policies": policies}
+
+
+def _seconds(value: float) -> str:
+    if value < 100:
+        return f"{value:.1f}"
+    return f"{value:.0f}"
+
+
+def report_table(trace: Trace, n_slots: int, results: list[PolicyResult]) -> str:
+    """Policies side by side: per (type, priority) group, wait p50/p99/max and stranded."""
+    stats = [{(g.type, g.priority, g.on_demand): g for g in group_stats(trace, r)}
+             for r in results]
+    groups = sorted(stats[0])
+    head = ["TYPE", "PRI", "OD", "JOBS"]
+    sub = ["", "", "", ""]
+    for r in results:
+        head += [r.policy, "", "", ""]
+        sub += ["p50", "p99", "max", "strd"]
+    rows = [head, sub]
+    for group in groups:
+        row = [group[0], str(group[1]), "yes" if group[2] else "", str(stats[0][group].count)]
+        for s in stats:
+            g = s[group]
+            row += [_seconds(g.wait_p50), _seconds(g.wait_p99), _seconds(g.wait_max),
+                    str(g.stranded)]
+        rows.append(row)
+    widths = [max(len(row[c]) for row in rows[1:]) for c in range(len(head))]
+    for p in range(len(results)):  # a policy's name spans its four columns
+        c = 4 + 4 * p
+        need = len(head[c]) - (sum(widths[c:c + 4]) + 6)
+        if need > 0:
+            widths[c + 2] += need
+    lines = [f"{trace.path}: {len(trace)} jobs on {n_slots} slots; waits in seconds "
+             "(strd: times a job waited although a better slot choice placed it)"]
+    for k, row in enumerate(rows):
+        cells = []
+        c = 0
+        while c < len(row):
+            if k == 0 and c >= 4:
+                span = sum(widths[c:c + 4]) + 6
+                cells.append(row[c].ljust(span))
+                c += 4
+                continue
+            cells.append(row[c].rjust(widths[c]) if c else row[c].ljust(widths[c]))
+            c += 1
+        lines.append("  ".join(cells).rstrip())
+    lines.append("")
+    lines.append(f"{'POLICY':<10} {'STRANDED':>9} {'MAKESPAN':>10} {'JOBS/S':>9} "
+                 f"{'CYCLES':>9} {'EVENTS/S':>10}")
+    for r in results:
+        throughput = len(trace) / r.makespan if r.makespan > 0 else math.inf
+        lines.append(f"{r.policy:<10} {sum(r.stranded):>9} {r.makespan:>10.1f} "
+                     f"{throughput:>9.3f} {r.cycles:>9} {r.events_per_second:>10.0f}")
+    return "\n".join(lines)
