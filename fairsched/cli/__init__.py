@@ -12,3 +12,4 @@ def main():
 
 
 # Command modules attach their commands to `main` on import (one import line each, below).
+from fairsched.cli import sched_cmds  # noqa: E402,F401
