@@ -1,0 +1,238 @@
+"""`fairsched submit`, `jobs`, `retry` and `cancel`: the queue seen from the command line.
+
+Each command is a thin layer over fairsched.store.Queue; every error is one line on stderr with
+the exit code of DESIGN.md (1: the operation failed, 2: bad usage or configuration).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from datetime import UTC, datetime
+from typing import Any, NoReturn
+
+import click
+import psycopg
+
+from fairsched.cli import main
+from fairsched.config import Config, load_config, resolve_config_path
+from fairsched.errors import ConfigError, FairschedError
+from fairsched.store.database import first_line
+from fairsched.store.queue import Queue
+from fairsched.store.schema import MAX_PRIORITY, STATUSES
+
+config_option = click.option(
+    "--config", "config_path", metavar="PATH",
+    help="workers.toml (default: $FAIRSCHED_CONFIG or ./workers.toml).")
+
+
+class UsageProblem(Exception):
+    """Bad input on the command line: exit 2."""
+
+
+def fail(message: str, code: int) -> NoReturn:
+    click.echo(f"fairsched: {message}", err=True)
+    sys.exit(code)
+
+
+def reports_errors(func):
+    """One line and the contract's exit code instead of a traceback."""
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except (UsageProblem, ConfigError) as exc:
+            fail(str(exc), 2)
+        except FairschedError as exc:  # includes unknown ids and jobs in the wrong status
+            fail(str(exc), 1)
+        except ValueError as exc:  # the store refused a value the options let through
+            fail(str(exc), 2)
+        except psycopg.Error as exc:
+            fail(f"database error: {first_line(exc)}", 1)
+    return wrapper
+
+
+def open_queue(config: Config) -> Queue:
+    return Queue.open(config.supervisor.state_dir, config.supervisor.database)
+
+
+# -- submit -----------------------------------------------------------------------------------
+
+def parse_payload(text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise UsageProblem(f"--payload is not valid JSON: {exc}") from None
+
+
+def parse_int(option: str, text: str | None, low: int, high: int | None = None) -> int | None:
+    if text is None:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < low or (high is not None and value > high):
+        bounds = f"from {low} to {high}" if high is not None else f">= {low}"
+        raise UsageProblem(f"{option} must be an integer {bounds}, got {text!r}")
+    return value
+
+
+def parse_seconds(option: str, text: str | None) -> float:
+    if text is None:
+        return 0.0
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise UsageProblem(f"{option} must be a number of seconds >= 0, got {text!r}")
+    return value
+
+
+def check_type(config: Config, type_name: str) -> None:
+    if type_name not in config.types:
+        known = ", ".join(sorted(config.types))
+        raise UsageProblem(f"no worker in {config.path} handles job type {type_name!r}"
+                           f" (configured types: {known})")
+
+
+def submit_queued(config: Config, type_name: str, payload: Any, *, priority: int,
+                  max_attempts: int | None, delay: float, key: str | None) -> int:
+    """Enqueue one job and return its id (the existing job's id for a key in use)."""
+    with open_queue(config) as queue:
+        return queue.enqueue(type_name, payload, priority=priority, max_attempts=max_attempts,
+                             delay=delay, key=key)
+
+
+@main.command()
+@click.argument("type_name", metavar="TYPE")
+@click.option("--payload", metavar="JSON", help="The job's payload, as JSON.")
+@click.option("--priority", metavar="N", help=f"0 to {MAX_PRIORITY} (default 0).")
+@click.option("--max-attempts", metavar="N",
+              help="Attempts before the job fails for good (default: the worker's).")
+@click.option("--delay", metavar="S", help="Seconds before the job becomes eligible.")
+@click.option("--key", metavar="K",
+              help="Idempotency key: while a job with this key is unfinished, print its id.")
+@config_option
+@reports_errors
+def submit(type_name, payload, priority, max_attempts, delay, key, config_path):
+    """Enqueue a job of TYPE and print its id."""
+    payload = parse_payload(payload)
+    priority = parse_int("--priority", priority, 0, MAX_PRIORITY) or 0
+    max_attempts = parse_int("--max-attempts", max_attempts, 1, 2**31 - 1)
+    delay = parse_seconds("--delay", delay)
+    if key is not None and not key:
+        raise UsageProblem("--key must not be empty")
+    config = load_config(resolve_config_path(config_path))
+    check_type(config, type_name)
+    job_id = submit_queued(config, type_name, payload, priority=priority,
+                           max_attempts=max_attempts, delay=delay, key=key)
+    click.echo(job_id)
+
+
+# -- jobs -------------------------------------------------------------------------------------
+
+JSON_TIME_FIELDS = ("created_at", "run_after", "started_at", "finished_at")
+
+
+@main.command()
+@click.option("--status", metavar="S", help=f"Only jobs in this status ({', '.join(STATUSES)}).")
+@click.option("--type", "type_name", metavar="T", help="Only jobs of this type.")
+@click.option("--limit", metavar="N", help="At most N jobs, newest first (default 100).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+@config_option
+@reports_errors
+def jobs(status, type_name, limit, as_json, config_path):
+    """List jobs, newest first."""
+    if status is not None and status not in STATUSES:
+        raise UsageProblem(f"--status must be one of {', '.join(STATUSES)}, got {status!r}")
+    limit = parse_int("--limit", limit, 1) or 100
+    config = load_config(resolve_config_path(config_path))
+    with open_queue(config) as queue:
+        rows = queue.list_jobs(status=status, type=type_name, limit=limit)
+    if as_json:
+        click.echo(json.dumps([job_json(row) for row in rows], indent=2))
+    else:
+        click.echo(jobs_table(rows, datetime.now(UTC)))
+
+
+def job_json(row: dict) -> dict:
+    out = dict(row)
+    for name in JSON_TIME_FIELDS:
+        if out[name] is not None:
+            out[name] = out[name].isoformat()
+    return out
+
+
+def jobs_table(rows: list[dict], now: datetime) -> str:
+    header = ("ID", "TYPE", "PRI", "STATUS", "ATTEMPTS", "AGE", "LAST ERROR")
+    lines = [header]
+    for row in rows:
+        status = row["status"]
+        if row["cancel_requested"]:
+            status += " (cancelling)"
+        elif status == "pending" and row["run_after"] > now:
+            status += f" (in {duration((row['run_after'] - now).total_seconds())})"
+        maximum = row["max_attempts"] if row["max_attempts"] is not None else "-"
+        error = (row["last_error"] or "").strip().splitlines()
+        error = error[0] if error else ""
+        if len(error) > 60:
+            error = error[:59] + "…"
+        lines.append((str(row["id"]), row["type"], str(row["priority"]), status,
+                      f"{row['attempts']}/{maximum}",
+                      duration((now - row["created_at"]).total_seconds()), error))
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header) - 1)]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=False))
+        + "  " + line[-1]
+        for line in lines).rstrip()
+
+
+def duration(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.0f}s"
+    if seconds < 3600:
+        return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
+    if seconds < 86400:
+        return f"{int(seconds // 3600)}h{int(seconds % 3600 // 60):02d}m"
+    return f"{int(seconds // 86400)}d{int(seconds % 86400 // 3600):02d}h"
+
+
+# -- retry, cancel ----------------------------------------------------------------------------
+
+def parse_job_id(text: str) -> int:
+    return parse_int("ID", text, 1, 2**63 - 1)
+
+
+@main.command()
+@click.argument("job_id", metavar="ID")
+@config_option
+@reports_errors
+def retry(job_id, config_path):
+    """Put a failed or cancelled job back in the queue, with fresh attempts."""
+    job_id = parse_job_id(job_id)
+    config = load_config(resolve_config_path(config_path))
+    with open_queue(config) as queue:
+        queue.retry_job(job_id)
+    click.echo(f"job {job_id} is pending again")
+
+
+@main.command()
+@click.argument("job_id", metavar="ID")
+@config_option
+@reports_errors
+def cancel(job_id, config_path):
+    """Cancel a pending job, or ask the supervisor running it to stop it."""
+    job_id = parse_job_id(job_id)
+    config = load_config(resolve_config_path(config_path))
+    with open_queue(config) as queue:
+        status = queue.cancel_job(job_id)
+    if status == "cancelled":
+        click.echo(f"job {job_id} cancelled")
+    else:
+        click.echo(f"job {job_id} is running: cancel requested")

@@ -1,0 +1,226 @@
+"""`fairsched submit / jobs / retry / cancel`, run as real processes against real PostgreSQL."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from fairsched.store.queue import Queue
+
+WORKERS_TOML = """
+[supervisor]
+state_dir = "state"
+
+[[worker]]
+name = "docs"
+types = ["pdf", "ocr"]
+handler = "myapp.jobs:render"
+max_attempts = 4
+"""
+
+# Stands in for a running supervisor: keeps the embedded database open until told to stop.
+HOLDER_SCRIPT = """
+import sys
+from fairsched.config import load_config
+from fairsched.store.database import open_database
+settings = load_config(sys.argv[1]).supervisor
+db = open_database(settings.state_dir, settings.database)
+print(db.url, flush=True)
+sys.stdin.readline()
+db.close()
+"""
+
+
+@pytest.fixture
+def config(tmp_path):
+    path = tmp_path / "workers.toml"
+    path.write_text(WORKERS_TOML)
+    return path
+
+
+def fairsched(*args: str, url: str | None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("FAIRSCHED_DATABASE_URL", "FAIRSCHED_CONFIG")}
+    if url is not None:
+        env["FAIRSCHED_DATABASE_URL"] = url
+    return subprocess.run([sys.executable, "-m", "fairsched", *args], capture_output=True,
+                          text=True, env=env, cwd=cwd, timeout=60)
+
+
+@contextlib.contextmanager
+def queue(url: str):
+    with psycopg.connect(url, autocommit=True) as conn:
+        yield Queue(conn)
+
+
+def jobs_in(url: str) -> int:
+    with psycopg.connect(url) as conn:
+        return conn.execute("SELECT count(*) FROM fairsched_jobs").fetchone()[0]
+
+
+def one_line_error(result: subprocess.CompletedProcess, code: int) -> str:
+    assert result.returncode == code, (result.stdout, result.stderr)
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+def test_submit_prints_the_id_and_stores_the_job(db, config):
+    result = fairsched("submit", "pdf", "--payload", '{"doc": 3}', "--priority", "7",
+                       "--max-attempts", "2", "--delay", "30", "--config", str(config), url=db)
+    assert result.returncode == 0, result.stderr
+    job_id = int(result.stdout)
+    with queue(db) as q:
+        job = q.get_job(job_id)
+    assert (job["type"], job["payload"], job["priority"], job["max_attempts"]) == (
+        "pdf", {"doc": 3}, 7, 2)
+    assert (job["run_after"] - job["created_at"]).total_seconds() == 30
+
+
+def test_submit_with_a_key_twice_gives_one_job(db, config):
+    ids = {fairsched("submit", "ocr", "--key", "scan-9", "--config", str(config), url=db).stdout
+           for _ in range(2)}
+    assert len(ids) == 1 and jobs_in(db) == 1
+
+
+def test_config_comes_from_fairsched_config_or_the_current_folder(db, config):
+    result = fairsched("submit", "pdf", url=db, cwd=config.parent)
+    assert result.returncode == 0, result.stderr
+    assert jobs_in(db) == 1
+
+
+@pytest.mark.parametrize("args, message", [
+    (["submit", "xls"], "no worker in "),
+    (["submit", "pdf", "--payload", "{oops"], "--payload is not valid JSON"),
+    (["submit", "pdf", "--payload", "NaN"], "payload is not JSON-serialisable"),
+    (["submit", "pdf", "--priority", "11"], "--priority must be an integer from 0 to 10"),
+    (["submit", "pdf", "--priority", "high"], "--priority must be an integer from 0 to 10"),
+    (["submit", "pdf", "--max-attempts", "0"], "--max-attempts must be an integer"),
+    (["submit", "pdf", "--delay", "-5"], "--delay must be a number of seconds"),
+    (["jobs", "--status", "done"], "--status must be one of"),
+    (["cancel", "seven"], "ID must be an integer"),
+])
+def test_bad_usage_is_one_line_exit_2_and_writes_nothing(db, config, args, message):
+    line = one_line_error(fairsched(*args, "--config", str(config), url=db), 2)
+    assert line.startswith("fairsched: ")
+    assert message in line
+    if args[:2] == ["submit", "xls"]:
+        assert "'xls'" in line and "pdf" in line
+    assert jobs_in(db) == 0
+
+
+def test_a_broken_config_is_one_line_exit_2(db, tmp_path):
+    line = one_line_error(fairsched("jobs", "--config", str(tmp_path / "missing.toml"), url=db), 2)
+    assert "missing.toml" in line
+    bad = tmp_path / "bad.toml"
+    bad.write_text(WORKERS_TOML.replace("types = [\"pdf\", \"ocr\"]", "types = []"))
+    line = one_line_error(fairsched("submit", "pdf", "--config", str(bad), url=db), 2)
+    assert "types" in line
+
+
+def test_jobs_shows_a_table_and_json(db, config):
+    with queue(db) as q:
+        done, failed, waiting = q.enqueue_many(
+            [{"type": "pdf"}, {"type": "ocr", "priority": 9}, {"type": "pdf", "delay": 600}])
+        q.conn.execute("UPDATE fairsched_jobs SET status = 'succeeded' WHERE id = %s", (done,))
+        q.conn.execute("UPDATE fairsched_jobs SET status = 'failed', attempts = 4,"
+                       " max_attempts = 4, last_error = %s WHERE id = %s",
+                       ("ValueError: page 3 is empty\nTraceback ...", failed))
+    result = fairsched("jobs", "--config", str(config), url=db)
+    assert result.returncode == 0, result.stderr
+    header, *rows = result.stdout.splitlines()
+    assert header.split() == ["ID", "TYPE", "PRI", "STATUS", "ATTEMPTS", "AGE", "LAST", "ERROR"]
+    assert [row.split()[0] for row in rows] == [str(waiting), str(failed), str(done)]
+    assert "pending (in 9m" in rows[0] or "pending (in 10m" in rows[0]
+    assert rows[1].split()[:5] == [str(failed), "ocr", "9", "failed", "4/4"]
+    assert rows[1].endswith("ValueError: page 3 is empty")
+
+    result = fairsched("jobs", "--status", "failed", "--json", "--config", str(config), url=db)
+    (job,) = json.loads(result.stdout)
+    assert (job["id"], job["status"], job["attempts"]) == (failed, "failed", 4)
+    assert job["created_at"].endswith("+00:00")
+
+    result = fairsched("jobs", "--type", "pdf", "--json", "--config", str(config), url=db)
+    assert [j["id"] for j in json.loads(result.stdout)] == [waiting, done]
+
+
+def test_retry_and_cancel(db, config):
+    with queue(db) as q:
+        failed, pending, running, finished = q.enqueue_many([{"type": "pdf"}] * 4)
+        for job_id, status in ((failed, "failed"), (running, "running"), (finished, "succeeded")):
+            q.conn.execute("UPDATE fairsched_jobs SET status = %s, attempts = 1 WHERE id = %s",
+                           (status, job_id))
+
+    def cli(*args):
+        return fairsched(*args, "--config", str(config), url=db)
+
+    result = cli("retry", str(failed))
+    assert (result.returncode, result.stdout) == (0, f"job {failed} is pending again\n")
+    assert f"job {pending} is pending" in one_line_error(cli("retry", str(pending)), 1)
+    assert "no job with id 4242" in one_line_error(cli("retry", "4242"), 1)
+
+    result = cli("cancel", str(pending))
+    assert (result.returncode, result.stdout) == (0, f"job {pending} cancelled\n")
+    result = cli("cancel", str(running))
+    assert (result.returncode, result.stdout) == (0, f"job {running} is running: cancel requested\n")
+    assert f"job {finished} already succeeded" in one_line_error(cli("cancel", str(finished)), 1)
+    assert "no job with id 4242" in one_line_error(cli("cancel", "4242"), 1)
+
+    with queue(db) as q:
+        assert q.get_job(failed)["status"] == "pending"
+        assert q.get_job(pending)["status"] == "cancelled"
+        assert q.get_job(running)["cancel_requested"]
+
+
+def test_an_unreachable_database_is_one_line_exit_1(config):
+    line = one_line_error(
+        fairsched("jobs", "--config", str(config), url="postgresql://x@/db?host=/nonexistent"), 1)
+    assert "cannot connect to PostgreSQL" in line
+
+
+def test_embedded_database_without_any_url(short_tmp):
+    config = short_tmp / "workers.toml"
+    config.write_text(WORKERS_TOML)
+    result = fairsched("submit", "pdf", "--config", str(config), url=None)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    result = fairsched("jobs", "--json", "--config", str(config), url=None)
+    assert [j["type"] for j in json.loads(result.stdout)] == ["pdf"]
+    # Each command started the server for itself and stopped it again.
+    assert not (short_tmp / "state" / "pg" / "postmaster.pid").exists()
+
+
+def test_commands_beside_a_running_supervisor_leave_its_database_up(short_tmp):
+    config = short_tmp / "workers.toml"
+    config.write_text(WORKERS_TOML)
+    env = {k: v for k, v in os.environ.items() if k != "FAIRSCHED_DATABASE_URL"}
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER_SCRIPT, str(config)], env=env,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        url = holder.stdout.readline().strip()
+        assert url.startswith("postgresql://")
+        pid_file = short_tmp / "state" / "pg" / "postmaster.pid"
+        postmaster = pid_file.read_text().split()[0]
+        job_id = int(fairsched("submit", "pdf", "--config", str(config), url=None).stdout)
+        assert fairsched("cancel", str(job_id), "--config", str(config), url=None).returncode == 0
+        assert pid_file.read_text().split()[0] == postmaster
+        with queue(url) as q:  # the supervisor's server still answers
+            assert q.get_job(job_id)["status"] == "cancelled"
+        holder.stdin.write("\n")
+        holder.stdin.flush()
+        assert holder.wait(30) == 0
+        assert not pid_file.exists()
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+        holder.wait()
+        holder.stdin.close()
+        holder.stdout.close()
