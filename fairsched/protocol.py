@@ -41,7 +41,7 @@ def encode(msg: dict) -> bytes:
     return _HEADER.pack(len(body)) + body
 
 
-def decode_body(body: bytes, accept: Collection[str] = MESSAGE_TYPES) -> dict:
+def decode_body(body: bytes | bytearray, accept: Collection[str] = MESSAGE_TYPES) -> dict:
     """The message in one frame body (without its length header)."""
     try:
         text = body.decode("utf-8")
@@ -102,7 +102,7 @@ class FrameDecoder:
                 if end - start < size:
                     break
                 pos = start + size
-                out.append(decode_body(bytes(buf[start:pos]), self._accept))
+                out.append(decode_body(buf[start:pos], self._accept))
         except ProtocolError as exc:
             self._error = exc
             buf.clear()

@@ -7,7 +7,9 @@ reports any real problem through the worker itself (exit 78, one line in its log
 `launch_fast` does exactly that. Command workers always use `launch`.
 
 Every process started here (workers and templates) is the caller's child to reap: templates
-double-fork, so the caller must have called `become_subreaper()` first.
+double-fork, so the caller must have called `become_subreaper()` first. Call these from a
+thread that lives as long as the workers (the supervisor's loop thread): Linux delivers the
+workers' parent-death signal when the thread that started them exits.
 """
 
 from __future__ import annotations
