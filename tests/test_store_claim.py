@@ -194,3 +194,18 @@ async def test_cancel_of_a_running_job_reaches_its_supervisor(db):
         assert await store.release([(ids[2], 1)]) == [ids[2]]
     assert [job(db, i)["status"] for i in ids] == ["cancelled"] * 3
     assert not any(job(db, i)["cancel_requested"] for i in ids)
+
+
+@run_async
+async def test_a_result_jsonb_cannot_hold_fails_only_its_own_job(db):
+    ids = enqueue(db, *[{"type": "pdf"}] * 3)
+    async with stores(db) as (store,):
+        await store.claim(ids, {"pdf": 3})
+        done = await store.complete([(ids[0], 1, {"ok": 1}), (ids[1], 1, float("nan")),
+                                     (ids[2], 1, {"text": "a\x00b"})])
+    assert done == [ids[0]]
+    assert job(db, ids[0])["status"] == "succeeded"
+    for job_id in ids[1:]:
+        row = job(db, job_id)
+        assert row["status"] == "failed"
+        assert row["last_error"].startswith("the result could not be stored: result")

@@ -1,5 +1,6 @@
 """The job store: the durable queue in PostgreSQL (embedded or by URL), its schema and clients."""
 
+from fairsched.store.aqueue import AsyncStore, QueuedJob, retry_delay
 from fairsched.store.database import Database, open_database
 from fairsched.store.errors import (
     DatabaseUnavailable,
@@ -11,12 +12,15 @@ from fairsched.store.errors import (
 from fairsched.store.queue import Queue
 
 __all__ = [
+    "AsyncStore",
     "Database",
     "DatabaseUnavailable",
     "JobNotFound",
     "JobStateError",
     "Queue",
+    "QueuedJob",
     "SchemaError",
     "StoreError",
     "open_database",
+    "retry_delay",
 ]

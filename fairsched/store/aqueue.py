@@ -25,6 +25,7 @@ from fairsched.store.schema import CANCEL_CHANNEL, JOBS_CHANNEL, MAX_PRIORITY
 # Used when a claimed job has no max_attempts and its type is missing from the defaults.
 DEFAULT_MAX_ATTEMPTS = 3
 CONNECT_TIMEOUT = 10
+MAX_ERROR = 65536  # characters of last_error kept
 
 # Property 2 of the design: per type, the k best jobs by score. For queued jobs the score order
 # is the ascending order of (eligible_epoch - priority * W_p / W_a); within one priority level
@@ -279,16 +280,26 @@ class AsyncStore:
         return [won[i] for i in dict.fromkeys(ids) if i in won]
 
     async def complete(self, items: Iterable[tuple[int, int, Any]]) -> list[int]:
-        """Mark jobs succeeded, fenced on this claim; return the ids that changed."""
-        items = list(items)
-        if not items:
+        """Mark jobs succeeded, fenced on this claim; return the ids that changed.
+
+        A result jsonb cannot hold (NaN, a NUL character) fails its job for good instead,
+        with the reason in last_error, so one bad result never blocks the batch.
+        """
+        storable, unstorable = [], []
+        for job_id, attempt, result in items:
+            try:
+                storable.append((job_id, attempt, encode_json(result, "result")))
+            except ValueError as exc:
+                unstorable.append((job_id, attempt, f"the result could not be stored: {exc}"))
+        for job_id, attempt, error in unstorable:
+            await self.fail(job_id, attempt, error, permanent=True, retry_delay=0)
+        if not storable:
             return []
         cur = await self.conn.execute(COMPLETE_SQL, {
             "me": self.supervisor_id,
-            "ids": [job_id for job_id, _, _ in items],
-            "attempts": [attempt for _, attempt, _ in items],
-            "results": [encode_json(result, f"result of job {job_id}")
-                        for job_id, _, result in items],
+            "ids": [job_id for job_id, _, _ in storable],
+            "attempts": [attempt for _, attempt, _ in storable],
+            "results": [result for _, _, result in storable],
         })
         return [row[0] for row in await cur.fetchall()]
 
@@ -301,7 +312,7 @@ class AsyncStore:
             raise ValueError(f"retry_delay must be a number of seconds >= 0, got {retry_delay!r}")
         cur = await self.conn.execute(FAIL_SQL, {
             "me": self.supervisor_id, "id": job_id, "attempt": attempt,
-            "error": str(error).replace("\x00", "\\0"), "permanent": bool(permanent),
+            "error": str(error)[:MAX_ERROR].replace("\x00", "\\0"), "permanent": bool(permanent),
             "delay": delay})
         row = await cur.fetchone()
         return row[0] if row else None

@@ -1,0 +1,130 @@
+"""Job-store throughput on a real PostgreSQL, measured side by side in one run.
+
+    python -m fairsched.store.bench [--url URL] [--jobs N]
+
+Without --url (or FAIRSCHED_DATABASE_URL) it runs on a throwaway embedded server. It prints
+jobs/s for batched enqueue, for claiming and completing one job per statement, and for the
+supervisor's cycle (fetch 2 x 16 candidates, claim them in one statement, complete them in one),
+then the latency of one fetch against a deep queue.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from fairsched.store.aqueue import AsyncStore
+from fairsched.store.database import ENV_URL, open_database
+from fairsched.store.queue import Queue
+
+TYPE = "bench"
+PPS = 64.0
+
+
+def reset(database, jobs: int, pending_extra: int = 0) -> None:
+    with database.connect() as conn:
+        conn.execute("TRUNCATE fairsched_jobs, fairsched_supervisors")
+        queue = Queue(conn)
+        for start in range(0, jobs, 1000):
+            queue.enqueue_many([{"type": TYPE, "priority": i % 11}
+                                for i in range(start, min(jobs, start + 1000))])
+        for start in range(0, pending_extra, 1000):
+            queue.enqueue_many([{"type": f"other{i % 8}", "priority": i % 11}
+                                for i in range(start, min(pending_extra, start + 1000))])
+        conn.execute("VACUUM ANALYZE fairsched_jobs")
+
+
+def bench_enqueue(database, jobs: int) -> float:
+    with database.connect() as conn:
+        conn.execute("TRUNCATE fairsched_jobs")
+        queue = Queue(conn)
+        batch = [{"type": TYPE, "payload": {"n": i}, "priority": i % 11} for i in range(1000)]
+        start = time.perf_counter()
+        for _ in range(jobs // 1000):
+            queue.enqueue_many(batch)
+        return (jobs // 1000) * 1000 / (time.perf_counter() - start)
+
+
+async def bench_one_by_one(url: str, jobs: int) -> float:
+    store = await AsyncStore.connect(url)
+    try:
+        candidates = await store.fetch({TYPE: jobs // 2}, PPS)
+        start = time.perf_counter()
+        for job in candidates:
+            (won,) = await store.claim([job.id], {TYPE: 3})
+            await store.complete([(won.id, won.attempts, None)])
+        return len(candidates) / (time.perf_counter() - start)
+    finally:
+        await store.close()
+
+
+async def bench_batched(url: str, jobs: int, free: int = 16) -> float:
+    store = await AsyncStore.connect(url)
+    try:
+        done = 0
+        start = time.perf_counter()
+        while done < jobs:
+            candidates = await store.fetch({TYPE: free}, PPS)
+            if not candidates:
+                break
+            won = await store.claim([j.id for j in candidates], {TYPE: 3})
+            await store.complete([(j.id, j.attempts, None) for j in won])
+            done += len(won)
+        return done / (time.perf_counter() - start)
+    finally:
+        await store.close()
+
+
+async def bench_fetch_latency(url: str, rounds: int = 300) -> float:
+    store = await AsyncStore.connect(url)
+    try:
+        start = time.perf_counter()
+        for _ in range(rounds):
+            await store.fetch({TYPE: 16, "other1": 4}, PPS)
+        return (time.perf_counter() - start) / rounds * 1000
+    finally:
+        await store.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", help="PostgreSQL URL (default: $FAIRSCHED_DATABASE_URL or embedded)")
+    parser.add_argument("--jobs", type=int, default=20000, help="jobs per measurement")
+    args = parser.parse_args()
+    jobs = max(1000, args.jobs)
+
+    tmp = None
+    url = args.url or os.environ.get(ENV_URL)
+    if not url:
+        tmp = Path(tempfile.mkdtemp(prefix="fs-bench-"))
+    database = open_database(tmp or Path("."), url)
+    try:
+        print(f"database: {database.kind}, {jobs} jobs per measurement")
+        rate = bench_enqueue(database, jobs)
+        print(f"enqueue_many, 1000 per batch:          {rate:10,.0f} jobs/s")
+        reset(database, jobs)
+        one = asyncio.run(bench_one_by_one(database.url, jobs))
+        print(f"claim + complete, one job at a time:   {one:10,.0f} jobs/s")
+        reset(database, jobs)
+        batched = asyncio.run(bench_batched(database.url, jobs))
+        print(f"fetch 32, claim 32, complete 32:       {batched:10,.0f} jobs/s"
+              f"  ({batched / one:.1f}x one at a time)")
+        reset(database, 0, pending_extra=100_000)
+        with database.connect() as conn:
+            Queue(conn).enqueue_many([{"type": TYPE, "priority": i % 11} for i in range(1000)])
+            conn.execute("VACUUM ANALYZE fairsched_jobs")
+        latency = asyncio.run(bench_fetch_latency(database.url))
+        print(f"fetch with 101,000 pending jobs:       {latency:10.2f} ms per call")
+    finally:
+        database.close()
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
