@@ -7,10 +7,11 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
-from handlers.worker_peer import HERE, Peer, make_spec
+from handlers.worker_peer import HERE, Peer, _alive, make_spec
 
 from fairsched.worker.launch import LaunchError, Template, launch, launch_fast
 
@@ -98,7 +99,6 @@ def test_template_worker_sees_the_same_setup_as_a_cold_one(templates, tmp_path):
         one["env"].pop("FAIRSCHED_INCARNATION")
     assert seen[0] == seen[1]
     assert seen[0]["cwd"] == str(HERE.resolve()) and seen[0]["stdin_is_devnull"]
-    assert forked.hello is not None and forked.pid != template.pid
 
 
 def test_template_worker_runs_in_its_own_session_with_its_own_log(templates, tmp_path):
@@ -165,6 +165,26 @@ def test_spawn_refuses_a_spec_of_another_group(templates, tmp_path):
         template.spawn(make_spec(tmp_path, handler="worker_handlers:fail"), "inc-1")
     with pytest.raises(ValueError, match="Python handlers only"):
         Template.start(make_spec(tmp_path, handler=None, command=("true",)))
+
+
+@pytest.mark.parametrize("mode", ["cold", "template"])
+def test_worker_dies_with_its_supervisor_even_without_eof(mode):
+    probe = Path(__file__).parent / "handlers" / "pdeath_probe.py"
+    done = subprocess.run([sys.executable, str(probe), mode], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    try:
+        deadline = time.monotonic() + 10
+        while _alive(report["worker"]) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not _alive(report["worker"]), "the worker outlived its supervisor"
+    finally:
+        for pid in (report["worker"], report["holder"]):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 def test_template_workers_are_children_of_a_subreaper():
