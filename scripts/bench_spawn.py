@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import select
+import shutil
 import signal
 import statistics
 import sys
@@ -143,6 +144,7 @@ def main() -> None:
     finally:
         template.close()
         os.waitpid(template.pid, 0)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -185,6 +186,7 @@ def test_worker_dies_with_its_supervisor_even_without_eof(mode):
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        shutil.rmtree(report["dir"], ignore_errors=True)
 
 
 def test_template_workers_are_children_of_a_subreaper():

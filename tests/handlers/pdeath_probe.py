@@ -2,7 +2,7 @@
 
 With the supervisor end of the socket held by a `sleep` (so the worker sees no EOF), only the
 parent-death signal can end the worker once this process is gone. Argument: "cold" (launch)
-or "template" (subreaper + template spawn). Prints {"worker": pid, "holder": pid}.
+or "template" (subreaper + template spawn). Prints {"worker": pid, "holder": pid, "dir": ...}.
 """
 
 import json
@@ -19,7 +19,8 @@ from fairsched.worker.launch import Template, become_subreaper, launch  # noqa: 
 
 
 def main(mode: str) -> None:
-    spec = make_spec(Path(tempfile.mkdtemp(prefix="fs-pdeath-")))
+    folder = tempfile.mkdtemp(prefix="fs-pdeath-")
+    spec = make_spec(Path(folder))
     if mode == "template":
         assert become_subreaper()
         template = Template.start(spec)
@@ -30,7 +31,7 @@ def main(mode: str) -> None:
     peer.hello()
     holder = subprocess.Popen(["sleep", "30"], pass_fds=[peer.sock.fileno()],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    print(json.dumps({"worker": peer.pid, "holder": holder.pid}), flush=True)
+    print(json.dumps({"worker": peer.pid, "holder": holder.pid, "dir": folder}), flush=True)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ other test), hence this separate process. Prints {"parent": ..., "me": ..., "exi
 
 import json
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -46,6 +47,7 @@ def main() -> None:
             pass
         for pid in _children():  # nothing of ours may outlive the probe
             os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(log_dir, ignore_errors=True)
 
 
 def _children() -> list[int]:
