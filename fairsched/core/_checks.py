@@ -1,0 +1,84 @@
+"""Argument checks shared by the compiled core and its twin, so both fail the same way."""
+
+from array import array
+
+from fairsched.core.candidates import Candidates, _time
+from fairsched.core.weights import Weights
+
+# Type ids index per-type arrays, so they must stay small: the caller interns type names.
+MAX_TYPE_ID = (1 << 20) - 1
+INT64_MIN = -(1 << 63)
+INT64_MAX = (1 << 63) - 1
+
+
+def check_now(now):
+    return _time(now, "now")
+
+
+def check_weights(weights):
+    if not isinstance(weights, Weights):
+        raise TypeError(f"weights must be a fairsched.core.Weights, got {type(weights).__name__}")
+    return (weights.priority, weights.age, weights.rarity, weights.on_demand,
+            weights.on_demand_age)
+
+
+def check_candidates(cands):
+    if not isinstance(cands, Candidates):
+        raise TypeError(f"cands must be a fairsched.core.Candidates, got {type(cands).__name__}")
+    n = len(cands.types)
+    if not (len(cands.priorities) == len(cands.eligible_at) == len(cands.on_demand)
+            == len(cands.job_ids) == n):
+        raise ValueError("candidate columns have different lengths")
+    return n
+
+
+def check_matching(matching):
+    if matching != "greedy":
+        raise ValueError(f"matching must be 'greedy' (optimal matching is not available yet), "
+                         f"got {matching!r}")
+
+
+def as_free_counts(free_counts):
+    """Free slot counts per type id as array('q'); SlotPool.free_counts() already is one."""
+    if isinstance(free_counts, array) and free_counts.typecode == "q":
+        return free_counts
+    try:
+        return array("q", free_counts)
+    except (TypeError, OverflowError) as exc:
+        raise TypeError(f"free_counts must be a sequence of 64-bit integers ({exc})") from None
+
+
+def as_int64(value, what):
+    """The integer conversion Cython applies to an int64_t argument, with a better message."""
+    try:
+        value = value.__index__()
+    except AttributeError:
+        raise TypeError(f"{what} must be an integer, got {value!r}") from None
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise OverflowError(f"{what} {value} does not fit in 64 bits")
+    return value
+
+
+def check_slot_id(slot_id):
+    slot_id = as_int64(slot_id, "slot id")
+    if slot_id < 0:
+        # -1 is what acquire() returns for "no slot".
+        raise ValueError(f"slot id must be >= 0, got {slot_id}")
+    return slot_id
+
+
+def check_type_ids(type_ids):
+    if isinstance(type_ids, str | bytes) or not hasattr(type_ids, "__iter__"):
+        raise TypeError(f"type_ids must be a sequence of integers, got {type_ids!r}")
+    out = []
+    for t in type_ids:
+        t = as_int64(t, "type id")
+        if not 0 <= t <= MAX_TYPE_ID:
+            raise ValueError(f"type id must be between 0 and {MAX_TYPE_ID}, got {t}")
+        out.append(t)
+    if not out:
+        raise ValueError("a slot needs at least one type id, got none")
+    if len(set(out)) != len(out):
+        dup = next(t for t in out if out.count(t) > 1)
+        raise ValueError(f"type id {dup} is listed twice for one slot")
+    return tuple(out)

@@ -1,0 +1,241 @@
+"""Compiled scoring: score a batch of candidate jobs and order them, in bulk.
+
+The arithmetic matches _scoring_py operation for operation (and setup.py forbids fused
+multiply-add), so both produce bit-identical scores.
+"""
+
+from cpython.array cimport array, clone
+from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+from libc.math cimport INFINITY, isfinite
+from libc.stdint cimport UINT32_MAX, uint32_t, uint64_t
+from libc.stdlib cimport qsort
+from libc.string cimport memcpy, memset
+
+from fairsched.core._checks import (
+    as_free_counts,
+    check_candidates,
+    check_now,
+    check_weights,
+)
+
+cdef array _DOUBLE_ARRAY = array("d")
+cdef array _INT64_ARRAY = array("q")
+
+
+cdef enum:
+    # Buckets up to this size are put in order by insertion sort, larger ones by qsort.
+    _SMALL = 16
+
+
+cdef ScoreWeights weights_of(weights) except *:
+    cdef ScoreWeights w
+    w.priority, w.age, w.rarity, w.on_demand, w.on_demand_age = check_weights(weights)
+    return w
+
+
+def score_candidates(cands, now, free_counts, weights):
+    """Return (scores array('d'), order array('q')) for the candidates at time `now`.
+
+    order lists candidate indices by score descending, then eligible_at ascending (older
+    first), then job id ascending, then index.
+    """
+    cdef Py_ssize_t n = check_candidates(cands)
+    cdef double t = check_now(now)
+    cdef array free = as_free_counts(free_counts)
+    cdef ScoreWeights w = weights_of(weights)
+    cdef array scores = clone(_DOUBLE_ARRAY, n, zero=False)
+    cdef array order = clone(_INT64_ARRAY, n, zero=False)
+    score_and_order(cands, t, free, w, scores, order)
+    return scores, order
+
+
+cdef int score_and_order(cands, double now, const long long[::1] free_counts,
+                         ScoreWeights w, double[::1] scores, long long[::1] order) except -1:
+    cdef const double[::1] eligible_at = cands.eligible_at
+    score_into(cands.types, cands.priorities, eligible_at, cands.on_demand, now,
+               free_counts, w, scores)
+    order_into(scores, eligible_at, cands.job_ids, order)
+    return 0
+
+
+cdef int score_into(const long long[::1] types, const long long[::1] priorities,
+                    const double[::1] eligible_at, const unsigned char[::1] on_demand,
+                    double now, const long long[::1] free_counts, ScoreWeights w,
+                    double[::1] scores) except -1:
+    cdef Py_ssize_t i, n = types.shape[0], n_free = free_counts.shape[0]
+    cdef long long t, f
+    cdef double age, s
+    for i in range(n):
+        age = now - eligible_at[i]
+        if age < 0.0:
+            age = 0.0
+        s = <double>priorities[i] * w.priority + age * w.age
+        t = types[i]
+        if 0 <= t < n_free:
+            f = free_counts[t]
+            if f > 0:
+                s = s + w.rarity / <double>f
+        if on_demand[i]:
+            s = s + (w.on_demand + age * w.on_demand_age)
+        scores[i] = s
+    return 0
+
+
+cdef inline uint64_t _rank_bits(double score) noexcept:
+    # An unsigned key that sorts like -score: the IEEE bits with the sign handled. NaN goes
+    # last (as +inf) and -0.0 counts as 0.0, as in the twin's comparison of floats.
+    cdef double key = -score if score == score else INFINITY
+    cdef uint64_t bits
+    if key == 0.0:
+        key = 0.0
+    memcpy(&bits, &key, sizeof(bits))
+    return ~bits if bits >> 63 else bits | (<uint64_t>1 << 63)
+
+
+cdef inline bint _before(const Entry *a, const Entry *b, const double[::1] eligible_at,
+                         const long long[::1] job_ids) noexcept:
+    # The full order: higher score, then older, then lower job id, then lower index.
+    # Only used within one bucket, where a NaN score meets only NaN and -inf, its equals.
+    if a.score > b.score:
+        return True
+    if a.score < b.score:
+        return False
+    if eligible_at[a.idx] != eligible_at[b.idx]:
+        return eligible_at[a.idx] < eligible_at[b.idx]
+    if job_ids[a.idx] != job_ids[b.idx]:
+        return job_ids[a.idx] < job_ids[b.idx]
+    return a.idx < b.idx
+
+
+cdef int _full_cmp(const void *pa, const void *pb) noexcept nogil:
+    cdef const FullKey *a = <const FullKey *>pa
+    cdef const FullKey *b = <const FullKey *>pb
+    if a.key != b.key:
+        return -1 if a.key < b.key else 1
+    if a.eligible_at != b.eligible_at:
+        return -1 if a.eligible_at < b.eligible_at else 1
+    if a.job_id != b.job_id:
+        return -1 if a.job_id < b.job_id else 1
+    return -1 if a.idx < b.idx else (1 if a.idx > b.idx else 0)
+
+
+cdef int _sort_run(Entry *run, Py_ssize_t n, const double[::1] eligible_at,
+                   const long long[::1] job_ids) except -1:
+    # Put run[0..n) in the full order: insertion sort when short, else qsort.
+    cdef Py_ssize_t i, j
+    cdef Entry x
+    cdef FullKey *full
+    if n <= _SMALL:
+        for i in range(1, n):
+            x = run[i]
+            j = i
+            while j > 0 and _before(&x, &run[j - 1], eligible_at, job_ids):
+                run[j] = run[j - 1]
+                j -= 1
+            run[j] = x
+        return 0
+    full = <FullKey *>PyMem_Malloc(n * sizeof(FullKey))
+    if full == NULL:
+        raise MemoryError()
+    for i in range(n):
+        full[i].key = _rank_bits(run[i].score)
+        full[i].eligible_at = eligible_at[run[i].idx]
+        full[i].job_id = job_ids[run[i].idx]
+        full[i].idx = run[i].idx
+    qsort(full, n, sizeof(FullKey), _full_cmp)
+    for i in range(n):
+        run[i].score = -1.0  # no longer read
+        run[i].idx = full[i].idx
+    PyMem_Free(full)
+    return 0
+
+
+cdef inline Py_ssize_t _bucket(double score, double high, double scale,
+                               Py_ssize_t n) noexcept:
+    # Monotonic in score: buckets 0 .. n-1 for finite scores, highest first; n for the last.
+    cdef Py_ssize_t b
+    if isfinite(score):
+        b = <Py_ssize_t>((high - score) * scale)
+        return b if b < n else n - 1
+    if score > 0.0:
+        return 0  # +inf
+    return n  # -inf and NaN, which the order treats alike
+
+
+# Scratch space for order_into, kept from one cycle to the next: glibc hands large freed
+# blocks back to the kernel, and faulting them in again cost more than the sort itself.
+# Only ever used with the GIL held and without calling back into Python.
+cdef Entry *_entries = NULL
+cdef uint32_t *_starts = NULL
+cdef Py_ssize_t _capacity = 0
+
+
+cdef int _reserve(Py_ssize_t n) except -1:
+    global _entries, _starts, _capacity
+    cdef Entry *entries
+    cdef uint32_t *starts
+    if n <= _capacity:
+        return 0
+    entries = <Entry *>PyMem_Realloc(_entries, n * sizeof(Entry))
+    if entries == NULL:
+        raise MemoryError()
+    _entries = entries
+    starts = <uint32_t *>PyMem_Realloc(_starts, (n + 2) * sizeof(uint32_t))
+    if starts == NULL:
+        raise MemoryError()
+    _starts = starts
+    _capacity = n
+    return 0
+
+
+cdef int order_into(const double[::1] scores, const double[::1] eligible_at,
+                    const long long[::1] job_ids, long long[::1] order) except -1:
+    # A bucket sort: n buckets spread linearly between the highest and the lowest finite
+    # score, filled in one stable counting pass, then each bucket holding more than one
+    # candidate is put in the full order by comparison. The bucket map only has to be
+    # monotonic (rounding may merge close scores, never swap them), so the result is the
+    # exact order; it costs a few linear passes for spread-out scores and degrades to one
+    # comparison sort, never worse, when scores bunch up.
+    cdef Py_ssize_t i, b, end, n = scores.shape[0]
+    cdef double s, high = -INFINITY, low = INFINITY, scale = 0.0
+    cdef uint32_t *starts
+    cdef Entry *entries
+    if n == 0:
+        return 0
+    if n >= <Py_ssize_t>UINT32_MAX:
+        raise ValueError(f"too many candidates for one cycle: {n}")
+    _reserve(n)
+    starts, entries = _starts, _entries
+    for i in range(n):
+        s = scores[i]
+        if isfinite(s):
+            if s > high:
+                high = s
+            if s < low:
+                low = s
+    if high > low:
+        scale = (n - 1) / (high - low)
+        if not (scale < INFINITY):
+            scale = 0.0
+    # Counting pass: starts[b + 1] counts bucket b, then becomes where bucket b + 1 starts.
+    memset(starts, 0, (n + 2) * sizeof(uint32_t))
+    for i in range(n):
+        starts[_bucket(scores[i], high, scale, n) + 1] += 1
+    for b in range(n + 1):
+        starts[b + 1] += starts[b]
+    # Scores travel with their index so that sorting a bucket reads memory in order.
+    for i in range(n):
+        b = _bucket(scores[i], high, scale, n)
+        entries[starts[b]].score = scores[i]
+        entries[starts[b]].idx = i
+        starts[b] += 1
+    # starts[b] is now where bucket b ends, and so where bucket b + 1 begins.
+    b = 0
+    for i in range(n + 1):
+        end = starts[i]
+        if end - b > 1:
+            _sort_run(&entries[b], end - b, eligible_at, job_ids)
+        b = end
+    for i in range(n):
+        order[i] = entries[i].idx
+    return 0
