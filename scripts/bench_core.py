@@ -1,0 +1,111 @@
+"""Benchmark the scheduling core: one planning cycle (score + plan), compiled vs twin.
+
+Both implementations run side by side in one process on the same workloads; the table
+shows the median time per cycle, the speed ratio, and the time per candidate so that the
+growth with the cycle size is visible. Run with `make bench`, or with --quick for a smoke run.
+"""
+
+import argparse
+import random
+import statistics
+import sys
+import time
+
+from fairsched.core import Candidates, Weights, compiled_error, implementations
+
+# (candidates, slots, job types, cycles to time)
+SIZES = [(32, 16, 16, 400), (512, 256, 24, 100), (2000, 1000, 32, 40), (20000, 10000, 64, 8)]
+
+
+def type_set(rng, n_types, popularity):
+    # 60% specialists, 30% with 2-3 types, 10% versatile with 4-8 types.
+    roll = rng.random()
+    k = 1 if roll < 0.6 else rng.randint(2, 3) if roll < 0.9 else rng.randint(4, 8)
+    chosen = set()
+    while len(chosen) < k:
+        chosen.add(rng.choices(range(n_types), popularity)[0])
+    return sorted(chosen)
+
+
+def workload(n_cands, n_slots, n_types, seed=1):
+    """Workers of 1-4 slots each (slots of one worker share its types), and candidates."""
+    rng = random.Random(seed)
+    # A few popular types and a long tail of rare ones.
+    popularity = [1.0 / (rank + 1) for rank in range(n_types)]
+    slots = []
+    worker = 0
+    while len(slots) < n_slots:
+        types = type_set(rng, n_types, popularity)
+        for _ in range(min(rng.randint(1, 4), n_slots - len(slots))):
+            slots.append((len(slots), worker, types))
+        worker += 1
+    now = 1_000_000.0
+    cands = Candidates()
+    for job_id in range(n_cands):
+        cands.append(
+            rng.choices(range(n_types), popularity)[0],
+            min(10, int(rng.expovariate(0.4))),
+            now - rng.expovariate(1 / 60.0),
+            rng.random() < 0.05,
+            job_id,
+        )
+    return slots, cands, now
+
+
+def build_pool(ns, slots):
+    pool = ns.SlotPool()
+    for slot_id, worker, types in slots:
+        pool.add_slot(slot_id, worker, types)
+    return pool
+
+
+def time_cycles(impls, slots, cands, now, cycles):
+    """Median microseconds per cycle for each implementation, interleaved cycle by cycle."""
+    weights = Weights()
+    pools = {name: build_pool(ns, slots) for name, ns in impls.items()}
+    samples = {name: [] for name in impls}
+    plans = {}
+    for _ in range(cycles):
+        for name, ns in impls.items():
+            pool = pools[name]
+            start = time.perf_counter_ns()
+            idx, slot_ids = ns.plan_cycle(pool, cands, now, weights)
+            samples[name].append((time.perf_counter_ns() - start) / 1000.0)
+            plans[name] = (list(idx), list(slot_ids))
+            # Give the reserved slots back, outside the timing, so every cycle starts alike.
+            for slot_id in slot_ids:
+                pool.release(slot_id)
+    first = next(iter(plans.values()))
+    if any(plan != first for plan in plans.values()):
+        raise SystemExit("error: the implementations planned differently")
+    return {name: statistics.median(s) for name, s in samples.items()}, len(first[0])
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="few cycles, for a smoke run")
+    args = parser.parse_args(argv)
+    impls = implementations()
+    if impls["c"] is None:
+        print(f"error: the compiled core did not load ({compiled_error()}); run `make build`",
+              file=sys.stderr)
+        return 1
+    print(f"python {sys.version.split()[0]}; one cycle = score + plan_cycle, median of N cycles")
+    header = (f"{'cands x slots':>14} {'types':>5} {'placed':>6} {'N':>4} {'c us':>10} "
+              f"{'py us':>11} {'ratio':>7} {'c us/cand':>10} {'py us/cand':>11}")
+    print(header)
+    print("-" * len(header))
+    for n_cands, n_slots, n_types, cycles in SIZES:
+        if args.quick:
+            cycles = max(2, cycles // 20)
+        slots, cands, now = workload(n_cands, n_slots, n_types)
+        medians, placed = time_cycles(impls, slots, cands, now, cycles)
+        c_us, py_us = medians["c"], medians["py"]
+        print(f"{n_cands:>7} x {n_slots:<5} {n_types:>5} {placed:>6} {cycles:>4} {c_us:>10.1f} "
+              f"{py_us:>11.1f} {py_us / c_us:>6.1f}x {c_us / n_cands:>10.3f} "
+              f"{py_us / n_cands:>11.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

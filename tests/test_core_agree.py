@@ -1,0 +1,198 @@
+"""Property tests: the compiled core and its twin agree, and both match a naive model."""
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fairsched.core import compiled_error, implementations
+from fairsched.core._checks import MAX_TYPE_ID
+
+IMPLS = implementations()
+PY = IMPLS["py"]
+SETTINGS = settings(max_examples=150, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow])
+
+
+@pytest.fixture(scope="module")
+def c_core():
+    if IMPLS["c"] is None:
+        pytest.fail(f"compiled core did not load ({compiled_error()}): run `make build`")
+    return IMPLS["c"]
+
+
+# Few distinct values so that ties in score, age and job id are common.
+times = st.one_of(st.sampled_from([0.0, 1.0, 100.0, 320.0, 1e9]),
+                  st.floats(-1e12, 1e12, allow_nan=False))
+priorities = st.one_of(st.integers(0, 10), st.integers(-(1 << 62), 1 << 62))
+job_ids = st.one_of(st.integers(-5, 5), st.integers(-(1 << 63), (1 << 63) - 1))
+type_ids = st.integers(-2, 12)
+weights = st.builds(
+    PY.Weights,
+    *[st.one_of(st.sampled_from([0.0, 1.0, 16.0, 1024.0]),
+                st.floats(0.0, 1e6, allow_nan=False)) for _ in range(5)])
+rows = st.lists(st.tuples(type_ids, priorities, times, st.booleans(), job_ids), max_size=60)
+free_counts = st.lists(st.integers(-1, 9), max_size=12)
+# A pool: slots with distinct ids, each of 1..4 distinct types out of 0..9, over a few workers.
+slot_specs = st.lists(
+    st.tuples(st.integers(0, 60), st.integers(0, 4),
+              st.lists(st.integers(0, 9), min_size=1, max_size=4, unique=True)),
+    max_size=40, unique_by=lambda s: s[0])
+
+
+def candidates(rows):
+    return PY.Candidates.from_lists(*zip(*rows, strict=True)) if rows else PY.Candidates()
+
+
+def build(ns, specs, busy=()):
+    pool = ns.SlotPool()
+    for sid, worker, types in specs:
+        pool.add_slot(sid, worker, types)
+    for sid in busy:
+        pool.acquire_slot(sid)
+    return pool
+
+
+def pool_state(pool):
+    return ([(s, pool.worker_of(s), pool.slot_types(s), pool.is_busy(s))
+             for s in pool.slot_ids()],
+            list(pool.free_counts(pool.n_type_ids + 2)), pool.n_free, len(pool))
+
+
+@SETTINGS
+@given(rows=rows, now=times, free=free_counts, w=weights)
+def test_scores_are_bit_identical_and_order_equal(c_core, rows, now, free, w):
+    cands = candidates(rows)
+    c_scores, c_order = c_core.score_candidates(cands, now, free, w)
+    py_scores, py_order = PY.score_candidates(cands, now, free, w)
+    assert c_scores.tobytes() == py_scores.tobytes()
+    assert list(c_order) == list(py_order)
+    # The order is the documented one: score down, then eligible_at up, job id up, index up.
+    keys = [(-py_scores[i], cands.eligible_at[i], cands.job_ids[i], i) for i in range(len(cands))]
+    assert list(py_order) == sorted(range(len(cands)), key=keys.__getitem__)
+
+
+def naive_plan(specs, busy, rows, now, w):
+    """Greedy planning the slow, obvious way: scan every slot for every job."""
+    slots = {sid: (types, sid in busy) for sid, _, types in specs}
+    free = [sum(1 for types, b in slots.values() if t in types and not b) for t in range(10)]
+    cands = candidates(rows)
+    _, order = PY.score_candidates(cands, now, free, w)
+    taken = set(busy)
+    out = []
+    for i in order:
+        fits = [(len(types), sid) for sid, (types, _) in slots.items()
+                if cands.types[i] in types and sid not in taken]
+        if fits:
+            sid = min(fits)[1]
+            taken.add(sid)
+            out.append((i, sid))
+    return out
+
+
+@SETTINGS
+@given(specs=slot_specs, busy_pick=st.sets(st.integers(0, 60)), rows=rows, now=times, w=weights)
+def test_plans_are_identical_and_match_the_naive_planner(c_core, specs, busy_pick, rows, now, w):
+    busy = {sid for sid, _, _ in specs if sid in busy_pick}
+    cands = candidates(rows)
+    c_pool, py_pool = build(c_core, specs, busy), build(PY, specs, busy)
+    c_idx, c_slots = c_core.plan_cycle(c_pool, cands, now, w)
+    py_idx, py_slots = PY.plan_cycle(py_pool, cands, now, w)
+    assert (list(c_idx), list(c_slots)) == (list(py_idx), list(py_slots))
+    assert pool_state(c_pool) == pool_state(py_pool)
+    assert list(zip(py_idx, py_slots, strict=True)) == naive_plan(specs, busy, rows, now, w)
+    assert all(py_pool.is_busy(s) for s in py_slots)
+
+
+# Small id ranges so that operations hit the same slots, workers and types again and again.
+ops = st.lists(st.one_of(
+    st.tuples(st.just("add_slot"), st.integers(0, 9), st.integers(0, 3),
+              st.one_of(st.lists(st.integers(0, 5), min_size=1, max_size=4, unique=True),
+                        st.lists(st.integers(0, 5), max_size=3))),
+    st.tuples(st.just("acquire"), st.integers(-1, 6)),
+    st.tuples(st.just("acquire_slot"), st.integers(0, 9)),
+    st.tuples(st.just("release"), st.integers(0, 9)),
+    st.tuples(st.just("remove_worker"), st.integers(0, 3)),
+), min_size=20, max_size=100)
+
+
+class Model:
+    """The pool's contract written as plainly as possible."""
+
+    def __init__(self):
+        self.slots = {}  # slot id -> [worker, types, busy]
+
+    def add_slot(self, sid, worker, types):
+        if sid in self.slots or not types or len(set(types)) != len(types):
+            return "ValueError"
+        self.slots[sid] = [worker, tuple(types), False]
+
+    def acquire(self, t):
+        fits = [(len(s[1]), sid) for sid, s in self.slots.items() if t in s[1] and not s[2]]
+        if not fits:
+            return -1
+        sid = min(fits)[1]
+        self.slots[sid][2] = True
+        return sid
+
+    def acquire_slot(self, sid):
+        s = self.slots.get(sid)
+        if s is None or s[2]:
+            return False
+        s[2] = True
+        return True
+
+    def release(self, sid):
+        s = self.slots.get(sid)
+        if s is None or not s[2]:
+            return False
+        s[2] = False
+        return True
+
+    def remove_worker(self, worker):
+        gone = [sid for sid, s in self.slots.items() if s[0] == worker]
+        busy = sorted(sid for sid in gone if self.slots[sid][2])
+        for sid in gone:
+            del self.slots[sid]
+        return busy
+
+    def free_counts(self, n):
+        return [sum(1 for s in self.slots.values() if t in s[1] and not s[2]) for t in range(n)]
+
+
+def apply(pool, op):
+    try:
+        return getattr(pool, op[0])(*op[1:])
+    except ValueError:
+        return "ValueError"
+
+
+@SETTINGS
+@given(ops=ops)
+def test_random_operation_sequences_agree_with_each_other_and_the_model(c_core, ops):
+    c_pool, py_pool, model = c_core.SlotPool(), PY.SlotPool(), Model()
+    for op in ops:
+        expected = apply(model, op)
+        assert apply(c_pool, op) == expected, op
+        assert apply(py_pool, op) == expected, op
+        counts = model.free_counts(8)
+        for pool in (c_pool, py_pool):
+            assert list(pool.free_counts(8)) == counts
+            assert [pool.free_count(t) for t in range(8)] == counts
+            assert pool.n_free == sum(1 for s in model.slots.values() if not s[2])
+            assert len(pool) == len(model.slots)
+            assert pool.slot_ids() == sorted(model.slots)
+        assert pool_state(c_pool) == pool_state(py_pool)
+
+
+@SETTINGS
+@given(types=st.lists(st.integers(-3, MAX_TYPE_ID + 3), max_size=5))
+def test_both_refuse_the_same_type_lists(c_core, types):
+    outcome = []
+    for ns in (c_core, PY):
+        pool = ns.SlotPool()
+        try:
+            pool.add_slot(1, 1, types)
+            outcome.append(pool.slot_types(1))
+        except ValueError as exc:
+            outcome.append(str(exc))
+    assert outcome[0] == outcome[1]
