@@ -180,6 +180,12 @@ class _FairschedPolicy(_Policy):
 
     def plan(self, picked, now, free):
         s = self.sim
+        if len(picked) == 1:
+            # One candidate: scores cannot reorder anything, and the cycle's plan is the
+            # pool's most specialised free slot for it, which acquire() returns directly.
+            j = picked[0][-1]
+            sid = s.pool.acquire(s.types[j])
+            return ([(j, sid)], []) if sid >= 0 else ([], [j])
         js = [e[-1] for e in picked]
         # The trace was checked when it was read: fill the columns without checking again.
         cands = core.Candidates()

@@ -1,0 +1,65 @@
+"""Plots are an optional extra: drawn when matplotlib is there, one clear line when it is not."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+
+import pytest
+
+from fairsched.sched import traces
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+HINT = "fairsched: install matplotlib (pip install 'fairsched[plot]') to draw plots"
+# Runs the command line with matplotlib unimportable, whether or not it is installed.
+WITHOUT_MATPLOTLIB = ("import sys; sys.modules['matplotlib'] = None; "
+                      "from fairsched.cli import main; main()")
+
+
+def run(*args, code=None, cwd=None):
+    cmd = [sys.executable, "-c", code, *args] if code else [sys.executable, "-m", "fairsched",
+                                                            *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=cwd)
+
+
+@pytest.fixture
+def starvation_files(tmp_path):
+    return traces.starvation(flood_seconds=200.0, rare_at=15.0).write(tmp_path)
+
+
+def commands(tmp_path, starvation_files):
+    trace_path, workers_path = starvation_files
+    return [
+        ["explain", "--plot", str(tmp_path / "scores.png")],
+        ["simulate", str(trace_path), "--workers", str(workers_path), "--plot",
+         str(tmp_path / "waits.png")],
+    ]
+
+
+def test_without_matplotlib_plots_fail_with_one_line(tmp_path, starvation_files):
+    for args in commands(tmp_path, starvation_files):
+        result = run(*args, code=WITHOUT_MATPLOTLIB, cwd=tmp_path)
+        assert result.returncode == 1, result.stderr
+        assert result.stderr.strip() == HINT
+        assert not (tmp_path / "scores.png").exists() and not (tmp_path / "waits.png").exists()
+
+
+def test_plots_are_drawn_when_matplotlib_is_installed(tmp_path, starvation_files):
+    installed = importlib.util.find_spec("matplotlib") is not None
+    for args in commands(tmp_path, starvation_files):
+        result = run(*args, cwd=tmp_path)
+        out = tmp_path / args[args.index("--plot") + 1]
+        if installed:
+            assert result.returncode == 0, result.stderr
+            assert out.read_bytes()[:8] == PNG_MAGIC
+        else:
+            assert result.returncode == 1 and result.stderr.strip() == HINT
+
+
+def test_an_unwritable_plot_path_is_one_line(tmp_path):
+    result = run("explain", "--plot", str(tmp_path / "missing" / "dir" / "x.png"),
+                 code=None if importlib.util.find_spec("matplotlib") else WITHOUT_MATPLOTLIB,
+                 cwd=tmp_path)
+    assert result.returncode == 1
+    assert result.stderr.strip().count("\n") == 0

@@ -1,0 +1,271 @@
+"""`fairsched simulate`: trace replay on the real core, the starvation bound, stranded jobs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from fairsched import core
+from fairsched.config import load_config
+from fairsched.sched import TraceError, traces
+from fairsched.sched import simulate as sim
+
+
+def fairsched(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "fairsched", *args], capture_output=True,
+                          text=True, timeout=120, cwd=cwd)
+
+
+@pytest.fixture(params=["c", "py"])
+def impl(request, monkeypatch):
+    """Run the simulator on one core implementation (the live one is the compiled one)."""
+    ns = core.implementations()[request.param]
+    assert ns is not None, "the compiled core did not load"
+    for name in ("SlotPool", "plan_cycle", "score_candidates"):
+        monkeypatch.setattr(core, name, getattr(ns, name))
+    monkeypatch.setattr(core, "__impl__", ns.impl)
+    return request.param
+
+
+def load(scenario, tmp_path):
+    trace_path, workers_path = scenario.write(tmp_path)
+    config = load_config(workers_path)
+    type_ids = sim.type_ids_of(config)
+    return sim.read_trace(trace_path, type_ids), sim.slot_layout(config, type_ids), config
+
+
+def check_replay(trace, slots, result):
+    """Every job ran once, after it arrived, on a slot of its type, one job at a time per slot."""
+    assert result.events == 2 * len(trace)
+    per_slot = {}
+    for j in range(len(trace)):
+        start, sid = result.starts[j], result.slots[j]
+        assert start >= trace.at[j]
+        assert trace.types[j] in slots[sid]
+        per_slot.setdefault(sid, []).append((start, start + trace.durations[j]))
+    for runs in per_slot.values():
+        runs.sort()
+        assert all(a[1] <= b[0] for a, b in zip(runs, runs[1:], strict=False))
+    assert result.makespan == pytest.approx(
+        max(s + d for s, d in zip(result.starts, trace.durations, strict=True)) - trace.at[0])
+
+
+# -- anti-starvation -----------------------------------------------------------------------------
+
+def test_the_rare_job_waits_bounded_under_fairsched_and_starves_under_priority(tmp_path, impl):
+    scenario = traces.starvation(flood_seconds=1800.0, duration=10.0, rare_at=65.0)
+    trace, slots, config = load(scenario, tmp_path)
+    rare = trace.type_names.index("index")
+    (j,) = [j for j in range(len(trace)) if trace.types[j] == rare]
+    waits = {}
+    for policy in sim.POLICIES:
+        result = sim.simulate(trace, slots, config.scoring, policy)
+        check_replay(trace, slots, result)
+        waits[policy] = result.starts[j] - trace.at[j]
+    w = config.scoring
+    # A priority-0 job overtakes fresh priority-5 jobs after 5 x W_p / W_a = 320 s; it may
+    # then wait for the next slot to free up, at most one job duration.
+    bound = 5 * w.priority / w.age + 10.0
+    assert waits["fairsched"] <= bound
+    assert waits["optimal"] <= bound
+    # Strict priority serves the flood first: the rare job starts only when the flood ends.
+    assert waits["priority"] >= 1800.0 - 65.0
+    assert waits["priority"] > 5 * waits["fairsched"]
+    assert waits["fifo"] <= 10.0
+
+
+def test_on_demand_jobs_go_first_without_starving_the_queue(tmp_path):
+    trace, slots, config = load(traces.on_demand_burst(), tmp_path)
+    results = {p: sim.simulate(trace, slots, config.scoring, p) for p in ("fairsched", "fifo")}
+
+    def median_wait(result, on_demand):
+        waits = sorted(result.starts[j] - trace.at[j] for j in range(len(trace))
+                       if trace.on_demand[j] == on_demand)
+        return sim.percentile(waits, 50)
+
+    assert median_wait(results["fairsched"], True) < median_wait(results["fifo"], True)
+    check_replay(trace, slots, results["fairsched"])
+
+
+def test_both_core_implementations_replay_identically(tmp_path):
+    trace, slots, config = load(traces.office_day(hours=2, seed=7), tmp_path)
+    runs = {}
+    for name in ("c", "py"):
+        ns = core.implementations()[name]
+        assert ns is not None, "the compiled core did not load"
+        saved = core.SlotPool, core.plan_cycle, core.score_candidates
+        core.SlotPool, core.plan_cycle, core.score_candidates = (
+            ns.SlotPool, ns.plan_cycle, ns.score_candidates)
+        try:
+            result = sim.simulate(trace, slots, config.scoring, "fairsched", tick=2.0)
+        finally:
+            core.SlotPool, core.plan_cycle, core.score_candidates = saved
+        runs[name] = (result.starts, result.slots, result.stranded)
+    assert runs["c"] == runs["py"]
+
+
+# -- stranded jobs and optimal matching ---------------------------------------------------------
+
+STRAND_WORKERS = """
+[[worker]]
+name = "ab"
+types = ["a", "b"]
+handler = "simulated:job"
+
+[[worker]]
+name = "ac"
+types = ["a", "c"]
+handler = "simulated:job"
+"""
+
+
+def test_greedy_strands_a_job_in_a_cycle_and_optimal_does_not(tmp_path):
+    (tmp_path / "w.toml").write_text(STRAND_WORKERS)
+    # Both arrive at once: the a job (priority 5) outranks the b job and takes [a,b]
+    # (as specialised as [a,c], lower id); the b job waits while [a,c] stays free.
+    (tmp_path / "t.jsonl").write_text(
+        '{"at": 0, "type": "a", "priority": 5, "duration": 30}\n'
+        '{"at": 0, "type": "b", "priority": 0, "duration": 5}\n')
+    config = load_config(tmp_path / "w.toml")
+    ids = sim.type_ids_of(config)
+    trace = sim.read_trace(tmp_path / "t.jsonl", ids)
+    slots = sim.slot_layout(config, ids)
+    greedy = sim.simulate(trace, slots, config.scoring, "fairsched")
+    optimal = sim.simulate(trace, slots, config.scoring, "optimal")
+    assert greedy.stranded == [0, 1] and greedy.starts == [0.0, 30.0]
+    assert optimal.stranded == [0, 0] and optimal.starts == [0.0, 0.0]
+    check_replay(trace, slots, greedy)
+    check_replay(trace, slots, optimal)
+    stats = {g.type: g for g in sim.group_stats(trace, greedy)}
+    assert stats["b"].stranded == 1 and stats["b"].wait_max == 30.0
+
+
+def test_optimal_never_strands_a_job_on_an_office_day(tmp_path):
+    trace, slots, config = load(traces.office_day(hours=3, seed=5), tmp_path)
+    for tick in (0.0, 5.0):
+        greedy = sim.simulate(trace, slots, config.scoring, "fairsched", tick)
+        optimal = sim.simulate(trace, slots, config.scoring, "optimal", tick)
+        check_replay(trace, slots, greedy)
+        check_replay(trace, slots, optimal)
+        assert sum(optimal.stranded) == 0
+
+
+def test_tick_batches_events_into_cycles(tmp_path):
+    trace, slots, config = load(traces.office_day(hours=1, seed=3), tmp_path)
+    every_event = sim.simulate(trace, slots, config.scoring, "fifo")
+    ticked = sim.simulate(trace, slots, config.scoring, "fifo", tick=10.0)
+    check_replay(trace, slots, ticked)
+    assert all(s % 10.0 == 0 for s in ticked.starts)
+    assert ticked.cycles < every_event.cycles
+
+
+# -- the trace format ---------------------------------------------------------------------------
+
+def test_trace_is_read_in_arrival_order_keeping_file_order_for_ties(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"at": 5, "type": "b", "duration": 1}\n\n'
+                    '{"at": 1, "type": "a", "duration": 2, "priority": 3, "on_demand": true}\n'
+                    '{"at": 5, "type": "a", "duration": 0}\n')
+    trace = sim.read_trace(path, {"a": 0, "b": 1})
+    assert trace.at == [1.0, 5.0, 5.0]
+    assert trace.types == [0, 1, 0] and trace.line == [3, 1, 4]
+    assert trace.priorities == [3, 0, 0] and trace.on_demand == [True, False, False]
+
+
+BAD_LINES = [
+    ('{"at": 1, "type": "a"', "line 2: not valid JSON"),
+    ('[1, 2]', "line 2: must be a JSON object"),
+    ('{"at": 1, "type": "a", "duration": 1, "prio": 2}', "line 2: unknown key 'prio'"),
+    ('{"type": "a", "duration": 1}', "line 2: 'at' is missing"),
+    ('{"at": -1, "type": "a", "duration": 1}', "line 2: 'at' must be a finite number >= 0"),
+    ('{"at": 1, "type": "a", "duration": "long"}', "line 2: 'duration' must be a number"),
+    ('{"at": 1, "type": "z", "duration": 1}', "line 2: no worker handles type 'z'"),
+    ('{"at": 1, "type": "a", "duration": 1, "priority": 11}', "line 2: 'priority' must be an "
+                                                               "integer from 0 to 10"),
+    ('{"at": 1, "type": "a", "duration": 1, "on_demand": 1}', "line 2: 'on_demand' must be "
+                                                               "true or false"),
+]
+
+
+@pytest.mark.parametrize(("line", "message"), BAD_LINES)
+def test_a_bad_trace_line_is_named(tmp_path, line, message):
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"at": 0, "type": "a", "duration": 1}\n' + line + "\n")
+    with pytest.raises(TraceError, match=message.replace("(", r"\(").replace("[", r"\[")):
+        sim.read_trace(path, {"a": 0})
+
+
+def test_an_empty_or_missing_trace_is_an_error(tmp_path):
+    (tmp_path / "empty.jsonl").write_text("\n")
+    with pytest.raises(TraceError, match="no jobs in the trace"):
+        sim.read_trace(tmp_path / "empty.jsonl", {"a": 0})
+    with pytest.raises(TraceError, match="cannot read"):
+        sim.read_trace(tmp_path / "missing.jsonl", {"a": 0})
+
+
+# -- the command --------------------------------------------------------------------------------
+
+@pytest.fixture
+def starvation_files(tmp_path):
+    return traces.starvation(flood_seconds=300.0, rare_at=15.0).write(tmp_path)
+
+
+def test_simulate_prints_policies_side_by_side(starvation_files):
+    trace_path, workers_path = starvation_files
+    result = fairsched("simulate", str(trace_path), "--workers", str(workers_path))
+    assert result.returncode == 0, result.stderr
+    head = result.stdout.splitlines()[1]
+    assert head.index("fairsched") < head.index("fifo") < head.index("priority")
+    assert any(line.startswith("index ") for line in result.stdout.splitlines())
+    assert "EVENTS/S" in result.stdout
+
+
+def test_simulate_json_for_chosen_policies(starvation_files):
+    trace_path, workers_path = starvation_files
+    result = fairsched("simulate", str(trace_path), "--workers", str(workers_path), "--json",
+                       "--policy", "optimal", "--policy", "priority", "--policy", "optimal")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert list(data["policies"]) == ["optimal", "priority"]
+    assert data["jobs"] == 121 and data["slots"] == 4
+    groups = {g["type"]: g for g in data["policies"]["priority"]["groups"]}
+    assert groups["index"]["wait_max"] == pytest.approx(300.0 - 15.0)
+    assert data["policies"]["optimal"]["throughput"] > 0
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--policy", "random"], "unknown policy 'random'"),
+    (["--tick", "-1"], "--tick"),
+])
+def test_simulate_bad_usage_exits_2(starvation_files, args, message):
+    trace_path, workers_path = starvation_files
+    result = fairsched("simulate", str(trace_path), "--workers", str(workers_path), *args)
+    assert result.returncode == 2
+    assert message in result.stderr
+
+
+def test_simulate_bad_trace_line_exits_2_with_one_line(tmp_path, starvation_files):
+    _, workers_path = starvation_files
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"at": 0, "type": "pdf", "duration": 1}\n' * 3
+                   + '{"at": 0, "type": "pdf", "duration": -4}\n')
+    result = fairsched("simulate", str(bad), "--workers", str(workers_path))
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0
+    assert "bad.jsonl line 4: 'duration' must be a finite number >= 0" in result.stderr
+
+
+def test_simulate_bad_workers_file_exits_2(tmp_path, starvation_files):
+    trace_path, _ = starvation_files
+    (tmp_path / "w.toml").write_text(textwrap.dedent("""
+        [[worker]]
+        name = "pdf"
+        types = ["pdf"]
+    """))
+    result = fairsched("simulate", str(trace_path), "--workers", str(tmp_path / "w.toml"))
+    assert result.returncode == 2
+    assert "needs exactly one of 'handler' or 'command'" in result.stderr
