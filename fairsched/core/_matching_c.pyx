@@ -141,7 +141,7 @@ def plan_optimal(SlotPool pool not None, cands, now, weights):
     cdef array queue = clone(_INT64_ARRAY, n_types, zero=True)
     cdef array dead = clone(_INT64_ARRAY, n_types, zero=True)
     cdef array node_of = _filled(pool.n_recs, -1)
-    cdef array node_rec = clone(_INT64_ARRAY, n_free, zero=True)
+    cdef array node_rec = clone(_INT64_ARRAY, pool.n_recs, zero=True)
     cdef Graph g
     g.adj_start = _data(adj_start)
     g.adj_len = _data(adj_len)
@@ -155,7 +155,7 @@ def plan_optimal(SlotPool pool not None, cands, now, weights):
 
     # Candidate types with a free slot, and room for their free slots in adj.
     cdef Py_ssize_t i, j, p, k
-    cdef int64_t t, total = 0, n_nodes = 0, r, node, n_placed = 0
+    cdef int64_t t, total = 0, n_nodes = 0, r, node, n_placed = 0, end
     cdef TypeIndex *ix
     for i in range(n):
         t = types[i]
@@ -170,7 +170,10 @@ def plan_optimal(SlotPool pool not None, cands, now, weights):
             continue
         ix = &pool.index[t]
         k = g.adj_start[t]
+        end = k + g.adj_len[t]
         for p in range(ix.hint, ix.n):
+            if k == end:  # n_free free slots found: the rest are busy
+                break
             r = ix.recs[p]
             if _is_busy(pool, r):
                 continue
@@ -182,6 +185,7 @@ def plan_optimal(SlotPool pool not None, cands, now, weights):
                 node_rec_p[node] = r
             g.adj[k] = node
             k += 1
+        g.adj_len[t] = k - g.adj_start[t]
     cdef array occ = _filled(n_nodes, -1)
     cdef array via_slot = clone(_INT64_ARRAY, n_nodes, zero=True)
     cdef array slot_seen = clone(_INT64_ARRAY, n_nodes, zero=True)
