@@ -14,3 +14,4 @@ def main():
 # Command modules attach their commands to `main` on import (one import line each, below).
 from fairsched.cli import queue_cmds  # noqa: E402,F401
 from fairsched.cli import sched_cmds  # noqa: E402,F401
+from fairsched.cli import supervisor_cmds  # noqa: E402,F401

@@ -117,12 +117,29 @@ def submit_queued(config: Config, type_name: str, payload: Any, *, priority: int
 @click.option("--delay", metavar="S", help="Seconds before the job becomes eligible.")
 @click.option("--key", metavar="K",
               help="Idempotency key: while a job with this key is unfinished, print its id.")
+@click.option("--on-demand", is_flag=True,
+              help="Run it now on the running supervisor, wait, and print the result JSON.")
+@click.option("--timeout", metavar="S", help="With --on-demand: give up after S seconds (exit 1).")
+@click.option("--socket", "socket_path", metavar="PATH",
+              help="With --on-demand: the supervisor's control socket.")
 @config_option
 @reports_errors
-def submit(type_name, payload, priority, max_attempts, delay, key, config_path):
-    """Enqueue a job of TYPE and print its id."""
+def submit(type_name, payload, priority, max_attempts, delay, key, on_demand, timeout,
+           socket_path, config_path):
+    """Enqueue a job of TYPE and print its id (with --on-demand: wait for its result)."""
     payload = parse_payload(payload)
     priority = parse_int("--priority", priority, 0, MAX_PRIORITY) or 0
+    if on_demand:
+        from fairsched.cli.supervisor_cmds import submit_on_demand
+
+        if max_attempts is not None or delay is not None or key is not None:
+            raise UsageProblem("--max-attempts, --delay and --key apply to queued jobs, "
+                               "not to --on-demand")
+        seconds = parse_seconds("--timeout", timeout) if timeout is not None else None
+        sys.exit(submit_on_demand(config_path, socket_path, type_name, payload, priority,
+                                  seconds or None))
+    if timeout is not None or socket_path is not None:
+        raise UsageProblem("--timeout and --socket apply to --on-demand requests only")
     max_attempts = parse_int("--max-attempts", max_attempts, 1, 2**31 - 1)
     delay = parse_seconds("--delay", delay)
     if key is not None and not key:

@@ -16,7 +16,7 @@ import time
 
 from fairsched import core
 from fairsched.config import Config
-from fairsched.protocol import FrameDecoder, ProtocolError, encode, validate
+from fairsched.protocol import WORKER_MESSAGES, FrameDecoder, ProtocolError, encode, validate
 from fairsched.store.aqueue import retry_delay
 from fairsched.supervisor.jobs import Request, RunningJob
 from fairsched.supervisor.process import EXIT_CANNOT_START, WorkerProcess, describe_exit, restart_delay
@@ -176,7 +176,7 @@ class Supervisor:
         proc.pid = launched.pid
         proc.sock = launched.sock
         proc.sock.setblocking(False)
-        proc.decoder = FrameDecoder()
+        proc.decoder = FrameDecoder(accept=WORKER_MESSAGES)
         proc.outbox = bytearray()
         proc.started_at = time.time()
         proc.started_mono = time.monotonic()
@@ -207,7 +207,8 @@ class Supervisor:
                 group = self.template_pids.pop(pid)
                 if self.templates.get(group) is not None and self.templates[group].pid == pid:
                     del self.templates[group]
-                    log.warning("template for %s exited; replacements start cold", group)
+                    if not self.shutting_down:
+                        log.warning("template for %s exited; replacements start cold", group)
 
     def worker_exited(self, proc: WorkerProcess, status: int) -> None:
         how = describe_exit(status)

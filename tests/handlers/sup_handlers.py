@@ -1,0 +1,53 @@
+"""Handlers for the supervisor tests; copied beside each test's workers.toml."""
+
+import os
+import time
+from pathlib import Path
+
+import fairsched
+
+HERE = Path(__file__).parent
+
+if (HERE / "crash-at-start").exists():
+    os._exit(3)  # a worker that dies before saying hello, every time
+
+
+def echo(job: fairsched.Job):
+    return {"payload": job.payload, "type": job.type, "pid": os.getpid(), "attempt": job.attempt}
+
+
+def slow(job: fairsched.Job):
+    """Sleeps payload['seconds'], reporting progress; honours cancel unless told not to."""
+    seconds = float((job.payload or {}).get("seconds", 1))
+    stubborn = bool((job.payload or {}).get("ignore_cancel"))
+    marker = (job.payload or {}).get("started")
+    if marker:
+        Path(marker).write_text(str(os.getpid()))
+    deadline = time.monotonic() + seconds
+    job.progress(0.0, "started")
+    while time.monotonic() < deadline:
+        if job.cancelled() and not stubborn:
+            return {"cancelled": True}
+        time.sleep(0.02)
+    job.progress(1.0, "done")
+    return {"slept": seconds, "pid": os.getpid(), "attempt": job.attempt}
+
+
+def fail(job: fairsched.Job):
+    raise RuntimeError(f"failing on purpose (attempt {job.attempt})")
+
+
+def fail_permanently(job: fairsched.Job):
+    raise fairsched.PermanentError("this input can never work")
+
+
+def record(job: fairsched.Job):
+    """Appends the job id to payload['log'] (one line per run): side effects are countable."""
+    payload = job.payload or {}
+    if payload.get("fail_first") and job.attempt == 1:
+        raise RuntimeError("first attempt fails on purpose")
+    if payload.get("seconds"):
+        time.sleep(float(payload["seconds"]))
+    with open(payload["log"], "a") as f:
+        f.write(f"{job.id} {job.attempt} {os.getpid()}\n")
+    return {"id": job.id}

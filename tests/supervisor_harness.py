@@ -1,0 +1,128 @@
+"""Run a real `fairsched supervise` as a subprocess and drive it through the CLI, as operators do."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+
+HANDLERS = Path(__file__).parent / "handlers" / "sup_handlers.py"
+
+
+def fairsched(*args, env=None, timeout=60, input=None):
+    return subprocess.run([sys.executable, "-m", "fairsched", *args], capture_output=True,
+                          text=True, timeout=timeout, env=env, input=input)
+
+
+class Supervisor:
+    """A supervisor under test: writes its workers.toml, starts it, cleans up every process."""
+
+    def __init__(self, database_url: str, workers: str, supervisor: str = "", scoring: str = "",
+                 shutdown_timeout: float = 5):
+        # Short paths: the control socket lives under state_dir (Unix sockets are ~107 bytes).
+        self.dir = Path(tempfile.mkdtemp(prefix="fs-", dir="/tmp"))
+        shutil.copy(HANDLERS, self.dir / "sup_handlers.py")
+        self.config = self.dir / "workers.toml"
+        self.config.write_text(
+            f"[supervisor]\nstate_dir = \"state\"\nshutdown_timeout = {shutdown_timeout}\n"
+            + textwrap.dedent(supervisor) + "\n[scoring]\n" + textwrap.dedent(scoring) + "\n"
+            + textwrap.dedent(workers))
+        self.env = dict(os.environ, FAIRSCHED_DATABASE_URL=database_url,
+                        FAIRSCHED_CONFIG=str(self.config))
+        self.log = self.dir / "supervisor.log"
+        self.proc: subprocess.Popen | None = None
+        self.seen_pids: set[int] = set()
+
+    def start(self, wait: bool = True) -> Supervisor:
+        if getattr(self, "_logf", None):
+            self._logf.close()
+        self._logf = open(self.log, "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "fairsched", "supervise", "--config", str(self.config)],
+            stdout=self._logf, stderr=subprocess.STDOUT, env=self.env)
+        if wait:
+            self.wait_for(lambda ps: all(s["state"] in ("free", "busy", "fatal") for s in ps["slots"]),
+                          what="all workers ready")
+        return self
+
+    def cli(self, *args, timeout=60, input=None):
+        return fairsched(*args, env=self.env, timeout=timeout, input=input)
+
+    def spawn_cli(self, *args) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "fairsched", *args], env=self.env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def ps(self) -> dict:
+        result = self.cli("ps", "--json")
+        if result.returncode != 0:
+            raise RuntimeError(result.stderr.strip())
+        data = json.loads(result.stdout)
+        self.seen_pids.update(s["pid"] for s in data["slots"] if s["pid"])
+        return data
+
+    def wait_for(self, predicate, timeout: float = 20.0, what: str = "condition") -> dict:
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise AssertionError(f"supervisor exited ({self.proc.returncode}) waiting for "
+                                     f"{what}:\n{self.output()}")
+            try:
+                last = self.ps()
+                if predicate(last):
+                    return last
+            except RuntimeError:
+                pass
+            time.sleep(0.05)
+        raise AssertionError(f"timed out waiting for {what}; last ps: {json.dumps(last)[:2000]}\n"
+                             f"{self.output()[-3000:]}")
+
+    def slots(self, worker: str | None = None) -> list[dict]:
+        return [s for s in self.ps()["slots"] if worker in (None, s["worker"], s["group"])]
+
+    def output(self) -> str:
+        try:
+            return self.log.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def signal(self, sig) -> None:
+        self.proc.send_signal(sig)
+
+    def wait_exit(self, timeout: float = 30.0) -> int:
+        return self.proc.wait(timeout)
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        for pid in self.seen_pids:
+            try:
+                p = psutil.Process(pid)
+                if self.dir.name in " ".join(p.environ().values()) or p.status() == "zombie":
+                    p.kill()
+            except psutil.Error:
+                pass
+        if getattr(self, "_logf", None):
+            self._logf.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

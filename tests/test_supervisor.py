@@ -1,0 +1,299 @@
+"""The supervisor as an operator meets it: real workers, real signals, driven through the CLI."""
+
+import json
+import os
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.supervisor_harness import Supervisor, alive
+
+ECHO = """
+[[worker]]
+name = "pdf"
+types = ["pdf"]
+handler = "sup_handlers:echo"
+"""
+
+
+@pytest.fixture
+def supervisors(db):
+    started = []
+
+    def make(workers, **kwargs):
+        sup = Supervisor(db, workers, **kwargs)
+        started.append(sup)
+        return sup
+
+    yield make
+    for sup in started:
+        sup.close()
+
+
+def test_on_demand_result_error_and_unknown_type(supervisors):
+    sup = supervisors(ECHO + """
+[[worker]]
+name = "bad"
+types = ["bad"]
+handler = "sup_handlers:fail_permanently"
+""").start()
+    ok = sup.cli("submit", "pdf", "--on-demand", "--payload", '{"n": 7}')
+    assert ok.returncode == 0, ok.stderr
+    result = json.loads(ok.stdout)
+    assert result["payload"] == {"n": 7} and result["type"] == "pdf"
+    assert result["pid"] == sup.slots("pdf")[0]["pid"]
+
+    failed = sup.cli("submit", "bad", "--on-demand")
+    assert failed.returncode == 1
+    assert "this input can never work" in failed.stderr
+
+    unknown = sup.cli("submit", "video", "--on-demand")
+    assert unknown.returncode == 2
+    assert "no configured worker supports type 'video'" in unknown.stderr
+
+
+def test_many_concurrent_on_demand_callers(supervisors):
+    sup = supervisors(ECHO.replace('name = "pdf"', 'name = "pdf"\nprocesses = 2\nslots = 2')).start()
+    callers = [sup.spawn_cli("submit", "pdf", "--on-demand", "--payload", json.dumps({"i": i}))
+               for i in range(24)]
+    seen = set()
+    for caller in callers:
+        out, err = caller.communicate(timeout=60)
+        assert caller.returncode == 0, err
+        seen.add(json.loads(out)["payload"]["i"])
+    assert seen == set(range(24))
+
+
+def test_kill_9_busy_worker_is_replaced_and_job_retried(supervisors, tmp_path):
+    sup = supervisors("""
+[[worker]]
+name = "pdf"
+types = ["pdf"]
+handler = "sup_handlers:slow"
+max_attempts = 2
+""").start()
+    old_pid = sup.slots("pdf")[0]["pid"]
+    caller = sup.spawn_cli("submit", "pdf", "--on-demand", "--payload", '{"seconds": 1.5}')
+    sup.wait_for(lambda ps: ps["slots"][0]["state"] == "busy", what="the job to start")
+    os.kill(old_pid, signal.SIGKILL)
+    out, err = caller.communicate(timeout=30)
+    ps = sup.wait_for(lambda ps: ps["slots"][0]["state"] == "free", what="replacement")
+    row = ps["slots"][0]
+    assert row["pid"] != old_pid and row["restarts"] == 1
+    assert not alive(old_pid)
+    # The caller learns of the crash or gets the retry's result; here one attempt remains.
+    assert caller.returncode == 0, err
+    assert json.loads(out)["attempt"] == 2
+    assert "killed by SIGKILL" in sup.output()
+
+
+def test_crash_loop_ends_fatal_and_restart_revives(supervisors):
+    sup = supervisors(ECHO.replace('handler = "sup_handlers:echo"',
+                                   'handler = "sup_handlers:echo"\nmax_restarts = 2'))
+    marker = sup.dir / "crash-at-start"
+    marker.write_text("")
+    sup.start(wait=False)
+    ps = sup.wait_for(lambda ps: ps["slots"][0]["state"] == "fatal", what="fatal")
+    assert ps["slots"][0]["restarts"] == 2
+    assert "crashed 3 times" in ps["slots"][0]["fatal_reason"]
+    human = sup.cli("ps")
+    assert "fatal" in human.stdout and "fairsched restart pdf-1" in human.stdout
+    marker.unlink()
+    restarted = sup.cli("restart", "pdf")
+    assert restarted.returncode == 0, restarted.stderr
+    sup.wait_for(lambda ps: ps["slots"][0]["state"] == "free", what="revived worker")
+    assert sup.cli("submit", "pdf", "--on-demand").returncode == 0
+
+
+def test_import_error_is_reported_once_not_restarted(supervisors):
+    sup = supervisors(ECHO.replace("sup_handlers:echo", "no_such_module:echo")).start(wait=False)
+    ps = sup.wait_for(lambda ps: ps["slots"][0]["state"] == "fatal", what="fatal")
+    time.sleep(0.5)
+    ps = sup.ps()
+    assert ps["slots"][0]["restarts"] == 0
+    assert "could not start" in ps["slots"][0]["fatal_reason"]
+    assert "no_such_module" in ps["slots"][0]["fatal_reason"]
+    assert sup.output().count("is fatal") == 1
+
+
+def test_specialist_first_keeps_versatile_worker_free(supervisors):
+    sup = supervisors("""
+[[worker]]
+name = "office"
+types = ["pdf", "excel", "index"]
+handler = "sup_handlers:slow"
+
+[[worker]]
+name = "pdf"
+types = ["pdf"]
+handler = "sup_handlers:slow"
+""").start()
+    pdf = sup.spawn_cli("submit", "pdf", "--on-demand", "--payload", '{"seconds": 2}')
+    ps = sup.wait_for(lambda ps: any(s["state"] == "busy" for s in ps["slots"]), what="pdf job")
+    busy = [s for s in ps["slots"] if s["state"] == "busy"]
+    assert [s["worker"] for s in busy] == ["pdf-1"]
+    index = sup.cli("submit", "index", "--on-demand", "--payload", '{"seconds": 0.1}', timeout=30)
+    assert index.returncode == 0, index.stderr
+    assert pdf.poll() is None  # the index job did not wait for the pdf job
+    pdf.communicate(timeout=30)
+    assert pdf.returncode == 0
+
+
+def test_sigterm_honours_shutdown_timeout_and_leaves_no_orphans(supervisors):
+    sup = supervisors("""
+[[worker]]
+name = "pdf"
+types = ["pdf"]
+handler = "sup_handlers:slow"
+""", shutdown_timeout=1).start()
+    pid = sup.slots("pdf")[0]["pid"]
+    caller = sup.spawn_cli("submit", "pdf", "--on-demand", "--payload",
+                           '{"seconds": 30, "ignore_cancel": true}')
+    sup.wait_for(lambda ps: ps["slots"][0]["state"] == "busy", what="the long job")
+    began = time.monotonic()
+    sup.signal(signal.SIGTERM)
+    assert sup.wait_exit(20) == 0
+    took = time.monotonic() - began
+    assert 0.9 <= took < 8, took
+    caller.communicate(timeout=10)
+    assert caller.returncode == 1
+    assert not alive(pid)
+
+
+def test_stop_command_cancels_cooperative_jobs_quickly(supervisors):
+    sup = supervisors("""
+[[worker]]
+name = "pdf"
+types = ["pdf"]
+handler = "sup_handlers:slow"
+processes = 2
+""").start()
+    pids = [s["pid"] for s in sup.slots("pdf")]
+    caller = sup.spawn_cli("submit", "pdf", "--on-demand", "--payload", '{"seconds": 30}')
+    sup.wait_for(lambda ps: any(s["state"] == "busy" for s in ps["slots"]), what="job")
+    began = time.monotonic()
+    stopped = sup.cli("stop", timeout=30)
+    assert stopped.returncode == 0, stopped.stderr
+    assert time.monotonic() - began < 4
+    assert sup.wait_exit(5) == 0
+    caller.communicate(timeout=10)
+    assert all(not alive(p) for p in pids)
+
+
+@pytest.mark.parametrize("mode", ["garbage", "oversized"])
+def test_bad_frames_kill_that_worker_only(supervisors, mode):
+    script = Path(__file__).parent / "handlers" / "garbage_worker.py"
+    sup = supervisors(ECHO + f"""
+[[worker]]
+name = "liar"
+types = ["lie"]
+command = ["{sys.executable}", "{script}", "{mode}"]
+max_attempts = 1
+""").start()
+    liar_pid = sup.slots("liar")[0]["pid"]
+    result = sup.cli("submit", "lie", "--on-demand", timeout=30)
+    assert result.returncode == 1
+    assert "bad frame" in result.stderr
+    sup.wait_for(lambda ps: next(s for s in ps["slots"] if s["group"] == "liar")["pid"] != liar_pid,
+                 what="liar replaced")
+    assert not alive(liar_pid)
+    assert sup.cli("submit", "pdf", "--on-demand").returncode == 0
+    assert sup.proc.poll() is None
+
+
+def test_job_timeout_stops_the_worker_and_fails_the_attempt(supervisors):
+    sup = supervisors("""
+[[worker]]
+name = "pdf"
+types = ["pdf"]
+handler = "sup_handlers:slow"
+timeout = 0.5
+max_attempts = 1
+""").start()
+    pid = sup.slots("pdf")[0]["pid"]
+    result = sup.cli("submit", "pdf", "--on-demand", "--payload",
+                     '{"seconds": 30, "ignore_cancel": true}', timeout=30)
+    assert result.returncode == 1
+    assert "timed out after 0.5 s" in result.stderr
+    sup.wait_for(lambda ps: ps["slots"][0]["state"] == "free" and ps["slots"][0]["pid"] != pid,
+                 what="replacement")
+
+
+def test_standalone_worker_without_fairsched(supervisors):
+    script = Path(__file__).parents[1] / "examples" / "standalone_worker.py"
+    sup = supervisors(f"""
+[[worker]]
+name = "plain"
+types = ["echo"]
+command = ["{sys.executable}", "-S", "{script}"]
+""").start()
+    result = sup.cli("submit", "echo", "--on-demand", "--payload", '{"x": 1}')
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["echo"] == {"x": 1}
+
+
+def test_second_supervisor_refused_and_stale_socket_taken_over(supervisors):
+    sup = supervisors(ECHO).start()
+    second = sup.cli("supervise", "--config", str(sup.config), timeout=30)
+    assert second.returncode == 2
+    assert "another supervisor" in second.stderr
+    pid = sup.slots("pdf")[0]["pid"]
+    sup.proc.kill()  # no cleanup: the socket file stays behind
+    sup.proc.wait()
+    deadline = time.monotonic() + 5
+    while alive(pid) and time.monotonic() < deadline:  # orphaned worker exits by itself
+        time.sleep(0.05)
+    assert not alive(pid)
+    sup.start()
+    assert sup.cli("submit", "pdf", "--on-demand").returncode == 0
+
+
+def test_garbage_on_control_socket_closes_only_that_connection(supervisors):
+    sup = supervisors(ECHO).start()
+    path = sup.config.parent / "state" / "control" / "sock"
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    assert oct(path.parent.stat().st_mode & 0o777) == "0o700"
+    for junk in (b"\xff\xfe garbage\n", b"[1, 2]\n", b"x" * (2 << 20) + b"\n"):
+        with socket.socket(socket.AF_UNIX) as s:
+            s.connect(str(path))
+            try:
+                s.sendall(junk)
+                s.settimeout(10)
+                while s.recv(65536):
+                    pass
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+    assert sup.cli("submit", "pdf", "--on-demand").returncode == 0
+
+
+def test_restart_a_running_worker_by_name(supervisors):
+    sup = supervisors(ECHO.replace('name = "pdf"', 'name = "pdf"\nprocesses = 2')).start()
+    before = {s["worker"]: s["pid"] for s in sup.slots()}
+    result = sup.cli("restart", "pdf-2")
+    assert result.returncode == 0 and "pdf-2" in result.stdout
+    ps = sup.wait_for(lambda ps: all(s["state"] == "free" for s in ps["slots"])
+                      and ps["slots"][1]["pid"] != before["pdf-2"], what="pdf-2 restarted")
+    assert ps["slots"][0]["pid"] == before["pdf-1"]
+    assert sup.cli("restart", "nope").returncode == 2
+
+
+def test_ps_human_table_and_progress(supervisors):
+    sup = supervisors("""
+[[worker]]
+name = "pdf"
+types = ["pdf"]
+handler = "sup_handlers:slow"
+""").start()
+    caller = sup.spawn_cli("submit", "pdf", "--on-demand", "--payload", '{"seconds": 2}')
+    sup.wait_for(lambda ps: ps["slots"][0]["message"] == "started", what="progress")
+    table = sup.cli("ps").stdout.splitlines()
+    assert table[0].startswith("supervisor pid") and "core " in table[0]
+    assert table[1].split() == ["WORKER", "PID", "SLOT", "TYPES", "STATE", "JOB", "AGE", "PROGRESS",
+                                "RESTARTS", "UPTIME", "RSS", "CPU"]
+    assert "busy" in table[2] and "od-1" in table[2]
+    caller.communicate(timeout=30)
+    assert caller.returncode == 0
