@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import heapq
 import json
+import math
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -269,3 +272,56 @@ def test_simulate_bad_workers_file_exits_2(tmp_path, starvation_files):
     result = fairsched("simulate", str(trace_path), "--workers", str(tmp_path / "w.toml"))
     assert result.returncode == 2
     assert "needs exactly one of 'handler' or 'command'" in result.stderr
+
+
+def reference_starts(trace, slots, weights, tick):
+    """The plain way: every cycle offers the whole backlog to core.plan_cycle."""
+    pool = core.SlotPool()
+    for sid, types in enumerate(slots):
+        pool.add_slot(sid, sid, types)
+    pending, running, starts = [], [], [math.nan] * len(trace)
+    i = 0
+    while i < len(trace) or running:
+        now = min(trace.at[i] if i < len(trace) else math.inf,
+                  running[0][0] if running else math.inf)
+        now = math.ceil(now / tick) * tick if tick else now
+        while i < len(trace) and trace.at[i] <= now:
+            pending.append(i)
+            i += 1
+        while running and running[0][0] <= now:
+            pool.release(heapq.heappop(running)[1])
+        if pending and pool.n_free:
+            cands = core.Candidates.from_lists(
+                [trace.types[j] for j in pending], [trace.priorities[j] for j in pending],
+                [trace.at[j] for j in pending], [trace.on_demand[j] for j in pending], pending)
+            idx, sids = core.plan_cycle(pool, cands, now, weights)
+            for k, sid in zip(idx, sids, strict=True):
+                j = pending[k]
+                starts[j] = now
+                heapq.heappush(running, (now + trace.durations[j], sid))
+            placed = set(idx)
+            pending = [j for k, j in enumerate(pending) if k not in placed]
+    return starts
+
+
+@pytest.mark.parametrize("tick", [0.0, 7.0])
+def test_per_type_candidates_plan_as_the_whole_backlog_would(tmp_path, tick):
+    trace, slots, config = load(traces.office_day(hours=2, seed=11), tmp_path)
+    result = sim.simulate(trace, slots, config.scoring, "fairsched", tick)
+    assert result.starts == reference_starts(trace, slots, config.scoring, tick)
+
+
+def test_make_traces_script_writes_scenarios_simulate_reads(tmp_path):
+    script = Path(__file__).parent.parent / "scripts" / "make_traces.py"
+    made = subprocess.run([sys.executable, str(script), "--out", str(tmp_path), "starvation",
+                           "random_load", "--jobs", "50"], capture_output=True, text=True,
+                          timeout=120)
+    assert made.returncode == 0, made.stderr
+    assert len((tmp_path / "random_load.jsonl").read_text().splitlines()) == 50
+    result = fairsched("simulate", str(tmp_path / "random_load.jsonl"), "--workers",
+                       str(tmp_path / "random_load.workers.toml"), "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["jobs"] == 50
+    bad = subprocess.run([sys.executable, str(script), "--out", str(tmp_path), "nope"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "unknown scenario 'nope'" in bad.stderr
