@@ -165,3 +165,24 @@ def test_retry_delay_grows_geometrically_with_jitter_and_a_cap():
     for bad in ({"attempt": 0}, {"attempt": 1, "base": -1}, {"attempt": 1, "jitter": "none"}):
         with pytest.raises(ValueError):
             retry_delay(**bad)
+
+
+@run_async
+async def test_after_a_lost_connection_the_same_supervisor_finishes_its_claims(db):
+    ids = enqueue(db, {"type": "pdf"}, {"type": "pdf"})
+    async with stores(db) as (store,):
+        claimed = await store.claim(ids, {"pdf": 3})
+        sql(db, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE pid <> pg_backend_pid() AND datname = current_database()")
+        with pytest.raises(psycopg.OperationalError):
+            await store.heartbeat()
+        await store.reconnect()
+        assert await store.complete([(claimed[0].id, 1, "done")]) == [ids[0]]
+        again = await AsyncStore.connect(db, supervisor_id=store.supervisor_id, lease=5)
+        try:
+            assert again.supervisor_id == store.supervisor_id
+            assert await again.complete([(claimed[1].id, 1, "done")]) == [ids[1]]
+        finally:
+            await again.close(deregister=False)
+        assert sql(db, "SELECT id, lease FROM fairsched_supervisors") == [(store.supervisor_id, 5.0)]
+    assert [job(db, i)["status"] for i in ids] == ["succeeded", "succeeded"]

@@ -210,22 +210,44 @@ class AsyncStore:
         self._listeners: set[Notifications] = set()
 
     @classmethod
-    async def connect(cls, url: str, *, lease: float = 15.0, host: str | None = None) -> AsyncStore:
-        """Connect and register a supervisor row; heartbeat well within `lease` seconds."""
+    async def connect(cls, url: str, *, lease: float = 15.0, host: str | None = None,
+                      supervisor_id: int | None = None) -> AsyncStore:
+        """Connect and register a supervisor row; heartbeat well within `lease` seconds.
+
+        After a lost connection, pass the old `supervisor_id` to carry on as the same
+        supervisor: its claims stay its own, so completions written after the reconnect
+        still pass the fence.
+        """
         if not isinstance(lease, int | float) or not math.isfinite(lease) or lease <= 0:
             raise ValueError(f"lease must be a number of seconds > 0, got {lease!r}")
         host = host or socket.gethostname()
         conn = await psycopg.AsyncConnection.connect(
             url, autocommit=True, connect_timeout=CONNECT_TIMEOUT)
         try:
-            cur = await conn.execute(
-                "INSERT INTO fairsched_supervisors (host, pid, lease) VALUES (%s, %s, %s)"
-                " RETURNING id", (host, os.getpid(), float(lease)))
-            (supervisor_id,) = await cur.fetchone()
+            if supervisor_id is None:
+                cur = await conn.execute(
+                    "INSERT INTO fairsched_supervisors (host, pid, lease) VALUES (%s, %s, %s)"
+                    " RETURNING id", (host, os.getpid(), float(lease)))
+                (supervisor_id,) = await cur.fetchone()
+            else:
+                await _register(conn, supervisor_id, host, float(lease))
         except BaseException:
             await conn.close()
             raise
         return cls(conn, url, supervisor_id, float(lease), host)
+
+    async def reconnect(self) -> None:
+        """Replace a lost connection, staying the same supervisor (see connect)."""
+        old = self.conn
+        conn = await psycopg.AsyncConnection.connect(
+            self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT)
+        try:
+            await _register(conn, self.supervisor_id, self.host, self.lease)
+        except BaseException:
+            await conn.close()
+            raise
+        self.conn = conn
+        await old.close()
 
     async def heartbeat(self) -> bool:
         """Renew the lease. False: it had expired and the row was rescued; it is registered
@@ -235,10 +257,7 @@ class AsyncStore:
             (self.supervisor_id,))
         if await cur.fetchone() is not None:
             return True
-        await self.conn.execute(
-            "INSERT INTO fairsched_supervisors (id, host, pid, lease) VALUES (%s, %s, %s, %s)"
-            " ON CONFLICT (id) DO UPDATE SET heartbeat_at = now()",
-            (self.supervisor_id, self.host, os.getpid(), self.lease))
+        await _register(self.conn, self.supervisor_id, self.host, self.lease)
         return False
 
     async def rescue_expired(self) -> int:
@@ -367,6 +386,16 @@ class AsyncStore:
                     {"me": self.supervisor_id})
         finally:
             await self.conn.close()
+
+
+async def _register(conn: psycopg.AsyncConnection, supervisor_id: int, host: str,
+                    lease: float) -> None:
+    """(Re)create a supervisor row under a known id, with a fresh heartbeat."""
+    await conn.execute(
+        "INSERT INTO fairsched_supervisors (id, host, pid, lease) VALUES (%s, %s, %s, %s)"
+        " ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), host = excluded.host,"
+        " pid = excluded.pid, lease = excluded.lease",
+        (supervisor_id, host, os.getpid(), lease))
 
 
 class Notifications:
