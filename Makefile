@@ -12,7 +12,7 @@ all: build
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q --upgrade pip "setuptools>=77" wheel "Cython>=3.0,<3.4"
 
 $(VENV)/.installed: $(BIN)/activate pyproject.toml setup.py
 	$(PY) -m pip install -q -e '.[test,lint]'

