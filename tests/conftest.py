@@ -107,6 +107,27 @@ def short_tmp():
         remove_short_dir(root)
 
 
+@pytest.fixture(scope="module")
+def _module_short_tmp():
+    root = make_short_dir()
+    try:
+        yield root
+    finally:
+        remove_short_dir(root)
+
+
+@pytest.fixture
+def reused_state_dir(_module_short_tmp):
+    """A state directory shared by the tests of one module, so initdb runs once: each test
+    finds its embedded server stopped and no users recorded, and leaves it that way."""
+    state = _module_short_tmp / "state"
+    try:
+        yield state
+    finally:
+        stop_servers_under(_module_short_tmp)
+        (state / "pg.users.json").unlink(missing_ok=True)
+
+
 @pytest.fixture(scope="session")
 def database_url():
     url = os.environ.get("FAIRSCHED_DATABASE_URL")

@@ -186,20 +186,21 @@ def test_an_unreachable_database_is_one_line_exit_1(config):
     assert "cannot connect to PostgreSQL" in line
 
 
-def test_embedded_database_without_any_url(short_tmp):
-    config = short_tmp / "workers.toml"
+def test_embedded_database_without_any_url(reused_state_dir):
+    config = reused_state_dir.parent / "workers.toml"  # its state_dir is "state"
     config.write_text(WORKERS_TOML)
-    result = fairsched("submit", "pdf", "--config", str(config), url=None)
+    result = fairsched("submit", "ocr", "--config", str(config), url=None)
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
+    job_id = int(result.stdout)
     result = fairsched("jobs", "--json", "--config", str(config), url=None)
-    assert [j["type"] for j in json.loads(result.stdout)] == ["pdf"]
+    assert {j["id"]: j["type"] for j in json.loads(result.stdout)}[job_id] == "ocr"
     # Each command started the server for itself and stopped it again.
-    assert not (short_tmp / "state" / "pg" / "postmaster.pid").exists()
+    assert not (reused_state_dir / "pg" / "postmaster.pid").exists()
 
 
-def test_commands_beside_a_running_supervisor_leave_its_database_up(short_tmp):
-    config = short_tmp / "workers.toml"
+def test_commands_beside_a_running_supervisor_leave_its_database_up(reused_state_dir):
+    config = reused_state_dir.parent / "workers.toml"
     config.write_text(WORKERS_TOML)
     env = {k: v for k, v in os.environ.items() if k != "FAIRSCHED_DATABASE_URL"}
     holder = subprocess.Popen([sys.executable, "-c", HOLDER_SCRIPT, str(config)], env=env,
@@ -207,7 +208,7 @@ def test_commands_beside_a_running_supervisor_leave_its_database_up(short_tmp):
     try:
         url = holder.stdout.readline().strip()
         assert url.startswith("postgresql://")
-        pid_file = short_tmp / "state" / "pg" / "postmaster.pid"
+        pid_file = reused_state_dir / "pg" / "postmaster.pid"
         postmaster = pid_file.read_text().split()[0]
         job_id = int(fairsched("submit", "pdf", "--config", str(config), url=None).stdout)
         assert fairsched("cancel", str(job_id), "--config", str(config), url=None).returncode == 0

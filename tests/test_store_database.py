@@ -63,10 +63,10 @@ def answers(url: str) -> bool:
 
 
 @pytest.fixture
-def state_dir(monkeypatch, short_tmp):
-    """A short state directory with no database URL in the environment."""
+def state_dir(monkeypatch, reused_state_dir):
+    """An embedded state directory with no database URL in the environment."""
     monkeypatch.delenv(ENV_URL, raising=False)
-    return short_tmp / "state"
+    return reused_state_dir
 
 
 @pytest.fixture
@@ -99,8 +99,9 @@ def finish(proc: subprocess.Popen) -> None:
     assert proc.wait(20) == 0
 
 
-def test_embedded_server_starts_in_a_new_state_dir_and_stops_on_close(state_dir):
-    nested = state_dir / "deeper"
+def test_embedded_server_starts_in_a_new_state_dir_and_stops_on_close(monkeypatch, short_tmp):
+    monkeypatch.delenv(ENV_URL, raising=False)
+    nested = short_tmp / "state" / "deeper"
     db = open_database(nested, None)
     try:
         assert db.kind == "embedded"
