@@ -170,7 +170,7 @@ class _EmbeddedServer:
                 # get_server caches one handle per pgdata in this process; a server stopped
                 # since then needs starting again through the same handle.
                 server.ensure_postgres_running()
-            return server.get_uri(), server.get_pid()
+            return postmaster_url(self.pgdata), server.get_pid()
         except Exception as exc:
             raise DatabaseUnavailable(
                 f"cannot start the embedded PostgreSQL in {self.pgdata}: {first_line(exc)}"
