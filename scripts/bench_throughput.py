@@ -137,8 +137,7 @@ class Fairsched(Contender):
                 queue.enqueue_many([{"type": "noop"}] * size)
 
     def start(self, url, opts):
-        folder = opts.folder / "fairsched"
-        folder.mkdir()
+        folder = Path(tempfile.mkdtemp(prefix="fairsched-", dir=opts.folder))
         (folder / "bench_handlers.py").write_text(HANDLER)
         config = folder / "workers.toml"
         config.write_text(textwrap.dedent(f"""\
@@ -155,7 +154,7 @@ class Fairsched(Contender):
         pythonpath = os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))
         env = dict(os.environ, FAIRSCHED_DATABASE_URL=url, PYTHONPATH=pythonpath)
         return [spawn([sys.executable, "-m", "fairsched", "supervise", "--config", str(config),
-                       "--log-level", "warning"], opts.folder / "fairsched.log", env, folder)]
+                       "--log-level", "warning"], folder / "supervisor.log", env, folder)]
 
 
 class Procrastinate(Contender):
@@ -424,17 +423,21 @@ def postgres_server(folder: Path):
         server.cleanup()
 
 
-def print_table(results: list[Result]) -> None:
-    peers = [r.rate for r in results if r.name in PEERS]
-    floor = next((r.rate for r in results if r.name == "floor"), None)
+def print_table(runs: dict[str, list[Result]]) -> None:
+    best = {name: min(results, key=lambda r: r.seconds) for name, results in runs.items()}
+    peers = [r.rate for name, r in best.items() if name in PEERS]
     best_peer = max(peers) if peers else None
+    floor = best["floor"].rate if "floor" in best else None
+    rounds = max(len(results) for results in runs.values())
     print(f"{'contender':14s} {'setup':26s} {'jobs':>7s} {'seconds':>8s} {'jobs/s':>8s}"
-          f" {'vs best peer':>12s} {'vs floor':>9s} {'wall s':>7s}")
-    for r in results:
+          f" {'vs best peer':>12s} {'vs floor':>9s} {'wall s':>7s}"
+          + ("   jobs/s of each round" if rounds > 1 else ""))
+    for name, r in best.items():
         vs_peer = f"{r.rate / best_peer:.2f}x" if best_peer else "-"
         vs_floor = f"{r.rate / floor:.2f}x" if floor else "-"
+        each = "   " + " ".join(f"{x.rate:.0f}" for x in runs[name]) if rounds > 1 else ""
         print(f"{r.name:14s} {r.setup:26s} {r.jobs:7d} {r.seconds:8.2f} {r.rate:8.0f}"
-              f" {vs_peer:>12s} {vs_floor:>9s} {r.wall:7.2f}")
+              f" {vs_peer:>12s} {vs_floor:>9s} {r.wall:7.2f}{each}")
 
 
 def positive_int(text: str) -> int:
@@ -447,6 +450,10 @@ def positive_int(text: str) -> int:
     return value
 
 
+def one_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=positive_int, default=20000,
@@ -457,46 +464,55 @@ def main() -> int:
                         help="consumer processes of every contender (default 2)")
     parser.add_argument("--slots", type=positive_int, default=16,
                         help="fairsched slots per worker process (default 16)")
+    parser.add_argument("--rounds", type=positive_int, default=1,
+                        help="measure every contender this many times, interleaved, and keep"
+                             " each one's best (default 1; more on a busy machine)")
     args = parser.parse_args()
 
-    chosen = [c for c in (Fairsched(), Procrastinate(), Pgqueuer(), Floor())
-              if not args.only or c.name in args.only]
+    contenders = [c for c in (Fairsched(), Procrastinate(), Pgqueuer(), Floor())
+                  if not args.only or c.name in args.only]
     t_start = time.monotonic()
     folder = Path(tempfile.mkdtemp(prefix="fsbt-", dir="/tmp"))
-    results: list[Result] = []
+    runs: dict[str, list[Result]] = {}
     try:
         with postgres_server(folder) as (server, kind):
             with psycopg.connect(server, autocommit=True) as conn:
                 version = conn.execute("SHOW server_version").fetchone()[0]
             print(f"PostgreSQL {version} ({kind}); {args.jobs} no-op jobs per contender,"
                   f" enqueued in batches of {ENQUEUE_BATCH}")
-            for contender in chosen:
+            for contender in list(contenders):
                 if contender.package and importlib.util.find_spec(contender.package) is None:
                     print(f"{contender.name}: skipped, package {contender.package!r} is not"
                           f" installed (pip install {contender.package})")
-                    continue
-                opts = Options(args.jobs, args.processes, args.slots, folder)
-                try:
-                    with fresh_database(server, f"bench_{contender.name}") as url:
-                        results.append(measure(contender, url, opts))
-                except BenchError as exc:
-                    print(f"{contender.name}: not measured: {exc}")
-                except Exception as exc:  # a contender's failure must not stop the others
-                    text = (str(exc).strip().splitlines() or [""])[0]
-                    print(f"{contender.name}: not measured: {type(exc).__name__}: {text}")
+                    contenders.remove(contender)
+            opts = Options(args.jobs, args.processes, args.slots, folder)
+            for _ in range(args.rounds):
+                for contender in list(contenders):
+                    try:
+                        with fresh_database(server, f"bench_{contender.name}") as url:
+                            result = measure(contender, url, opts)
+                    except Exception as exc:  # one contender's failure must not stop the others
+                        detail = one_line(exc)
+                        if not isinstance(exc, BenchError):
+                            detail = f"{type(exc).__name__}: {detail}"
+                        print(f"{contender.name}: not measured: {detail}")
+                        contenders.remove(contender)
+                        continue
+                    runs.setdefault(contender.name, []).append(result)
     except (psycopg.Error, OSError) as exc:
-        print(f"bench_throughput: cannot use the PostgreSQL server:"
-              f" {(str(exc).strip().splitlines() or [type(exc).__name__])[0]}", file=sys.stderr)
+        print(f"bench_throughput: cannot use the PostgreSQL server: {one_line(exc)}",
+              file=sys.stderr)
         return 1
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     print()
-    if results:
-        print_table(results)
+    if runs:
+        print_table(runs)
     else:
         print("nothing measured")
-    print(f"\n(total {time.monotonic() - t_start:.0f} s; seconds = consumer start to last"
-          " completion on the server's clock)")
+    best_of = f"best of {args.rounds} rounds; " if args.rounds > 1 else ""
+    print(f"\n({best_of}seconds = consumer start to last completion on the server's clock;"
+          f" total {time.monotonic() - t_start:.0f} s)")
     return 0
 
 
