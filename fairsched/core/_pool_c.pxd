@@ -33,7 +33,7 @@ cdef class SlotPool:
     cdef Py_ssize_t free_total
 
     cdef int64_t take(self, int64_t type_id) noexcept
-    cdef void occupy(self, Py_ssize_t r) noexcept
+    cdef inline void occupy(self, Py_ssize_t r) noexcept
     cdef void vacate(self, Py_ssize_t r) noexcept
     cdef int grow_index(self, Py_ssize_t n_types) except -1
     cdef int reserve_type(self, int64_t type_id) except -1

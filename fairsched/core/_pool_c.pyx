@@ -54,6 +54,7 @@ cdef class SlotPool:
         PyMem_Free(self.index)
 
     def add_slot(self, slot_id, worker_id, type_ids):
+        """Add a free slot of a worker, able to run the given (interned) type ids."""
         cdef int64_t sid = check_slot_id(slot_id)
         cdef int64_t wid = as_int64(worker_id, "worker id")
         cdef tuple types = check_type_ids(type_ids)
@@ -225,7 +226,7 @@ cdef class SlotPool:
         self.occupy(ix.recs[pos])
         return self.recs[ix.recs[pos]].slot_id
 
-    cdef void occupy(self, Py_ssize_t r) noexcept:
+    cdef inline void occupy(self, Py_ssize_t r) noexcept:
         cdef SlotRec *rec = &self.recs[r]
         cdef Py_ssize_t k
         rec.busy = True

@@ -41,6 +41,7 @@ class SlotPool:
         self._n_free = 0
 
     def add_slot(self, slot_id, worker_id, type_ids):
+        """Add a free slot of a worker, able to run the given (interned) type ids."""
         slot_id = check_slot_id(slot_id)
         worker_id = as_int64(worker_id, "worker id")
         types = check_type_ids(type_ids)

@@ -16,6 +16,7 @@ cdef struct Entry:
 
 cdef struct FullKey:
     uint64_t key            # sorts like -score (see _rank_bits)
+    double score
     double eligible_at
     long long job_id
     long long idx

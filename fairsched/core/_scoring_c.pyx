@@ -139,12 +139,13 @@ cdef int _sort_run(Entry *run, Py_ssize_t n, const double[::1] eligible_at,
         raise MemoryError()
     for i in range(n):
         full[i].key = _rank_bits(run[i].score)
+        full[i].score = run[i].score
         full[i].eligible_at = eligible_at[run[i].idx]
         full[i].job_id = job_ids[run[i].idx]
         full[i].idx = run[i].idx
     qsort(full, n, sizeof(FullKey), _full_cmp)
     for i in range(n):
-        run[i].score = -1.0  # no longer read
+        run[i].score = full[i].score
         run[i].idx = full[i].idx
     PyMem_Free(full)
     return 0
