@@ -71,6 +71,37 @@ def test_scores_are_bit_identical_and_order_equal(c_core, rows, now, free, w):
     assert list(py_order) == sorted(range(len(cands)), key=keys.__getitem__)
 
 
+# Many exact ties (equal scores, ages and job ids): runs long enough for every sorting path.
+tied_rows = st.lists(st.tuples(st.integers(0, 1), st.integers(0, 1), st.sampled_from([0.0, 5.0]),
+                               st.booleans(), st.integers(0, 3)), min_size=30, max_size=300)
+# Times so far apart that ages overflow to inf, and weights of 0 turn inf into NaN scores.
+extreme_times = st.sampled_from([-1.7e308, -1e300, 0.0, 1e300, 1.7e308])
+extreme_rows = st.lists(st.tuples(st.integers(0, 2), st.integers(0, 3), extreme_times,
+                                  st.booleans(), st.integers(0, 3)), max_size=60)
+zero_or_not = st.sampled_from([0.0, 1.0])
+
+
+@SETTINGS
+@given(rows=tied_rows, now=st.sampled_from([0.0, 2.0, 10.0]), free=free_counts)
+def test_orders_agree_on_heavily_tied_candidates(c_core, rows, now, free):
+    cands = candidates(rows)
+    c_scores, c_order = c_core.score_candidates(cands, now, free, PY.Weights())
+    py_scores, py_order = PY.score_candidates(cands, now, free, PY.Weights())
+    assert c_scores.tobytes() == py_scores.tobytes()
+    assert list(c_order) == list(py_order)
+
+
+@SETTINGS
+@given(rows=extreme_rows, now=extreme_times,
+       w=st.builds(PY.Weights, zero_or_not, zero_or_not, zero_or_not, zero_or_not, zero_or_not))
+def test_orders_agree_when_scores_are_infinite_or_nan(c_core, rows, now, w):
+    cands = candidates(rows)
+    c_scores, c_order = c_core.score_candidates(cands, now, [1, 2], w)
+    py_scores, py_order = PY.score_candidates(cands, now, [1, 2], w)
+    assert c_scores.tobytes() == py_scores.tobytes()
+    assert list(c_order) == list(py_order)
+
+
 def naive_plan(specs, busy, rows, now, w):
     """Greedy planning the slow, obvious way: scan every slot for every job."""
     slots = {sid: (types, sid in busy) for sid, _, types in specs}
