@@ -45,10 +45,12 @@ def fmt(values):
     return f"p50 {pct(ms, 50):7.3f} ms   p99 {pct(ms, 99):7.3f} ms   max {max(ms):7.3f} ms"
 
 
-def echo_child(read_fd: int, write_fd: int) -> int:
+def echo_child(read_fd: int, write_fd: int, close: tuple[int, ...]) -> int:
     pid = os.fork()
     if pid == 0:
         try:
+            for fd in close:  # the parent's ends: without this the child never sees EOF
+                os.close(fd)
             while True:
                 data = os.read(read_fd, 65536)
                 if not data:
@@ -61,7 +63,7 @@ def echo_child(read_fd: int, write_fd: int) -> int:
 
 def floor_socket(n: int) -> list[float]:
     a, b = socket.socketpair()
-    pid = echo_child(b.fileno(), b.fileno())
+    pid = echo_child(b.fileno(), b.fileno(), (a.fileno(),))
     b.close()
     msg = b'{"t":"run","slot":0,"job":{"id":"od-1","type":"pdf","payload":null}}'
     out = []
@@ -78,7 +80,7 @@ def floor_socket(n: int) -> list[float]:
 def floor_pipe(n: int) -> list[float]:
     r1, w1 = os.pipe()
     r2, w2 = os.pipe()
-    pid = echo_child(r1, w2)
+    pid = echo_child(r1, w2, (w1, r2))
     os.close(r1)
     os.close(w2)
     msg = b'{"t":"run","slot":0,"job":{"id":"od-1","type":"pdf","payload":null}}'

@@ -8,6 +8,7 @@ are no locks. Database work is handed to the QueueLink and its answers come back
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import os
 import secrets
@@ -19,7 +20,12 @@ from fairsched.config import Config
 from fairsched.protocol import WORKER_MESSAGES, FrameDecoder, ProtocolError, encode, validate
 from fairsched.store.aqueue import retry_delay
 from fairsched.supervisor.jobs import Request, RunningJob
-from fairsched.supervisor.process import EXIT_CANNOT_START, WorkerProcess, describe_exit, restart_delay
+from fairsched.supervisor.process import (
+    EXIT_CANNOT_START,
+    WorkerProcess,
+    describe_exit,
+    restart_delay,
+)
 from fairsched.supervisor.queue_link import Failure, QueueLink
 from fairsched.supervisor.states import ProcessState
 from fairsched.worker.launch import LaunchSpec, Template, become_subreaper, launch
@@ -50,6 +56,8 @@ class Supervisor:
         self.queue = QueueLink(self, config)
         self.templates: dict[str, Template] = {}
         self.template_pids: dict[int, str] = {}
+        self.pending_spawns: dict[str, collections.deque] = {}
+        self.early_exits: dict[int, int] = {}
         self.shutting_down = False
         self.stopped = asyncio.Event()
         self.changed = asyncio.Event()
@@ -75,9 +83,7 @@ class Supervisor:
         self.loop.add_signal_handler(signal.SIGCHLD, self.reap_workers)
         for sig in (signal.SIGTERM, signal.SIGINT):
             self.loop.add_signal_handler(sig, self.request_shutdown, None)
-        for spec in self.config.workers:
-            if spec.handler is not None:
-                self._start_template(spec)
+        self._start_templates()
         for proc in self.procs:
             self.spawn_worker(proc)
         log.info("supervisor %s started (pid %d, core %s, database %s, %d workers)",
@@ -116,8 +122,8 @@ class Supervisor:
         while self.by_pid and time.monotonic() < deadline:
             await self._wait_changed(deadline - time.monotonic())
         self.reap_workers()
-        for template in self.templates.values():
-            template.close()
+        for template in list(self.templates.values()):
+            self._drop_template(template)
         await self.queue.close()
         log.info("supervisor stopped")
         self.stopped.set()
@@ -140,17 +146,85 @@ class Supervisor:
                           handler=spec.handler, command=spec.command, cwd=spec.cwd,
                           log_path=self.log_dir / f"{proc.name}.log", env=dict(spec.env))
 
-    def _start_template(self, spec) -> None:
-        proc = next(p for p in self.procs if p.spec is spec)
-        try:
-            template = Template.start(self._launch_spec(proc))
-        except Exception as exc:  # the cold path reports the real problem through the worker
-            log.debug("no template for %s: %s", spec.name, exc)
-            return
-        self.templates[spec.name] = template
-        self.template_pids[template.pid] = spec.name
+    def _start_templates(self) -> None:
+        """One pre-loaded template per Python handler group: replacements skip the imports."""
+        started = []
+        for spec in self.config.workers:
+            if spec.handler is None:
+                continue
+            proc = next(p for p in self.procs if p.spec is spec)
+            try:
+                started.append(Template.start(self._launch_spec(proc)))
+            except OSError as exc:
+                log.debug("no template for %s: %s", spec.name, exc)
+        for template in started:  # they import in parallel; wait for each once
+            self.template_pids[template.pid] = template.group
+            try:
+                template.wait_ready()
+            except OSError as exc:  # the cold path reports the real problem through the worker
+                log.debug("no template for %s: %s", template.group, exc)
+                template.close()
+                continue
+            self.templates[template.group] = template
+            self.pending_spawns[template.group] = collections.deque()
+            self.loop.add_reader(template.fileno(), self._on_template_reply, template)
 
-    def spawn_worker(self, proc: WorkerProcess) -> None:
+    def _on_template_reply(self, template: Template) -> None:
+        pending = self.pending_spawns.get(template.group)
+        while True:
+            reply = template.read_reply()
+            if reply == {}:
+                return
+            if reply is None:
+                self._drop_template(template)
+                return
+            if not pending:
+                continue
+            proc, incarnation = pending.popleft()
+            if proc.incarnation != incarnation:
+                continue
+            pid = reply.get("pid")
+            if not isinstance(pid, int) or pid <= 0:
+                log.warning("template for %s could not start %s: %s; starting it cold",
+                            template.group, proc.name, reply.get("error"))
+                self._relaunch_cold(proc)
+                continue
+            self._learn_pid(proc, pid)
+
+    def _learn_pid(self, proc: WorkerProcess, pid: int) -> None:
+        if proc.pid is None:
+            proc.pid = pid
+            self.by_pid[pid] = proc
+            log.info("worker %s spawned (pid %d)", proc.name, pid)
+        status = self.early_exits.pop(pid, None)
+        if status is not None:  # reaped before we knew whose it was
+            self.by_pid.pop(pid, None)
+            self.worker_exited(proc, status)
+        elif proc.state is ProcessState.STOPPING:
+            self.kill_worker(proc, signal.SIGTERM, grace=STOP_GRACE)
+
+    def _drop_template(self, template: Template) -> None:
+        if not template.closed:
+            self.loop.remove_reader(template.fileno())
+            template.close()
+        if self.templates.get(template.group) is template:
+            del self.templates[template.group]
+            if not self.shutting_down:
+                log.warning("template for %s exited; replacements start cold", template.group)
+        pending = self.pending_spawns.pop(template.group, collections.deque())
+        for proc, incarnation in pending:
+            if proc.incarnation == incarnation and proc.pid is None:
+                self._relaunch_cold(proc)
+
+    def _relaunch_cold(self, proc: WorkerProcess) -> None:
+        if proc.sock is not None:
+            self.loop.remove_reader(proc.sock.fileno())
+            proc.sock.close()
+            proc.sock = None
+        proc.set_state(ProcessState.DOWN)
+        self.spawn_worker(proc, cold=True)
+
+    def spawn_worker(self, proc: WorkerProcess, *, cold: bool = False) -> None:
         if self.shutting_down:
             return
         proc.restart_timer = None
@@ -158,32 +232,36 @@ class Supervisor:
         self.next_generation += 1
         proc.incarnation = f"{proc.name}.{proc.generation}.{secrets.token_hex(4)}"
         spec = self._launch_spec(proc)
-        template = self.templates.get(proc.group)
+        template = None if cold else self.templates.get(proc.group)
+        pid = None
         try:
-            launched = None
+            sock = None
             if template is not None:
                 try:
-                    launched = template.spawn(spec, proc.incarnation)
+                    sock = template.begin_spawn(spec, proc.incarnation)
+                    self.pending_spawns[proc.group].append((proc, proc.incarnation))
                 except OSError as exc:
                     log.warning("template for %s failed (%s); starting %s cold", proc.group, exc,
                                 proc.name)
-                    self.templates.pop(proc.group, None)
-            if launched is None:
+                    self._drop_template(template)
+                    sock = None
+            if sock is None:
                 launched = launch(spec, proc.incarnation)
+                sock, pid = launched.sock, launched.pid
         except OSError as exc:
             self._make_fatal(proc, f"could not start: {exc}")
             return
-        proc.pid = launched.pid
-        proc.sock = launched.sock
+        proc.pid = None
+        proc.sock = sock
         proc.sock.setblocking(False)
         proc.decoder = FrameDecoder(accept=WORKER_MESSAGES)
         proc.outbox = bytearray()
         proc.started_at = time.time()
         proc.started_mono = time.monotonic()
         proc.set_state(ProcessState.STARTING)
-        self.by_pid[proc.pid] = proc
         self.loop.add_reader(proc.sock.fileno(), self._on_readable, proc)
-        log.info("worker %s spawned (pid %d)", proc.name, proc.pid)
+        if pid is not None:
+            self._learn_pid(proc, pid)
 
     def _make_fatal(self, proc: WorkerProcess, reason: str) -> None:
         proc.fatal_reason = reason
@@ -205,10 +283,14 @@ class Supervisor:
                 self.worker_exited(proc, status)
             elif pid in self.template_pids:
                 group = self.template_pids.pop(pid)
-                if self.templates.get(group) is not None and self.templates[group].pid == pid:
-                    del self.templates[group]
-                    if not self.shutting_down:
-                        log.warning("template for %s exited; replacements start cold", group)
+                template = self.templates.get(group)
+                if template is not None and template.pid == pid:
+                    self._drop_template(template)
+            else:
+                # A template-forked worker can exit before its pid reaches us.
+                self.early_exits[pid] = status
+                while len(self.early_exits) > 256:
+                    self.early_exits.pop(next(iter(self.early_exits)))
 
     def worker_exited(self, proc: WorkerProcess, status: int) -> None:
         how = describe_exit(status)
@@ -413,6 +495,8 @@ class Supervisor:
     def register_worker(self, proc: WorkerProcess, hello: dict) -> None:
         if proc.state is not ProcessState.STARTING or proc.slot_ids:
             raise ProtocolError("a second hello")
+        if proc.pid is None:  # the template's answer is still on its way
+            self._learn_pid(proc, int(hello["pid"]))
         if hello.get("incarnation") != proc.incarnation:
             raise ProtocolError(f"hello for incarnation {hello.get('incarnation')!r}, "
                                 f"expected {proc.incarnation!r}")
@@ -707,7 +791,7 @@ class Supervisor:
         tid = self.type_ids.get(type_name)
         if tid is None:
             return None
-        attempts = max((w.max_attempts for w in self.config.workers if type_name in w.types))
+        attempts = max(w.max_attempts for w in self.config.workers if type_name in w.types)
         req = Request(number=self.next_request, type=type_name, type_id=tid, payload=payload,
                       priority=priority, max_attempts=attempts, notify=notify)
         self.next_request += 1

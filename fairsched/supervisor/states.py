@@ -1,9 +1,9 @@
 """Worker process states and the transitions allowed between them, in one place."""
 
-from enum import Enum
+from enum import StrEnum
 
 
-class ProcessState(str, Enum):
+class ProcessState(StrEnum):
     STARTING = "starting"  # spawned, hello not yet received
     RUNNING = "running"  # hello received, slots registered
     STOPPING = "stopping"  # asked to stop (restart or shutdown); slots no longer take work

@@ -283,6 +283,66 @@ class Template:
         parent.setblocking(False)
         return Launched(pid, parent)
 
+    # -- the supervisor's non-blocking variant: request now, learn the pid from read_reply() --
+
+    def begin_spawn(self, spec: LaunchSpec, incarnation: str) -> socket.socket:
+        """Ask a ready template for a worker without waiting for its answer.
+
+        Returns the supervisor's end of the new worker's socket; the worker's pid comes back
+        later, in request order, from `read_reply()` once `fileno()` is readable. Raises
+        OSError when the template is not ready or is gone.
+        """
+        if spec.handler != self.handler or Path(spec.cwd) != self.cwd:
+            raise ValueError(f"template for {self.group} runs {self.handler!r} in {self.cwd}, "
+                             f"not {spec.handler!r} in {spec.cwd}")
+        if self._failure is not None:
+            raise LaunchError(self._failure)
+        if not self._ready:
+            raise LaunchError(f"template for {self.group} is not ready")
+        env = dict(spec.env)
+        env.update(worker_variables(spec, incarnation))
+        request = json.dumps({"cwd": str(self.cwd), "env": env}).encode()
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            log_fd = _open_log(spec.log_path)
+            try:
+                self._ctrl.setblocking(True)
+                socket.send_fds(self._ctrl, [request], [child.fileno(), log_fd])
+            except OSError as exc:
+                self._fail(f"template for {self.group} is gone ({exc.strerror or exc})")
+            finally:
+                os.close(log_fd)
+                if not self.closed:
+                    self._ctrl.setblocking(False)
+        except BaseException:
+            parent.close()
+            raise
+        finally:
+            child.close()
+        parent.setblocking(False)
+        return parent
+
+    def fileno(self) -> int:
+        return self._ctrl.fileno()
+
+    def read_reply(self) -> dict | None:
+        """The next spawn answer ({"pid": n} or {"error": ...}); {} when none is waiting yet,
+        None when the template is gone (every pending request is lost)."""
+        try:
+            data = self._ctrl.recv(65536)
+        except BlockingIOError:
+            return {}
+        except OSError:
+            data = b""
+        if not data:
+            self._failure = self._failure or f"template for {self.group} exited"
+            return None
+        try:
+            answer = json.loads(data)
+        except ValueError:
+            answer = None
+        return answer if isinstance(answer, dict) else {"error": "a reply that is not an object"}
+
     def _request(self, data: bytes | None, fds, timeout: float, doing: str) -> dict:
         if self.closed:
             raise LaunchError(f"template for {self.group} is closed")
