@@ -6,7 +6,7 @@ PY := $(BIN)/python
 PYX := $(wildcard fairsched/core/*.pyx fairsched/core/*.pxd)
 CONFIG ?= examples/workers.toml
 
-.PHONY: all venv build test run bench lint clean
+.PHONY: all venv build test run bench bench-all lint clean
 
 all: build
 
@@ -15,7 +15,7 @@ $(BIN)/activate:
 	$(PY) -m pip install -q --upgrade pip "setuptools>=77" wheel "Cython>=3.0,<3.4"
 
 $(VENV)/.installed: $(BIN)/activate pyproject.toml setup.py
-	$(PY) -m pip install -q -e '.[test,lint]'
+	$(PY) -m pip install -q -e '.[test,lint,plot]'
 	touch $@
 
 $(VENV)/.built: $(VENV)/.installed $(PYX)
@@ -34,9 +34,16 @@ run: build
 bench: build
 	$(PY) scripts/bench_core.py
 
+bench-all: build
+	$(PY) -m pip install -q -e '.[bench]'
+	$(PY) scripts/bench_core.py
+	$(PY) scripts/bench_ondemand.py
+	$(PY) scripts/bench_throughput.py
+	$(PY) scripts/bench_sched.py
+
 lint: build
 	$(BIN)/ruff check fairsched tests scripts examples
-	$(BIN)/cython-lint fairsched/core
+	PATH=$(BIN):$$PATH $(BIN)/cython-lint fairsched/core
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis

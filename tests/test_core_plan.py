@@ -129,10 +129,10 @@ def test_queued_job_is_not_starved_by_a_stream_of_on_demand_requests(core):
     assert now == 256.0
 
 
-@pytest.mark.parametrize("matching", ["optimal", "fastest", None])
-def test_only_greedy_matching_is_available(core, matching):
+@pytest.mark.parametrize("matching", ["fastest", None])
+def test_unknown_matching_is_refused(core, matching):
     pool = seed_pool(core)
-    with pytest.raises(ValueError, match="matching must be 'greedy'"):
+    with pytest.raises(ValueError, match="matching must be 'greedy' or 'optimal'"):
         plan(core, pool, 0.0, [(PDF, 0, 0.0, 0, 1)], matching=matching)
     assert pool.n_free == 3
 
@@ -143,3 +143,19 @@ def test_pool_of_the_other_implementation_is_refused(core):
         pytest.fail(f"compiled core did not load ({compiled_error()}): run `make build`")
     with pytest.raises(TypeError):
         core.plan_cycle(other.SlotPool(), core.Candidates(), 0.0, core.Weights())
+
+
+def test_optimal_matching_places_the_job_greedy_strands(core):
+    # Free slots [A, B] (id 0) and [A, C] (id 1); jobs A (older: it scores first) then B. Greedy hands the
+    # A job slot 0 (same specialisation, lower id) and strands B; optimal places both.
+    A, B, C = 0, 1, 2
+    results = {}
+    for matching in ("greedy", "optimal"):
+        pool = core.SlotPool()
+        pool.add_slot(0, 1, [A, B])
+        pool.add_slot(1, 2, [A, C])
+        cands = core.Candidates.from_lists([A, B], [0, 0], [0.0, 100.0], [0, 0], [1, 2])
+        idx, slots = core.plan_cycle(pool, cands, 100.0, core.Weights(), matching=matching)
+        results[matching] = sorted(zip(idx, slots))
+    assert results["greedy"] == [(0, 0)]
+    assert results["optimal"] == [(0, 1), (1, 0)]

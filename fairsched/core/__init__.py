@@ -33,6 +33,7 @@ def _namespace(impl, pool, scoring, matching):
         Candidates=Candidates,
         score_candidates=scoring.score_candidates,
         plan_cycle=matching.plan_cycle,
+        plan_optimal=matching.plan_optimal,
     )
 
 
@@ -82,3 +83,4 @@ __impl__ = _live.impl
 SlotPool = _live.SlotPool
 score_candidates = _live.score_candidates
 plan_cycle = _live.plan_cycle
+plan_optimal = _live.plan_optimal

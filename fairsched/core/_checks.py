@@ -33,9 +33,8 @@ def check_candidates(cands):
 
 
 def check_matching(matching):
-    if matching != "greedy":
-        raise ValueError(f"matching must be 'greedy' (optimal matching is not available yet), "
-                         f"got {matching!r}")
+    if matching not in ("greedy", "optimal"):
+        raise ValueError(f"matching must be 'greedy' or 'optimal', got {matching!r}")
 
 
 def as_free_counts(free_counts):

@@ -21,6 +21,8 @@ def plan_cycle(SlotPool pool not None, cands, now, weights, matching="greedy"):
     slot of a job whose claim was lost.
     """
     check_matching(matching)
+    if matching == "optimal":
+        return plan_optimal(pool, cands, now, weights)
     cdef Py_ssize_t n = check_candidates(cands)
     cdef double t = check_now(now)
     cdef ScoreWeights w = weights_of(weights)

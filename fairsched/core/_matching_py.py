@@ -17,6 +17,8 @@ def plan_cycle(pool, cands, now, weights, matching="greedy"):
     slot of a job whose claim was lost.
     """
     check_matching(matching)
+    if matching == "optimal":
+        return plan_optimal(pool, cands, now, weights)
     if not isinstance(pool, SlotPool):
         raise TypeError(f"pool must be a {SlotPool.__module__}.SlotPool, "
                         f"got {type(pool).__module__}.{type(pool).__name__}")

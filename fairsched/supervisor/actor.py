@@ -554,7 +554,8 @@ class Supervisor:
                 cands.append(tid, qj.priority, qj.eligible_at, 0, qj.id)
                 entries.append(qj)
         if entries:
-            idx, slots = core.plan_cycle(self.pool, cands, time.time(), self.weights)
+            idx, slots = core.plan_cycle(self.pool, cands, time.time(), self.weights,
+                                         matching=self.config.matching)
             claims = []
             for i, slot_id in zip(idx, slots, strict=True):
                 entry = entries[i]
