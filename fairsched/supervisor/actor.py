@@ -19,6 +19,7 @@ from fairsched import core
 from fairsched.config import Config
 from fairsched.protocol import WORKER_MESSAGES, FrameDecoder, ProtocolError, encode, validate
 from fairsched.store.aqueue import retry_delay
+from fairsched.supervisor.hooks import Observer
 from fairsched.supervisor.jobs import Request, RunningJob
 from fairsched.supervisor.process import (
     EXIT_CANNOT_START,
@@ -37,8 +38,9 @@ LOSSES_BEFORE_REFETCH = 5
 
 
 class Supervisor:
-    def __init__(self, config: Config):
+    def __init__(self, config: Config, observer: Observer | None = None):
         self.config = config
+        self.observer = observer or Observer()
         self.weights = config.scoring
         self.priority_per_second = self.weights.priority / self.weights.age
         self.type_ids = {t: i for i, t in enumerate(sorted(config.types))}
@@ -66,7 +68,7 @@ class Supervisor:
         self.next_request = 1
         self.started = time.time()
         self.counters = {"succeeded": 0, "failed": 0, "retried": 0, "cancelled": 0,
-                         "claim_losses": 0, "restarts": 0}
+                         "returned": 0, "claim_losses": 0, "restarts": 0}
         self._scheduling = False
         self._schedule_again = False
         self._wake_handle: asyncio.TimerHandle | None = None
@@ -79,6 +81,7 @@ class Supervisor:
         self.loop = asyncio.get_running_loop()
         self.log_dir.mkdir(parents=True, exist_ok=True)
         await self.queue.start()
+        self.observer.start(self)
         become_subreaper()
         self.loop.add_signal_handler(signal.SIGCHLD, self.reap_workers)
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -125,6 +128,7 @@ class Supervisor:
         for template in list(self.templates.values()):
             self._drop_template(template)
         await self.queue.close()
+        self.observer.stop()
         log.info("supervisor stopped")
         self.stopped.set()
 
@@ -328,6 +332,7 @@ class Supervisor:
     def _respawn(self, proc: WorkerProcess) -> None:
         proc.restarts += 1
         self.counters["restarts"] += 1
+        self.observer.worker_restarted(proc.group)
         self.spawn_worker(proc)
 
     def _last_log_line(self, proc: WorkerProcess) -> str:
@@ -623,6 +628,7 @@ class Supervisor:
             self.start_job(job, slot_id, attempt=job.attempts)
         if lost:
             self.counters["claim_losses"] += lost
+            self.observer.claims_lost(lost)
             self.losses_in_row += lost
             if self.losses_in_row >= LOSSES_BEFORE_REFETCH:
                 self.cache.clear()
@@ -680,9 +686,10 @@ class Supervisor:
         self.running_by_job[rj.job_id] = rj
         if proc.spec.timeout is not None:
             rj.timer = self.loop.call_later(proc.spec.timeout, self._on_job_timeout, rj)
+        waited = max(0.0, time.time() - rj.eligible_at)
+        self.observer.job_started(rj.type, waited)
         log.info("job %s started: type %s, worker %s, slot %d, attempt %d/%d, waited %.3f s",
-                 rj.job_id, rj.type, proc.name, index, attempt, rj.max_attempts,
-                 max(0.0, time.time() - rj.eligible_at))
+                 rj.job_id, rj.type, proc.name, index, attempt, rj.max_attempts, waited)
         self.send(proc, {"t": "run", "incarnation": proc.incarnation, "slot": index,
                          "job": rj.frame()})
 
@@ -721,21 +728,22 @@ class Supervisor:
 
     def _finish_queued(self, rj, outcome, result, error, permanent, duration, where) -> None:
         if rj.cancel_reason == "user":
-            self.counters["cancelled"] += 1
+            self._record(rj, "cancelled", duration)
             self.queue.cancel_finish(rj.job_id, rj.attempt)
             log.info("job %s cancelled: %s, %.3f s", rj.job_id, where, duration)
         elif outcome == "succeeded":
-            self.counters["succeeded"] += 1
+            self._record(rj, "succeeded", duration)
             self.queue.complete(rj.job_id, rj.attempt, result)
             log.info("job %s succeeded: %s, %.3f s", rj.job_id, where, duration)
         elif outcome == "refused" or rj.cancel_reason in ("shutdown", "restart"):
+            self._record(rj, "returned", duration)
             self.queue.release(rj.job_id, rj.attempt)
             log.info("job %s returned to the queue (%s): %s", rj.job_id,
                      rj.cancel_reason or "refused", where)
         else:
             last = permanent or rj.attempt >= rj.max_attempts
             delay = 0.0 if last else retry_delay(rj.attempt, base=rj.proc.spec.retry_backoff)
-            self.counters["failed" if last else "retried"] += 1
+            self._record(rj, "failed" if last else "retried", duration)
             if last:
                 log.warning("job %s failed for good: %s, %.3f s: %s", rj.job_id, where, duration,
                             error)
@@ -747,12 +755,12 @@ class Supervisor:
     def _finish_on_demand(self, rj, outcome, result, error, permanent, duration, where) -> None:
         req = rj.request
         if outcome == "succeeded" and rj.cancel_reason is None:
-            self.counters["succeeded"] += 1
+            self._record(rj, "succeeded", duration)
             log.info("job %s succeeded: %s, %.3f s", rj.job_id, where, duration)
             self._finish_request(req, {"event": "result", "job_id": req.job_id, "result": result})
             return
         if rj.cancel_reason is not None or req.cancelled:
-            self.counters["cancelled"] += 1
+            self._record(rj, "cancelled", duration)
             reason = {"shutdown": "the supervisor is shutting down",
                       "restart": "the worker was restarted"}.get(rj.cancel_reason, "cancelled")
             if rj.cancel_reason == "restart" and not req.cancelled:
@@ -766,17 +774,21 @@ class Supervisor:
             self.requests[req.number] = req
             return
         if permanent or req.attempts >= req.max_attempts:
-            self.counters["failed"] += 1
+            self._record(rj, "failed", duration)
             log.warning("job %s failed for good: %s, %.3f s: %s", rj.job_id, where, duration, error)
             self._finish_request(req, {"event": "error", "job_id": req.job_id, "error": error,
                                        "attempts": req.attempts})
             return
-        self.counters["retried"] += 1
+        self._record(rj, "retried", duration)
         log.warning("job %s failed: %s, %.3f s: %s; retrying now", rj.job_id, where, duration, error)
         if req.notify is not None:
             req.notify({"event": "retry", "job_id": req.job_id, "error": error,
                         "attempt": req.attempts})
         self.requests[req.number] = req
+
+    def _record(self, rj: RunningJob, outcome: str, duration: float) -> None:
+        self.counters[outcome] = self.counters.get(outcome, 0) + 1
+        self.observer.job_finished(rj.type, outcome, duration)
 
     def _finish_request(self, req: Request, event: dict) -> None:
         if req.done:

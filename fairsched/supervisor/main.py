@@ -20,7 +20,12 @@ def run_supervisor(config: Config) -> int:
 
     async def main() -> int:
         nonlocal control, sup
-        sup = Supervisor(config)
+        observer = None
+        if config.supervisor.metrics:
+            from fairsched.supervisor.metrics import PrometheusObserver
+
+            observer = PrometheusObserver(config.supervisor.metrics)
+        sup = Supervisor(config, observer)
         control = ControlServer(sup, config.control_socket)
         control.lock()  # raises AlreadyRunning: exit 2 before anything starts
         try:

@@ -1,0 +1,25 @@
+"""What the actor reports as it works; a metrics exporter implements it (no-op by default)."""
+
+from __future__ import annotations
+
+
+class Observer:
+    """Called on the actor's loop; implementations must be cheap and never raise."""
+
+    def start(self, sup) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    def job_started(self, job_type: str, waited: float) -> None:
+        pass
+
+    def job_finished(self, job_type: str, outcome: str, seconds: float) -> None:
+        """outcome: succeeded, failed (for good), retried, cancelled or returned (to the queue)."""
+
+    def worker_restarted(self, group: str) -> None:
+        pass
+
+    def claims_lost(self, count: int) -> None:
+        pass
