@@ -1,15 +1,17 @@
 """Queue throughput of fairsched beside procrastinate, pgqueuer and a raw SQL floor, in one run.
 
     .venv/bin/python scripts/bench_throughput.py [--jobs 20000] [--only NAME ...]
-                                                 [--processes 2] [--slots 16]
+                                                 [--processes 2] [--slots 32] [--rounds 1]
 
 Every contender gets a fresh database (bench_<name>) on the same PostgreSQL server. N no-op jobs
 are enqueued in batches of 1,000; the tables are VACUUM ANALYZEd and checkpointed; then the
 consumers start and the script polls every 20 ms until every job has succeeded. `seconds` runs
 from just before the consumers start to the last job's completion, both read from the server's
-clock; `wall` is when the poll saw the last one. Uses FAIRSCHED_DATABASE_URL when set, else an
-embedded PostgreSQL in a temporary directory. A contender whose package is missing is skipped
-with a note: pip install procrastinate pgqueuer 'typer<=0.28'.
+clock; `first s` is the same up to the first completion (start-up included); `wall` is when
+the poll saw the last one. Uses FAIRSCHED_DATABASE_URL when set, else an embedded PostgreSQL in
+a temporary directory. A contender whose package is missing is skipped with a note:
+pip install procrastinate pgqueuer 'typer<=0.28'. On a busy machine, --rounds 3 keeps the best
+of three interleaved runs of each contender.
 """
 
 from __future__ import annotations
@@ -38,9 +40,6 @@ from psycopg.conninfo import make_conninfo
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fairsched.store.queue import Queue  # noqa: E402
-from fairsched.store.schema import migrate  # noqa: E402
-
 CONTENDERS = ("fairsched", "procrastinate", "pgqueuer", "floor")
 PEERS = ("procrastinate", "pgqueuer")
 ENQUEUE_BATCH = 1000
@@ -48,9 +47,12 @@ POLL_INTERVAL = 0.02
 STALL_TIMEOUT = 30.0  # seconds without a single completion: the contender is stuck
 STOP_TIMEOUT = 30.0
 
-# Peer settings: the best of a few shapes tried on a 2-core machine (see each consume_* below).
-PROCRASTINATE_CONCURRENCY = 16
-PGQUEUER_BATCH = 32
+# Peer settings: the best of a few shapes tried on a 2-core machine with 2 processes. A no-op
+# task gains nothing from concurrency; procrastinate fetches one job per query, and more
+# coroutines per worker only contend for that query (16 ran at about 60% of the rate of 2).
+# pgqueuer ran best with batches of 50 to 200 (10 and 32 were markedly slower).
+PROCRASTINATE_CONCURRENCY = 2
+PGQUEUER_BATCH = 100
 FLOOR_BATCH = 32
 
 HANDLER = '''
@@ -83,6 +85,7 @@ class Result:
     setup: str
     jobs: int
     seconds: float
+    first: float
     wall: float
 
     @property
@@ -107,7 +110,7 @@ class Contender:
     tables: tuple[str, ...] = ()
     done_sql = ""
     failed_sql = ""
-    last_sql = ""
+    finished_sql = ""  # the first and the last completion time
 
     def setup(self, opts: Options) -> str:
         return ""
@@ -124,12 +127,15 @@ class Fairsched(Contender):
     tables = ("fairsched_jobs",)
     done_sql = "SELECT count(*) FROM fairsched_jobs WHERE status = 'succeeded'"
     failed_sql = "SELECT count(*) FROM fairsched_jobs WHERE status = 'failed'"
-    last_sql = "SELECT max(finished_at) FROM fairsched_jobs"
+    finished_sql = "SELECT min(finished_at), max(finished_at) FROM fairsched_jobs"
 
     def setup(self, opts):
         return f"{opts.processes} proc x {opts.slots} slots"
 
     def prepare(self, url, opts):
+        from fairsched.store.queue import Queue
+        from fairsched.store.schema import migrate
+
         with psycopg.connect(url, autocommit=True) as conn:
             migrate(conn)
             queue = Queue(conn)
@@ -163,7 +169,8 @@ class Procrastinate(Contender):
     tables = ("procrastinate_jobs", "procrastinate_events")
     done_sql = "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'"
     failed_sql = "SELECT count(*) FROM procrastinate_jobs WHERE status = 'failed'"
-    last_sql = "SELECT max(at) FROM procrastinate_events WHERE type = 'succeeded'"
+    finished_sql = ("SELECT min(at), max(at) FROM procrastinate_events"
+                    " WHERE type = 'succeeded'")
 
     def setup(self, opts):
         return f"{opts.processes} proc x {PROCRASTINATE_CONCURRENCY} concurrency"
@@ -188,7 +195,8 @@ class Pgqueuer(Contender):
     # A finished job leaves the queue table and gets a log row, in one statement.
     done_sql = "SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'"
     failed_sql = "SELECT count(*) FROM pgqueuer_log WHERE status IN ('exception', 'failed')"
-    last_sql = "SELECT max(created) FROM pgqueuer_log WHERE status = 'successful'"
+    finished_sql = ("SELECT min(created), max(created) FROM pgqueuer_log"
+                    " WHERE status = 'successful'")
 
     def setup(self, opts):
         return f"{opts.processes} proc x batch {PGQUEUER_BATCH}"
@@ -213,13 +221,15 @@ class Floor(Contender):
     tables = ("fairsched_jobs",)
     done_sql = Fairsched.done_sql
     failed_sql = Fairsched.failed_sql
-    last_sql = Fairsched.last_sql
+    finished_sql = Fairsched.finished_sql
 
     def setup(self, opts):
         return f"{opts.processes} proc x claim {FLOOR_BATCH}"
 
     def prepare(self, url, opts):
         # The same table as fairsched's, filled and drained with nothing but SQL.
+        from fairsched.store.schema import migrate
+
         with psycopg.connect(url, autocommit=True) as conn:
             migrate(conn)
             for size in batches(opts.jobs):
@@ -340,14 +350,15 @@ def measure(contender: Contender, url: str, opts: Options) -> Result:
         procs = contender.start(url, opts)
         try:
             wall = wait_done(conn, contender, procs, opts.jobs, t0)
-            seconds = conn.execute(
-                f"SELECT extract(epoch FROM ({contender.last_sql}) - %s)::float8",
-                (started,)).fetchone()[0]
+            first, seconds = conn.execute(
+                f"SELECT extract(epoch FROM f.min - %(t)s)::float8,"
+                f" extract(epoch FROM f.max - %(t)s)::float8"
+                f" FROM ({contender.finished_sql}) AS f(min, max)", {"t": started}).fetchone()
         finally:
             stop(procs)
     if seconds is None or seconds <= 0:
         raise BenchError("no completion time recorded")
-    return Result(contender.name, contender.setup(opts), opts.jobs, seconds, wall)
+    return Result(contender.name, contender.setup(opts), opts.jobs, seconds, first, wall)
 
 
 def wait_done(conn, contender: Contender, procs, jobs: int, t0: float) -> float:
@@ -430,14 +441,14 @@ def print_table(runs: dict[str, list[Result]]) -> None:
     floor = best["floor"].rate if "floor" in best else None
     rounds = max(len(results) for results in runs.values())
     print(f"{'contender':14s} {'setup':26s} {'jobs':>7s} {'seconds':>8s} {'jobs/s':>8s}"
-          f" {'vs best peer':>12s} {'vs floor':>9s} {'wall s':>7s}"
+          f" {'vs best peer':>12s} {'vs floor':>9s} {'first s':>8s} {'wall s':>7s}"
           + ("   jobs/s of each round" if rounds > 1 else ""))
     for name, r in best.items():
         vs_peer = f"{r.rate / best_peer:.2f}x" if best_peer else "-"
         vs_floor = f"{r.rate / floor:.2f}x" if floor else "-"
         each = "   " + " ".join(f"{x.rate:.0f}" for x in runs[name]) if rounds > 1 else ""
         print(f"{r.name:14s} {r.setup:26s} {r.jobs:7d} {r.seconds:8.2f} {r.rate:8.0f}"
-              f" {vs_peer:>12s} {vs_floor:>9s} {r.wall:7.2f}{each}")
+              f" {vs_peer:>12s} {vs_floor:>9s} {r.first:8.2f} {r.wall:7.2f}{each}")
 
 
 def positive_int(text: str) -> int:
@@ -462,8 +473,8 @@ def main() -> int:
                         help=f"run only this contender; repeatable ({', '.join(CONTENDERS)})")
     parser.add_argument("--processes", type=positive_int, default=2,
                         help="consumer processes of every contender (default 2)")
-    parser.add_argument("--slots", type=positive_int, default=16,
-                        help="fairsched slots per worker process (default 16)")
+    parser.add_argument("--slots", type=positive_int, default=32,
+                        help="fairsched slots per worker process (default 32)")
     parser.add_argument("--rounds", type=positive_int, default=1,
                         help="measure every contender this many times, interleaved, and keep"
                              " each one's best (default 1; more on a busy machine)")
