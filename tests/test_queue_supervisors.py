@@ -1,6 +1,7 @@
 """The durable queue as users run it: real supervisors (subprocesses) sharing one PostgreSQL."""
 
 import collections
+import json
 import os
 import signal
 import subprocess
@@ -199,3 +200,32 @@ def test_release_drill_sigterm_mid_run(supervisors, db, tmp_path):
     assert {r[2] for r in rows if r[0] not in failing} == {1}
     counts = recorded(log)
     assert set(counts) == set(ids) and max(counts.values()) == 1
+
+
+def test_delayed_job_starts_on_time_and_cancel_reaches_a_running_job(supervisors, db, tmp_path):
+    log = tmp_path / "runs.log"
+    sup = supervisors("""
+[[worker]]
+name = "slow"
+types = ["slow"]
+handler = "sup_handlers:slow"
+""" + RECORD.format(processes=1, slots=1)).start()
+    submitted = time.time()
+    delayed = sup.cli("submit", "rec", "--delay", "1.5", "--payload",
+                      json.dumps({"log": str(log)}))
+    assert delayed.returncode == 0, delayed.stderr
+    delayed_id = int(delayed.stdout)
+    long = sup.cli("submit", "slow", "--payload", '{"seconds": 60}')
+    long_id = int(long.stdout)
+    sup.wait_for(lambda ps: any(s["job_id"] == long_id for s in ps["slots"]), what="long job")
+    cancelled = sup.cli("cancel", str(long_id))
+    assert cancelled.returncode == 0, cancelled.stderr
+    wait_all_finished(db, 2, timeout=30, sups=[sup])
+    rows = {r[0]: r for r in job_rows(db)}
+    assert rows[long_id][1] == "cancelled"
+    assert rows[delayed_id][1] == "succeeded"
+    started = rows[delayed_id][3].timestamp()
+    assert 1.4 <= started - submitted < 4.0, started - submitted
+    listing = sup.cli("jobs", "--json")
+    assert {j["id"]: j["status"] for j in json.loads(listing.stdout)} == {
+        long_id: "cancelled", delayed_id: "succeeded"}
