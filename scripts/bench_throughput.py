@@ -479,6 +479,8 @@ def main() -> int:
                         help="measure every contender this many times, interleaved, and keep"
                              " each one's best (default 1; more on a busy machine)")
     args = parser.parse_args()
+    # Stopped from outside, still stop the consumers and the server on the way out.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
 
     contenders = [c for c in (Fairsched(), Procrastinate(), Pgqueuer(), Floor())
                   if not args.only or c.name in args.only]
