@@ -296,8 +296,10 @@ CONSUMERS = {"procrastinate": consume_procrastinate, "pgqueuer": consume_pgqueue
 
 
 def spawn_consumers(name: str, url: str, opts: Options, setting: int) -> list[subprocess.Popen]:
-    return [spawn([sys.executable, __file__, "--consumer", name, url, str(setting)],
-                  opts.folder / f"{name}-{i}.log", dict(os.environ), opts.folder)
+    # The URL goes by environment: a password in it stays out of `ps`.
+    env = dict(os.environ, BENCH_THROUGHPUT_URL=url)
+    return [spawn([sys.executable, __file__, "--consumer", name, str(setting)],
+                  opts.folder / f"{name}-{i}.log", env, opts.folder)
             for i in range(1, opts.processes + 1)]
 
 
@@ -531,7 +533,7 @@ def main() -> int:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--consumer"]:
-        _, _, kind, url, setting = sys.argv
-        CONSUMERS[kind](url, int(setting))
+        _, _, kind, setting = sys.argv
+        CONSUMERS[kind](os.environ["BENCH_THROUGHPUT_URL"], int(setting))
     else:
         sys.exit(main())
