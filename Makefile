@@ -15,7 +15,7 @@ $(BIN)/activate:
 	$(PY) -m pip install -q --upgrade pip "setuptools>=77" wheel "Cython>=3.0,<3.4"
 
 $(VENV)/.installed: $(BIN)/activate pyproject.toml setup.py
-	$(PY) -m pip install -q -e '.[test,lint,plot]'
+	$(PY) -m pip install -q -e '.[test,lint,plot,examples]'
 	touch $@
 
 $(VENV)/.built: $(VENV)/.installed $(PYX)

@@ -1,0 +1,306 @@
+"""Prometheus metrics for one supervisor, served over HTTP from a daemon thread.
+
+The actor never waits on a scrape: counters and histograms are bumped from its hooks, the
+slot and worker gauges come from an immutable snapshot the actor's loop refreshes twice a
+second, and the queue depth is read on scrape through this exporter's own connection.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from socketserver import ThreadingMixIn
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+import psycopg
+from prometheus_client import CollectorRegistry, Counter, Histogram, make_wsgi_app
+from prometheus_client.core import GaugeMetricFamily
+
+from fairsched.supervisor.hooks import Observer
+from fairsched.supervisor.states import ProcessState
+
+log = logging.getLogger("fairsched.metrics")
+
+SNAPSHOT_INTERVAL = 0.5  # seconds between two copies of the actor's state
+DEPTH_CACHE = 1.0  # seconds a queue-depth answer serves further scrapes
+OUTCOMES = ("succeeded", "failed", "retried", "cancelled", "returned")
+QUEUE_STATUSES = ("pending", "running", "failed")
+# Waits and run times range from milliseconds (on-demand) to hours (a backlog).
+BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600,
+           1800, 3600, 7200)
+
+# Finished rows (succeeded, cancelled) are left out: counting them scans the whole history on
+# every scrape, and the job counters already tell how many finished. Each branch matches one
+# partial index of the job table.
+DEPTH_SQL = """
+SELECT type, 'pending', count(*), extract(epoch FROM now() - min(run_after)
+                                          FILTER (WHERE run_after <= now()))
+  FROM fairsched_jobs WHERE status = 'pending' GROUP BY type
+UNION ALL
+SELECT type, 'running', count(*), NULL FROM fairsched_jobs WHERE status = 'running' GROUP BY type
+UNION ALL
+SELECT type, 'failed', count(*), NULL FROM fairsched_jobs WHERE status = 'failed' GROUP BY type
+"""
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What the gauges show, copied on the actor's loop; the HTTP thread only reads it."""
+
+    types: tuple[str, ...] = ()
+    in_flight: dict[str, int] = field(default_factory=dict)
+    free: dict[str, int] = field(default_factory=dict)
+    busy: dict[str, int] = field(default_factory=dict)
+    workers: dict[tuple[str, str], int] = field(default_factory=dict)  # (group, state) -> n
+    on_demand_waiting: int = 0
+
+
+def take_snapshot(sup) -> Snapshot:
+    names = {tid: t for t, tid in sup.type_ids.items()}
+    free_counts = sup.pool.free_counts(len(names))
+    free = {names[tid]: int(free_counts[tid]) for tid in names}
+    busy = dict.fromkeys(names.values(), 0)
+    pool = sup.pool
+    for sid in pool.slot_ids():
+        if pool.is_busy(sid):
+            for tid in pool.slot_types(sid):
+                busy[names[tid]] += 1
+    in_flight = dict.fromkeys(names.values(), 0)
+    for rj in sup.running.values():
+        in_flight[rj.type] = in_flight.get(rj.type, 0) + 1
+    workers = collections.Counter((proc.group, proc.state.value) for proc in sup.procs)
+    return Snapshot(types=tuple(sorted(sup.type_ids)), in_flight=in_flight, free=free,
+                    busy=busy, workers=dict(workers), on_demand_waiting=len(sup.requests))
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format, *args):  # a scrape every few seconds is not news
+        pass
+
+
+class _ThreadingServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class QueueDepth:
+    """Job counts per type and status, read on scrape through a connection of its own."""
+
+    def __init__(self, url_of):
+        self.url_of = url_of  # called on scrape: the URL may change when PostgreSQL restarts
+        self.lock = threading.Lock()
+        self.conn: psycopg.Connection | None = None
+        self.conn_url: str | None = None
+        self.read_at = -DEPTH_CACHE
+        self.rows: list[tuple] = []
+        self.up = 0
+        self.failing = False
+        self.closed = False
+
+    def read(self) -> tuple[list[tuple], int]:
+        with self.lock:
+            if self.closed:
+                return [], 0
+            if time.monotonic() - self.read_at >= DEPTH_CACHE:
+                self._query()
+                self.read_at = time.monotonic()
+            return self.rows, self.up
+
+    def _query(self) -> None:
+        try:
+            url = self.url_of()
+            if url is None:
+                raise psycopg.OperationalError("the supervisor has no database yet")
+            if self.conn is None or self.conn.closed or self.conn_url != url:
+                self._close()
+                self.conn = psycopg.connect(url, autocommit=True, connect_timeout=3,
+                                            application_name="fairsched metrics")
+                self.conn_url = url
+                self.conn.execute("SET statement_timeout = '5s'")
+            self.rows = self.conn.execute(DEPTH_SQL).fetchall()
+            self.up = 1
+            if self.failing:
+                log.info("metrics: reading the queue depth again")
+            self.failing = False
+        except psycopg.Error as exc:
+            self._close()
+            self.rows, self.up = [], 0
+            if not self.failing:  # one line per outage, not one per scrape
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                log.warning("metrics: cannot read the queue depth: %s", first)
+            self.failing = True
+
+    def _close(self) -> None:
+        if self.conn is not None:
+            try:
+                self.conn.close()
+            except psycopg.Error:
+                pass
+            self.conn = None
+
+    def close(self) -> None:
+        if self.lock.acquire(timeout=6.0):
+            try:
+                self.closed = True
+                self._close()
+            finally:
+                self.lock.release()
+
+
+class _StateCollector:
+    """Gauges from the latest snapshot and from the queue depth, built on each scrape."""
+
+    def __init__(self, observer: PrometheusObserver):
+        self.observer = observer
+
+    def describe(self):
+        return []  # registration must not query the database
+
+    def collect(self):
+        snap = self.observer.snapshot
+        in_flight = GaugeMetricFamily("fairsched_jobs_in_flight",
+                                      "Jobs running on this supervisor's workers.", labels=["type"])
+        slots = GaugeMetricFamily("fairsched_slots", "Slots able to run a type, free or busy "
+                                  "(a versatile slot counts for each of its types).",
+                                  labels=["type", "state"])
+        workers = GaugeMetricFamily("fairsched_workers", "Worker processes by group and "
+                                    "process state.", labels=["group", "state"])
+        waiting = GaugeMetricFamily("fairsched_on_demand_waiting",
+                                    "On-demand requests waiting for a slot.")
+        for t in snap.types:
+            in_flight.add_metric([t], snap.in_flight.get(t, 0))
+            slots.add_metric([t, "free"], snap.free.get(t, 0))
+            slots.add_metric([t, "busy"], snap.busy.get(t, 0))
+        groups = sorted({group for group, _ in snap.workers})
+        for group in groups:
+            for state in ProcessState:
+                workers.add_metric([group, state.value], snap.workers.get((group, state.value), 0))
+        waiting.add_metric([], snap.on_demand_waiting)
+        yield from (in_flight, slots, workers, waiting)
+        yield from self._depth(snap)
+
+    def _depth(self, snap: Snapshot):
+        rows, up = self.observer.depth.read()
+        jobs = GaugeMetricFamily("fairsched_queue_jobs", "Jobs in the table by type and status "
+                                 "(pending, running, failed: the dead-letter list).",
+                                 labels=["type", "status"])
+        oldest = GaugeMetricFamily("fairsched_queue_oldest_pending_seconds",
+                                   "How long the oldest eligible pending job of a type has "
+                                   "waited.", labels=["type"])
+        health = GaugeMetricFamily("fairsched_queue_up", "1 when the last queue-depth query "
+                                   "succeeded.")
+        counts = {(t, s): 0 for t in snap.types for s in QUEUE_STATUSES} if up else {}
+        ages = dict.fromkeys(snap.types, 0.0) if up else {}
+        for type_name, status, count, age in rows:
+            counts[(type_name, status)] = count
+            if status == "pending":
+                ages[type_name] = float(age or 0.0)
+        for (type_name, status), count in sorted(counts.items()):
+            jobs.add_metric([type_name, status], count)
+        for type_name, age in sorted(ages.items()):
+            oldest.add_metric([type_name], age)
+        health.add_metric([], up)
+        yield from (jobs, oldest, health)
+
+
+class PrometheusObserver(Observer):
+    """Serves /metrics on `address` ("host:port"; an empty host listens on every interface)."""
+
+    def __init__(self, address: str):
+        host, _, port = address.rpartition(":")
+        self.host = host or "0.0.0.0"
+        self.port = int(port)
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.snapshot = Snapshot()
+        self.depth = QueueDepth(self._database_url)
+        self.server: WSGIServer | None = None
+        self.thread: threading.Thread | None = None
+        self._sup = None
+        self._timer = None
+        self._refresh_failed = False
+        r = self.registry
+        self.finished = Counter("fairsched_jobs_finished", "Job attempts finished, by type and "
+                                "outcome (succeeded, failed for good, retried, cancelled, "
+                                "returned to the queue).", ["type", "outcome"], registry=r)
+        self.waited = Histogram("fairsched_job_wait_seconds", "Time from a job becoming eligible "
+                                "to its start.", ["type"], buckets=BUCKETS, registry=r)
+        self.ran = Histogram("fairsched_job_run_seconds", "Time each attempt ran, whatever its "
+                             "outcome.", ["type"], buckets=BUCKETS, registry=r)
+        self.restarts = Counter("fairsched_worker_restarts", "Worker processes started again "
+                                "after an exit or an operator's restart.", ["group"], registry=r)
+        self.losses = Counter("fairsched_claim_losses", "Claims lost to another supervisor.",
+                              registry=r)
+        r.register(_StateCollector(self))
+
+    # -- the Observer hooks, on the actor's loop -----------------------------------------------
+
+    def start(self, sup) -> None:
+        self._sup = sup
+        for t in sup.type_ids:  # every series exists from the start, so rate() sees the first job
+            self.waited.labels(t)
+            self.ran.labels(t)
+            for outcome in OUTCOMES:
+                self.finished.labels(t, outcome)
+        for spec in sup.config.workers:
+            self.restarts.labels(spec.name)
+        self._refresh()
+        try:
+            server = make_server(self.host, self.port, make_wsgi_app(self.registry),
+                                 _ThreadingServer, handler_class=_QuietHandler)
+        except OSError as exc:
+            log.error("metrics: cannot listen on %s:%d (%s); running without metrics",
+                      self.host, self.port, exc.strerror or exc)
+            self._stop_refresh()
+            return
+        self.server = server
+        self.thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1},
+                                       name="fairsched-metrics", daemon=True)
+        self.thread.start()
+        host, port = server.server_address[:2]
+        log.info("metrics on http://%s:%d/metrics", host, port)
+
+    def stop(self) -> None:
+        self._stop_refresh()
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None
+        self.depth.close()
+
+    def job_started(self, job_type: str, waited: float) -> None:
+        self.waited.labels(job_type).observe(waited)
+
+    def job_finished(self, job_type: str, outcome: str, seconds: float) -> None:
+        self.finished.labels(job_type, outcome).inc()
+        self.ran.labels(job_type).observe(seconds)
+
+    def worker_restarted(self, group: str) -> None:
+        self.restarts.labels(group).inc()
+
+    def claims_lost(self, count: int) -> None:
+        self.losses.inc(count)
+
+    # -- the snapshot ---------------------------------------------------------------------------
+
+    def _refresh(self) -> None:
+        sup = self._sup
+        self._timer = sup.loop.call_later(SNAPSHOT_INTERVAL, self._refresh)
+        try:
+            self.snapshot = take_snapshot(sup)
+            self._refresh_failed = False
+        except Exception:  # the gauges go stale; the actor must not
+            if not self._refresh_failed:
+                log.exception("metrics: cannot copy the supervisor's state")
+            self._refresh_failed = True
+
+    def _stop_refresh(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _database_url(self) -> str | None:
+        sup = self._sup
+        database = sup.queue.database if sup is not None else None
+        return database.url if database is not None else None

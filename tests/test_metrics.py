@@ -1,0 +1,168 @@
+"""The Prometheus endpoint as a monitoring system scrapes it, from a real supervisor."""
+
+import json
+import os
+import signal
+import socket
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.supervisor_harness import Supervisor
+
+WORKERS = """
+[[worker]]
+name = "pdf"
+types = ["pdf"]
+handler = "sup_handlers:slow"
+slots = 2
+
+[[worker]]
+name = "bad"
+types = ["bad"]
+handler = "sup_handlers:fail"
+max_attempts = 2
+retry_backoff = 0
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def scrape(port: int) -> dict:
+    """{(sample name, ((label, value), ...)): value} from one scrape of /metrics."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        assert response.status == 200
+        text = response.read().decode()
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return samples
+
+
+def value(samples: dict, name: str, **labels) -> float:
+    return samples[(name, tuple(sorted(labels.items())))]
+
+
+def scrape_until(port: int, predicate, what: str, timeout: float = 10.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        samples = scrape(port)
+        if predicate(samples):
+            return samples
+        if time.monotonic() > deadline:
+            shown = {k: v for k, v in samples.items() if not k[0].endswith("_bucket")}
+            raise AssertionError(f"timed out waiting for {what}: {shown}")
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def supervisors(db):
+    started = []
+
+    def make(workers, **kwargs):
+        sup = Supervisor(db, workers, **kwargs)
+        started.append(sup)
+        return sup
+
+    yield make
+    for sup in started:
+        sup.close()
+
+
+def submit(sup, *args) -> None:
+    result = sup.cli("submit", *args)
+    assert result.returncode == 0, result.stderr
+
+
+def test_counters_histograms_and_gauges_follow_the_jobs(supervisors):
+    port = free_port()
+    sup = supervisors(WORKERS, supervisor=f'metrics = "127.0.0.1:{port}"').start()
+    assert f"metrics on http://127.0.0.1:{port}/metrics" in sup.output()
+
+    idle = scrape_until(port, lambda s: value(s, "fairsched_queue_up") == 1, "the queue depth")
+    assert value(idle, "fairsched_slots", type="pdf", state="free") == 2
+    assert value(idle, "fairsched_slots", type="pdf", state="busy") == 0
+    assert value(idle, "fairsched_workers", group="pdf", state="running") == 1
+    assert value(idle, "fairsched_workers", group="bad", state="fatal") == 0
+    assert value(idle, "fairsched_jobs_finished_total", type="pdf", outcome="succeeded") == 0
+    assert value(idle, "fairsched_queue_jobs", type="pdf", status="pending") == 0
+    assert value(idle, "fairsched_claim_losses_total") == 0
+
+    for _ in range(3):
+        submit(sup, "pdf", "--payload", '{"seconds": 0}')
+    submit(sup, "bad")
+    submit(sup, "pdf", "--delay", "3600")  # stays pending: counted in the depth, never run
+    for _ in range(2):
+        submit(sup, "pdf", "--on-demand", "--payload", '{"seconds": 0}')
+
+    done = scrape_until(
+        port, lambda s: value(s, "fairsched_jobs_finished_total", type="pdf", outcome="succeeded") == 5
+        and value(s, "fairsched_queue_jobs", type="bad", status="failed") == 1, "the jobs to finish")
+    assert value(done, "fairsched_jobs_finished_total", type="pdf", outcome="succeeded") == 5
+    assert value(done, "fairsched_jobs_finished_total", type="pdf", outcome="failed") == 0
+    assert value(done, "fairsched_jobs_finished_total", type="bad", outcome="retried") == 1
+    assert value(done, "fairsched_jobs_finished_total", type="bad", outcome="failed") == 1
+    assert value(done, "fairsched_job_wait_seconds_count", type="pdf") == 5
+    assert value(done, "fairsched_job_wait_seconds_count", type="bad") == 2
+    assert value(done, "fairsched_job_run_seconds_count", type="pdf") == 5
+    assert value(done, "fairsched_job_run_seconds_count", type="bad") == 2
+    # Every job waits less than an hour, so it lands in the 3600 s bucket and below.
+    assert value(done, "fairsched_job_wait_seconds_bucket", type="pdf", le="3600.0") == 5
+    assert value(done, "fairsched_queue_jobs", type="pdf", status="pending") == 1
+    assert value(done, "fairsched_queue_jobs", type="pdf", status="running") == 0
+    assert value(done, "fairsched_queue_jobs", type="bad", status="pending") == 0
+    # The one pending job is not eligible for an hour: nothing eligible has waited.
+    assert value(done, "fairsched_queue_oldest_pending_seconds", type="pdf") == 0
+    assert value(done, "fairsched_jobs_in_flight", type="pdf") == 0
+
+    # One job from the queue and one on demand keep both slots of pdf-1 busy.
+    submit(sup, "pdf", "--payload", '{"seconds": 30}')
+    caller = sup.spawn_cli("submit", "pdf", "--on-demand", "--payload", '{"seconds": 30}')
+    try:
+        busy = scrape_until(
+            port, lambda s: value(s, "fairsched_queue_jobs", type="pdf", status="running") == 1
+            and value(s, "fairsched_slots", type="pdf", state="busy") == 2, "busy slots")
+        ps = sup.ps()
+        assert [s["state"] for s in ps["slots"] if s["group"] == "pdf"] == ["busy", "busy"]
+        assert value(busy, "fairsched_slots", type="pdf", state="free") == 0
+        assert value(busy, "fairsched_jobs_in_flight", type="pdf") == 2
+        assert value(busy, "fairsched_jobs_in_flight", type="bad") == 0
+
+        pid = next(s["pid"] for s in ps["slots"] if s["group"] == "pdf")
+        os.kill(pid, signal.SIGKILL)
+        crashed = scrape_until(
+            port, lambda s: value(s, "fairsched_worker_restarts_total", group="pdf") == 1,
+            "the restart")
+        assert value(crashed, "fairsched_worker_restarts_total", group="bad") == 0
+        assert value(crashed, "fairsched_jobs_finished_total", type="pdf", outcome="retried") == 2
+    finally:
+        caller.kill()
+        caller.communicate()
+
+    assert sup.cli("stop", "--timeout", "1").returncode == 0
+    assert sup.wait_exit() == 0
+    with pytest.raises(urllib.error.URLError):
+        scrape(port)
+
+
+def test_port_in_use_is_one_log_line_and_the_supervisor_runs_on(supervisors):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        sup = supervisors(WORKERS, supervisor=f'metrics = "127.0.0.1:{port}"').start()
+        result = sup.cli("submit", "pdf", "--on-demand", "--payload", '{"seconds": 0}')
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout)["slept"] == 0
+    lines = [ln for ln in sup.output().splitlines() if "metrics" in ln]
+    assert len(lines) == 1, lines
+    assert f"cannot listen on 127.0.0.1:{port} (Address already in use)" in lines[0]
+    assert "running without metrics" in lines[0]
