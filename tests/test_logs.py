@@ -1,0 +1,167 @@
+"""`fairsched supervise --log-format json`: every line a log shipper reads is one JSON object."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.supervisor_harness import Supervisor
+
+WORKERS = """
+[[worker]]
+name = "pdf"
+types = ["pdf"]
+handler = "sup_handlers:echo"
+
+[[worker]]
+name = "flaky"
+types = ["flaky"]
+handler = "sup_handlers:fail"
+max_attempts = 2
+retry_backoff = 0.2
+
+[[worker]]
+name = "broken"
+types = ["broken"]
+handler = "no_such_module:run"
+"""
+
+
+class JsonLogged(Supervisor):
+    """A supervisor whose stderr (the log) and stdout are kept apart."""
+
+    def __init__(self, *args, log_level: str = "info", **kwargs):
+        super().__init__(*args, **kwargs)
+        self.log_level = log_level
+        self.stdout_path = self.dir / "stdout"
+        self._stdout = None
+
+    def start(self, wait: bool = True) -> "JsonLogged":
+        self._logf = open(self.log, "ab")
+        self._stdout = open(self.stdout_path, "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "fairsched", "supervise", "--config", str(self.config),
+             "--log-format", "json", "--log-level", self.log_level],
+            stdout=self._stdout, stderr=self._logf, env=self.env)
+        if wait:
+            self.wait_for(lambda ps: all(s["state"] in ("free", "busy", "fatal")
+                                         for s in ps["slots"]), what="all workers ready")
+        return self
+
+    def entries(self) -> list[dict]:
+        """Every stderr line, parsed; fails on the first line that is not a JSON object."""
+        entries = []
+        for number, line in enumerate(self.output().splitlines(), 1):
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                raise AssertionError(f"log line {number} is not JSON: {line!r}") from None
+            assert isinstance(entry, dict), line
+            assert {"time", "level", "logger", "message"} <= entry.keys(), line
+            assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", entry["time"]), line
+            entries.append(entry)
+        return entries
+
+    def find(self, pattern: str, level: str | None = None) -> list[re.Match]:
+        found = []
+        for entry in self.entries():
+            match = re.search(pattern, entry["message"])
+            if match and level in (None, entry["level"]):
+                found.append(match)
+        return found
+
+    def wait_log(self, pattern: str, timeout: float = 20.0) -> re.Match:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = self.find(pattern)
+            if found:
+                return found[0]
+            time.sleep(0.05)
+        raise AssertionError(f"no log line matches {pattern!r}:\n{self.output()[-3000:]}")
+
+    def close(self) -> None:
+        if self._stdout is not None:
+            self._stdout.close()
+        super().close()
+
+
+@pytest.fixture
+def supervisors(db):
+    started = []
+
+    def make(workers, **kwargs):
+        sup = JsonLogged(db, workers, **kwargs)
+        started.append(sup)
+        return sup
+
+    yield make
+    for sup in started:
+        sup.close()
+
+
+def test_job_and_worker_lines_are_json(supervisors):
+    sup = supervisors(WORKERS).start()
+    fatal = sup.wait_log(r"worker broken-1 is fatal: could not start \((.*)\); "
+                         r"run `fairsched restart broken-1` once fixed")
+    assert "no_such_module" in fatal.group(1)
+    assert sup.find(r"worker broken-1 is fatal", level="error")
+
+    queued = sup.cli("submit", "pdf", "--payload", '{"n": 1}')
+    assert queued.returncode == 0, queued.stderr
+    job_id = queued.stdout.strip()
+    sup.wait_log(rf"job {job_id} succeeded: type pdf, worker pdf-1, slot 0, attempt 1, "
+                 r"\d+\.\d{3} s")
+    started = sup.find(rf"job {job_id} started: type pdf, worker pdf-1, slot 0, attempt 1/3, "
+                       r"waited (\d+\.\d{3}) s", level="info")
+    assert len(started) == 1
+
+    on_demand = sup.cli("submit", "pdf", "--on-demand")
+    assert on_demand.returncode == 0, on_demand.stderr
+    assert sup.find(r"job od-1 started: type pdf, worker pdf-1, slot 0, attempt 1/3")
+    assert sup.find(r"job od-1 succeeded: type pdf, worker pdf-1")
+
+    flaky = sup.cli("submit", "flaky").stdout.strip()
+    retry = sup.wait_log(rf"job {flaky} failed: type flaky, worker flaky-1, slot 0, attempt 1, "
+                         r"\d+\.\d{3} s: RuntimeError: failing on purpose \(attempt 1\); "
+                         r"retry in (\d+\.\d) s")
+    assert 0.1 <= float(retry.group(1)) <= 0.2  # equal jitter: between half and all of the base
+    sup.wait_log(rf"job {flaky} failed for good: type flaky, worker flaky-1, slot 0, attempt 2, "
+                 r"\d+\.\d{3} s: RuntimeError: failing on purpose \(attempt 2\)")
+    assert sup.find(rf"job {flaky} failed for good", level="warning")
+
+    first = sup.slots("pdf")[0]["pid"]
+    assert sup.find(rf"worker pdf-1 spawned \(pid {first}\)", level="info")
+    os.kill(first, signal.SIGKILL)
+    sup.wait_log(r"worker pdf-1 killed by SIGKILL, perhaps out of memory; restarting in 0 s")
+    row = sup.wait_for(lambda ps: [s for s in ps["slots"] if s["group"] == "pdf"
+                                   and s["state"] == "free" and s["pid"] != first],
+                       what="pdf-1 back")
+    second = next(s["pid"] for s in row["slots"] if s["group"] == "pdf")
+    sup.wait_log(rf"worker pdf-1 spawned \(pid {second}\)")
+    sup.wait_log(rf"worker pdf-1 ready \(pid {second}, 1 slots, types pdf\)")
+
+    assert sup.cli("stop").returncode == 0
+    assert sup.wait_exit() == 0
+    assert sup.find(r"^supervisor stopped$")
+    entries = sup.entries()  # after the last line: every one of them parses
+    assert sup.find(r"^supervisor \d+ started \(pid \d+, core (c|python), database external, "
+                    r"3 workers\)$", level="info")
+    assert {e["logger"] for e in entries} <= {"fairsched.supervisor", "fairsched.queue",
+                                             "fairsched.control", "fairsched.metrics"}
+    assert sup.stdout_path.read_bytes() == b""
+
+
+def test_log_level_warning_keeps_only_problems(supervisors):
+    sup = supervisors(WORKERS, log_level="warning").start()
+    sup.wait_log(r"worker broken-1 is fatal")
+    assert sup.cli("submit", "pdf", "--on-demand").returncode == 0
+    assert sup.cli("stop").returncode == 0
+    assert sup.wait_exit() == 0
+    levels = {e["level"] for e in sup.entries()}
+    assert levels <= {"warning", "error"} and "error" in levels
+    assert not sup.find(r"job od-1")
