@@ -41,6 +41,7 @@ class Supervisor:
         self.log = self.dir / "supervisor.log"
         self.proc: subprocess.Popen | None = None
         self.seen_pids: set[int] = set()
+        self.children: list[subprocess.Popen] = []
 
     def start(self, wait: bool = True) -> Supervisor:
         if getattr(self, "_logf", None):
@@ -58,8 +59,10 @@ class Supervisor:
         return fairsched(*args, env=self.env, timeout=timeout, input=input)
 
     def spawn_cli(self, *args) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-m", "fairsched", *args], env=self.env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        child = subprocess.Popen([sys.executable, "-m", "fairsched", *args], env=self.env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.children.append(child)
+        return child
 
     def ps(self) -> dict:
         result = self.cli("ps", "--json")
@@ -102,6 +105,10 @@ class Supervisor:
         return self.proc.wait(timeout)
 
     def close(self) -> None:
+        for child in self.children:
+            if child.poll() is None:
+                child.kill()
+            child.communicate()
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
