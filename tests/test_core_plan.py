@@ -156,6 +156,6 @@ def test_optimal_matching_places_the_job_greedy_strands(core):
         pool.add_slot(1, 2, [A, C])
         cands = core.Candidates.from_lists([A, B], [0, 0], [0.0, 100.0], [0, 0], [1, 2])
         idx, slots = core.plan_cycle(pool, cands, 100.0, core.Weights(), matching=matching)
-        results[matching] = sorted(zip(idx, slots))
+        results[matching] = sorted(zip(idx, slots, strict=True))
     assert results["greedy"] == [(0, 0)]
     assert results["optimal"] == [(0, 1), (1, 0)]

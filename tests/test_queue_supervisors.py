@@ -91,8 +91,8 @@ def test_three_supervisors_run_every_job_exactly_once(supervisors, db, tmp_path)
 
 def test_low_priority_job_is_not_starved_by_a_stream(supervisors, db, tmp_path):
     # W_p / W_a = 0.2 s per priority step: a priority-0 job overtakes fresh priority-10 jobs after 2 s.
-    sup = supervisors(RECORD.format(processes=1, slots=1),
-                      scoring="age_weight = 5120\n").start()
+    supervisors(RECORD.format(processes=1, slots=1),
+                scoring="age_weight = 5120\n").start()
     log = tmp_path / "runs.log"
     job = {"type": "rec", "payload": {"log": str(log), "seconds": 0.05}, "priority": 10}
     enqueue(db, [job] * 5)

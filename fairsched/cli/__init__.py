@@ -12,6 +12,8 @@ def main():
 
 
 # Command modules attach their commands to `main` on import (one import line each, below).
-from fairsched.cli import queue_cmds  # noqa: E402,F401
-from fairsched.cli import sched_cmds  # noqa: E402,F401
-from fairsched.cli import supervisor_cmds  # noqa: E402,F401
+from fairsched.cli import (  # noqa: E402,F401
+    queue_cmds,
+    sched_cmds,
+    supervisor_cmds,
+)
