@@ -1,7 +1,9 @@
 """Example handlers for examples/workers.toml: PDF, Excel and a versatile office worker.
 
-Each takes a payload {"path": ...}; without a path it reports what it would do, so the
-quickstart works before any sample file exists.
+Each takes a payload {"path": ...} (relative paths start from this folder, the workers'
+working directory; `examples/make_samples.py` writes some into samples/). Without a path a
+handler reports what it would do, so the quickstart works before any sample file exists. A
+file that is missing or unreadable fails the job for good: retrying cannot help.
 """
 
 import os
@@ -20,32 +22,52 @@ def render_pdf(job: fairsched.Job):
             time.sleep(0.05)
         return {"pages": 3, "pid": os.getpid()}
     from pypdf import PdfReader
+    from pypdf.errors import PdfReadError
 
-    reader = PdfReader(path)
+    try:
+        reader = PdfReader(path)
+        title = reader.metadata.title if reader.metadata else None
+    except (OSError, PdfReadError) as exc:
+        raise fairsched.PermanentError(f"{path}: not a readable PDF: {exc}") from None
     pages = []
     for number, page in enumerate(reader.pages, 1):
         job.progress(number / len(reader.pages), f"page {number}/{len(reader.pages)}")
         if job.cancelled():
             return None
         pages.append(page.extract_text() or "")
-    return {"pages": len(pages), "chars": sum(map(len, pages)), "text": pages[0][:200] if pages else ""}
+    return {"pages": len(pages), "title": title, "chars": sum(map(len, pages)),
+            "text": pages[0][:200] if pages else "", "pid": os.getpid()}
 
 
 def read_excel(job: fairsched.Job):
     path = (job.payload or {}).get("path")
     if path is None:
         return {"sheets": {}, "pid": os.getpid()}
-    from openpyxl import load_workbook
+    from zipfile import BadZipFile
 
-    book = load_workbook(path, read_only=True, data_only=True)
-    sums = {}
-    for number, sheet in enumerate(book.worksheets, 1):
-        job.progress(number / len(book.worksheets), sheet.title)
-        total = 0.0
-        for row in sheet.iter_rows(values_only=True):
-            total += sum(v for v in row if isinstance(v, int | float) and not isinstance(v, bool))
-        sums[sheet.title] = total
-    return {"sheets": sums}
+    from openpyxl import load_workbook
+    from openpyxl.utils.exceptions import InvalidFileException
+
+    try:
+        book = load_workbook(path, read_only=True, data_only=True)
+    except (OSError, BadZipFile, InvalidFileException, KeyError, ValueError) as exc:
+        raise fairsched.PermanentError(f"{path}: not a readable workbook: {exc}") from None
+    sums, rows = {}, {}
+    try:
+        for number, sheet in enumerate(book.worksheets, 1):
+            job.progress(number / len(book.worksheets), sheet.title)
+            if job.cancelled():
+                return None
+            total, count = 0.0, 0
+            for row in sheet.iter_rows(values_only=True):
+                count += 1
+                total += sum(v for v in row
+                             if isinstance(v, int | float) and not isinstance(v, bool))
+            sums[sheet.title] = total
+            rows[sheet.title] = count
+    finally:
+        book.close()  # read-only workbooks keep the file open until closed
+    return {"sheets": sums, "rows": rows, "pid": os.getpid()}
 
 
 def build_index(job: fairsched.Job):

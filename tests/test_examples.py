@@ -1,0 +1,122 @@
+"""The shipped example, end to end: sample files, examples/workers.toml, real PDFs and workbooks."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.supervisor_harness import Supervisor
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+@pytest.fixture
+def samples(tmp_path) -> Path:
+    out = tmp_path / "samples"
+    made = subprocess.run([sys.executable, str(EXAMPLES / "make_samples.py"), "--out", str(out)],
+                          capture_output=True, text=True, timeout=60)
+    assert made.returncode == 0, made.stderr
+    assert sorted(Path(line).name for line in made.stdout.split()) == [
+        "broken.pdf", "budget.xlsx", "invoice.pdf", "manual.pdf", "report.pdf", "sales.xlsx"]
+    return out
+
+
+@pytest.fixture
+def example(db):
+    """A supervisor on a copy of examples/workers.toml and examples/handlers.py."""
+    sup = Supervisor(db, "")
+    try:
+        sup.config.write_text((EXAMPLES / "workers.toml").read_text())
+        shutil.copy(EXAMPLES / "handlers.py", sup.dir / "handlers.py")
+        sup.start()
+        yield sup
+    finally:
+        sup.close()
+
+
+def on_demand(sup, type_name: str, payload: dict) -> dict:
+    result = sup.cli("submit", type_name, "--on-demand", "--payload", json.dumps(payload))
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def queued(sup, type_name: str, payload: dict, *args) -> int:
+    result = sup.cli("submit", type_name, "--payload", json.dumps(payload), *args)
+    assert result.returncode == 0, result.stderr
+    return int(result.stdout)
+
+
+def jobs_by_id(sup) -> dict[int, dict]:
+    result = sup.cli("jobs", "--json")
+    assert result.returncode == 0, result.stderr
+    return {job["id"]: job for job in json.loads(result.stdout)}
+
+
+def test_pdf_excel_and_a_worker_killed(example, samples):
+    sup = example
+    slots = sup.slots()
+    assert [(s["worker"], s["slot"]) for s in slots] == [
+        ("pdf-1", 0), ("pdf-2", 0), ("excel-1", 0), ("office-1", 0), ("office-1", 1)]
+
+    report = on_demand(sup, "pdf", {"path": str(samples / "report.pdf")})
+    assert report["pages"] == 3 and report["title"] == "Quarterly report"
+    assert report["text"] == ("Quarterly report\nSales grew in every region.\n"
+                              "North led with 4,250 units.")
+    # Specialist first: the pdf workers take pdf jobs while the office worker waits.
+    assert report["pid"] in {s["pid"] for s in slots if s["group"] == "pdf"}
+
+    sales = on_demand(sup, "excel", {"path": str(samples / "sales.xlsx")})
+    assert sales["sheets"] == {"North": 4250.5, "South": 2775.25, "East": 750}
+    assert sales["rows"] == {"North": 4, "South": 4, "East": 4}
+
+    index = on_demand(sup, "index", {"text": "to be or not to be"})
+    assert index["terms"] == 4 and index["index"]["be"] == [1, 5]
+
+    manual = queued(sup, "pdf", {"path": str(samples / "manual.pdf")}, "--priority", "5")
+    budget = queued(sup, "excel", {"path": str(samples / "budget.xlsx")})
+    broken = queued(sup, "pdf", {"path": str(samples / "broken.pdf")})
+    sup.wait_for(lambda ps: all(jobs_by_id(sup)[i]["status"] in ("succeeded", "failed")
+                                for i in (manual, budget, broken)), what="the queued jobs")
+    jobs = jobs_by_id(sup)
+    assert jobs[manual]["status"] == "succeeded"
+    assert jobs[manual]["result"]["pages"] == 12
+    assert jobs[manual]["result"]["text"].startswith("Chapter 1\n")
+    assert jobs[budget]["status"] == "succeeded"
+    assert jobs[budget]["result"]["sheets"] == {"2024": 216500, "2025": 219800}
+    # Not a PDF: a permanent failure, never retried, kept in the dead-letter list.
+    assert jobs[broken]["status"] == "failed" and jobs[broken]["attempts"] == 1
+    assert "not a readable PDF" in jobs[broken]["last_error"]
+    dead = sup.cli("jobs", "--status", "failed")
+    assert dead.returncode == 0, dead.stderr
+    assert [line.split()[0] for line in dead.stdout.splitlines()[1:]] == [str(broken)]
+
+    old = next(s for s in sup.slots("excel-1"))
+    os.kill(old["pid"], signal.SIGKILL)
+    ps = sup.wait_for(lambda ps: any(s["worker"] == "excel-1" and s["state"] == "free"
+                                     and s["pid"] != old["pid"] for s in ps["slots"]),
+                      what="excel-1 back")
+    new = next(s for s in ps["slots"] if s["worker"] == "excel-1")
+    assert new["restarts"] == old["restarts"] + 1
+    again = on_demand(sup, "excel", {"path": str(samples / "sales.xlsx")})
+    assert again["pid"] == new["pid"] and again["sheets"] == sales["sheets"]
+    assert "worker excel-1 killed by SIGKILL" in sup.output()
+
+    stopped = sup.cli("stop")
+    assert stopped.returncode == 0, stopped.stderr
+    assert sup.wait_exit() == 0
+
+
+def test_make_samples_reports_an_unwritable_folder(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    made = subprocess.run([sys.executable, str(EXAMPLES / "make_samples.py"),
+                           "--out", str(blocker / "samples")], capture_output=True, text=True,
+                          timeout=60)
+    assert made.returncode == 2
+    assert made.stderr.startswith("make_samples: cannot write to ")
+    assert "Traceback" not in made.stderr and len(made.stderr.splitlines()) == 1
