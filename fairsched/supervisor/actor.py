@@ -71,6 +71,7 @@ class Supervisor:
                          "returned": 0, "claim_losses": 0, "restarts": 0}
         self._scheduling = False
         self._schedule_again = False
+        self._unflushed: set[WorkerProcess] = set()
         self._wake_handle: asyncio.TimerHandle | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.log_dir = config.supervisor.state_dir / "logs"
@@ -260,6 +261,7 @@ class Supervisor:
         proc.sock.setblocking(False)
         proc.decoder = FrameDecoder(accept=WORKER_MESSAGES)
         proc.outbox = bytearray()
+        proc.writing = False
         proc.started_at = time.time()
         proc.started_mono = time.monotonic()
         proc.set_state(ProcessState.STARTING)
@@ -360,6 +362,8 @@ class Supervisor:
             self.loop.remove_writer(fd)
             proc.sock.close()
             proc.sock = None
+        proc.writing = False
+        self._unflushed.discard(proc)
         if not proc.slot_ids:
             return
         self.pool.remove_worker(proc.generation)
@@ -414,24 +418,37 @@ class Supervisor:
 
     # -- the pipe -----------------------------------------------------------------------------
 
-    def send(self, proc: WorkerProcess, msg: dict) -> bool:
+    def send(self, proc: WorkerProcess, msg: dict, *, defer: bool = False) -> bool:
+        """Frame `msg` to the worker; with defer, it leaves with the cycle's other frames."""
         if proc.sock is None:
             return False
-        data = encode(msg)
-        if proc.outbox:
-            proc.outbox += data
+        proc.outbox += encode(msg)
+        if defer:
+            self._unflushed.add(proc)
+            return True
+        return self._flush(proc)
+
+    def _flush(self, proc: WorkerProcess) -> bool:
+        if proc.sock is None:
+            return False
+        if proc.writing:  # a partial write is pending: the writer callback carries on
             return True
         try:
-            sent = proc.sock.send(data)
+            sent = proc.sock.send(proc.outbox)
         except BlockingIOError:
             sent = 0
         except OSError as exc:  # EPIPE/ECONNRESET: the worker is gone
             self.unregister_worker(proc, f"worker {proc.name} pipe closed ({exc.strerror})")
             return False
-        if sent < len(data):
-            proc.outbox += data[sent:]
+        del proc.outbox[:sent]
+        if proc.outbox:
+            proc.writing = True
             self.loop.add_writer(proc.sock.fileno(), self._on_writable, proc)
         return True
+
+    def _flush_all(self) -> None:
+        while self._unflushed:
+            self._flush(self._unflushed.pop())
 
     def _on_writable(self, proc: WorkerProcess) -> None:
         try:
@@ -443,6 +460,7 @@ class Supervisor:
             return
         del proc.outbox[:sent]
         if not proc.outbox:
+            proc.writing = False
             self.loop.remove_writer(proc.sock.fileno())
 
     def _on_readable(self, proc: WorkerProcess) -> None:
@@ -542,6 +560,7 @@ class Supervisor:
                 self._schedule_again = False
                 self._cycle()
                 again = self._schedule_again
+            self._flush_all()
         finally:
             self._scheduling = False
 
@@ -691,7 +710,9 @@ class Supervisor:
         log.info("job %s started: type %s, worker %s, slot %d, attempt %d/%d, waited %.3f s",
                  rj.job_id, rj.type, proc.name, index, attempt, rj.max_attempts, waited)
         self.send(proc, {"t": "run", "incarnation": proc.incarnation, "slot": index,
-                         "job": rj.frame()})
+                         "job": rj.frame()}, defer=True)
+        if not self._scheduling:
+            self._flush_all()
 
     def _on_job_timeout(self, rj: RunningJob) -> None:
         rj.timer = None

@@ -38,6 +38,7 @@ class WorkerProcess:
     sock: object | None = None
     decoder: object | None = None
     outbox: bytearray = field(default_factory=bytearray)
+    writing: bool = False  # a partial write waits for the socket to drain
     slot_ids: list[int] = field(default_factory=list)  # pool slot id per slot index
     types: tuple[str, ...] = ()
     started_at: float | None = None  # time.time() of the current start

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import queue
 import re
 import select
 import signal
@@ -163,6 +164,7 @@ class Worker:
         self.settings = settings
         self.handler = handler
         self.jobs: list[Job | None] = [None] * settings.slots
+        self._inboxes: list[queue.SimpleQueue | None] = [None] * settings.slots
         self.stopping = False
         self._write_lock = threading.Lock()
         # Held while a slot changes hands, so a finished job's result and its slot's release
@@ -236,8 +238,16 @@ class Worker:
             job = Job(spec["id"], spec["type"], spec["payload"], spec["priority"],
                       spec["attempt"], spec["on_demand"], slot=slot, send=self.send)
             self.jobs[slot] = job
-            threading.Thread(target=self.run_job, args=(job,), daemon=True,
-                             name=f"slot-{slot}").start()
+            inbox = self._inboxes[slot]
+            if inbox is None:  # one long-lived thread per slot: no thread start per job
+                inbox = self._inboxes[slot] = queue.SimpleQueue()
+                threading.Thread(target=self._serve_slot, args=(inbox,), daemon=True,
+                                 name=f"slot-{slot}").start()
+            inbox.put(job)
+
+    def _serve_slot(self, inbox: queue.SimpleQueue) -> None:
+        while True:
+            self.run_job(inbox.get())
 
     def _refusal(self, incarnation: str, slot: int, job_type: str) -> str | None:
         s = self.settings
