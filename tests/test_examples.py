@@ -70,6 +70,9 @@ def test_pdf_excel_and_a_worker_killed(example, samples):
     # Specialist first: the pdf workers take pdf jobs while the office worker waits.
     assert report["pid"] in {s["pid"] for s in slots if s["group"] == "pdf"}
 
+    invoice = on_demand(sup, "pdf", {"path": str(samples / "invoice.pdf")})
+    assert invoice["pages"] == 1 and invoice["text"].endswith("\nTotal due: 1,250.00 EUR")
+
     sales = on_demand(sup, "excel", {"path": str(samples / "sales.xlsx")})
     assert sales["sheets"] == {"North": 4250.5, "South": 2775.25, "East": 750}
     assert sales["rows"] == {"North": 4, "South": 4, "East": 4}
