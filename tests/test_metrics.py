@@ -87,7 +87,10 @@ def test_counters_histograms_and_gauges_follow_the_jobs(supervisors):
     sup = supervisors(WORKERS, supervisor=f'metrics = "127.0.0.1:{port}"').start()
     assert f"metrics on http://127.0.0.1:{port}/metrics" in sup.output()
 
-    idle = scrape_until(port, lambda s: value(s, "fairsched_queue_up") == 1, "the queue depth")
+    # The slot gauges follow the actor within half a second: wait for the workers to show.
+    idle = scrape_until(port, lambda s: value(s, "fairsched_queue_up") == 1
+                        and value(s, "fairsched_slots", type="pdf", state="free") == 2,
+                        "the queue depth and the free slots")
     assert value(idle, "fairsched_slots", type="pdf", state="free") == 2
     assert value(idle, "fairsched_slots", type="pdf", state="busy") == 0
     assert value(idle, "fairsched_workers", group="pdf", state="running") == 1
@@ -105,7 +108,8 @@ def test_counters_histograms_and_gauges_follow_the_jobs(supervisors):
 
     done = scrape_until(
         port, lambda s: value(s, "fairsched_jobs_finished_total", type="pdf", outcome="succeeded") == 5
-        and value(s, "fairsched_queue_jobs", type="bad", status="failed") == 1, "the jobs to finish")
+        and value(s, "fairsched_queue_jobs", type="bad", status="failed") == 1
+        and value(s, "fairsched_jobs_in_flight", type="pdf") == 0, "the jobs to finish")
     assert value(done, "fairsched_jobs_finished_total", type="pdf", outcome="succeeded") == 5
     assert value(done, "fairsched_jobs_finished_total", type="pdf", outcome="failed") == 0
     assert value(done, "fairsched_jobs_finished_total", type="bad", outcome="retried") == 1
@@ -129,11 +133,11 @@ def test_counters_histograms_and_gauges_follow_the_jobs(supervisors):
     try:
         busy = scrape_until(
             port, lambda s: value(s, "fairsched_queue_jobs", type="pdf", status="running") == 1
-            and value(s, "fairsched_slots", type="pdf", state="busy") == 2, "busy slots")
+            and value(s, "fairsched_slots", type="pdf", state="busy") == 2
+            and value(s, "fairsched_jobs_in_flight", type="pdf") == 2, "busy slots")
         ps = sup.ps()
         assert [s["state"] for s in ps["slots"] if s["group"] == "pdf"] == ["busy", "busy"]
         assert value(busy, "fairsched_slots", type="pdf", state="free") == 0
-        assert value(busy, "fairsched_jobs_in_flight", type="pdf") == 2
         assert value(busy, "fairsched_jobs_in_flight", type="bad") == 0
 
         pid = next(s["pid"] for s in ps["slots"] if s["group"] == "pdf")
