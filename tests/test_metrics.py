@@ -140,6 +140,14 @@ def test_counters_histograms_and_gauges_follow_the_jobs(supervisors):
         assert value(busy, "fairsched_slots", type="pdf", state="free") == 0
         assert value(busy, "fairsched_jobs_in_flight", type="bad") == 0
 
+        # No free slot: a new job waits, and the oldest eligible wait grows from its creation.
+        submit(sup, "pdf", "--payload", '{"seconds": 0}')
+        waiting = scrape_until(
+            port, lambda s: value(s, "fairsched_queue_jobs", type="pdf", status="pending") == 2
+            and value(s, "fairsched_queue_oldest_pending_seconds", type="pdf") > 0.2,
+            "a waiting job")
+        assert value(waiting, "fairsched_queue_oldest_pending_seconds", type="pdf") < 30
+
         pid = next(s["pid"] for s in ps["slots"] if s["group"] == "pdf")
         os.kill(pid, signal.SIGKILL)
         crashed = scrape_until(
