@@ -195,9 +195,10 @@ def test_release_drill_sigterm_mid_run(supervisors, db, tmp_path):
     again = supervisors(workers).start()
     wait_all_finished(db, 100, sups=[again])
     rows = job_rows(db, set(ids))
-    assert {r[1] for r in rows} == {"succeeded"}
-    assert {r[0] for r in rows if r[2] == 2} == failing
-    assert {r[2] for r in rows if r[0] not in failing} == {1}
+    logs = sup.output()[-4000:] + again.output()[-4000:]
+    assert {r[1] for r in rows} == {"succeeded"}, logs
+    assert {r[0] for r in rows if r[2] == 2} == failing, logs
+    assert {r[2] for r in rows if r[0] not in failing} == {1}, logs
     counts = recorded(log)
     assert set(counts) == set(ids) and max(counts.values()) == 1
 

@@ -70,7 +70,7 @@ class Supervisor:
         self.counters = {"succeeded": 0, "failed": 0, "retried": 0, "cancelled": 0,
                          "returned": 0, "claim_losses": 0, "restarts": 0}
         self._scheduling = False
-        self._schedule_again = False
+        self._schedule_pending = False
         self._unflushed: set[WorkerProcess] = set()
         self._wake_handle: asyncio.TimerHandle | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -549,17 +549,16 @@ class Supervisor:
     # -- scheduling -----------------------------------------------------------------------------
 
     def schedule(self) -> None:
-        """One scheduling cycle over on-demand requests and fetched queued jobs; re-entrant safe."""
-        if self._scheduling:
-            self._schedule_again = True
-            return
+        """Ask for a scheduling cycle; every request made in one loop pass folds into one cycle."""
+        if not self._schedule_pending:
+            self._schedule_pending = True
+            self.loop.call_soon(self._run_schedule)
+
+    def _run_schedule(self) -> None:
+        self._schedule_pending = False
         self._scheduling = True
         try:
-            again = True
-            while again:
-                self._schedule_again = False
-                self._cycle()
-                again = self._schedule_again
+            self._cycle()
             self._flush_all()
         finally:
             self._scheduling = False
@@ -567,17 +566,27 @@ class Supervisor:
     def _cycle(self) -> None:
         if self.shutting_down or self.pool.n_free == 0:
             return
-        cands = core.Candidates()
         entries: list = []
+        types, priorities, eligible, on_demand, ids = [], [], [], [], []
         for req in self.requests.values():
-            cands.append(req.type_id, req.priority, req.eligible_at, 1, req.core_id)
             entries.append(req)
+            types.append(req.type_id)
+            priorities.append(req.priority)
+            eligible.append(req.eligible_at)
+            on_demand.append(1)
+            ids.append(req.core_id)
+        type_ids = self.type_ids
         for qj in self.cache.values():
-            tid = self.type_ids.get(qj.type)
+            tid = type_ids.get(qj.type)
             if tid is not None:
-                cands.append(tid, qj.priority, qj.eligible_at, 0, qj.id)
                 entries.append(qj)
+                types.append(tid)
+                priorities.append(qj.priority)
+                eligible.append(qj.eligible_at)
+                on_demand.append(0)
+                ids.append(qj.id)
         if entries:
+            cands = core.Candidates.from_lists(types, priorities, eligible, on_demand, ids)
             idx, slots = core.plan_cycle(self.pool, cands, time.time(), self.weights,
                                          matching=self.config.matching)
             claims = []
@@ -655,6 +664,7 @@ class Supervisor:
             self.exhausted.clear()
         elif claims:
             self.losses_in_row = 0
+        self._flush_all()
         self.schedule()
 
     def on_jobs_notified(self, type_name: str) -> None:
@@ -710,9 +720,7 @@ class Supervisor:
         log.info("job %s started: type %s, worker %s, slot %d, attempt %d/%d, waited %.3f s",
                  rj.job_id, rj.type, proc.name, index, attempt, rj.max_attempts, waited)
         self.send(proc, {"t": "run", "incarnation": proc.incarnation, "slot": index,
-                         "job": rj.frame()}, defer=True)
-        if not self._scheduling:
-            self._flush_all()
+                         "job": rj.frame()}, defer=True)  # the caller flushes the batch
 
     def _on_job_timeout(self, rj: RunningJob) -> None:
         rj.timer = None
