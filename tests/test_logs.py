@@ -143,7 +143,7 @@ def test_job_and_worker_lines_are_json(supervisors):
                        what="pdf-1 back")
     second = next(s["pid"] for s in row["slots"] if s["group"] == "pdf")
     sup.wait_log(rf"worker pdf-1 spawned \(pid {second}\)")
-    sup.wait_log(rf"worker pdf-1 ready \(pid {second}, 1 slots, types pdf\)")
+    sup.wait_log(rf"worker pdf-1 ready \(pid {second}, 1 slot, types pdf\)")
 
     assert sup.cli("stop").returncode == 0
     assert sup.wait_exit() == 0
@@ -154,6 +154,19 @@ def test_job_and_worker_lines_are_json(supervisors):
     assert {e["logger"] for e in entries} <= {"fairsched.supervisor", "fairsched.queue",
                                              "fairsched.control", "fairsched.metrics"}
     assert sup.stdout_path.read_bytes() == b""
+
+    # The same events as structured fields, for log pipelines.
+    finished = [e for e in entries if e.get("event") == "job_finished"]
+    assert {"job_id": int(job_id), "type": "pdf", "worker": "pdf-1", "slot": 0, "attempt": 1,
+            "outcome": "succeeded"}.items() <= next(e for e in finished
+                                                    if e["job_id"] == int(job_id)).items()
+    retried = next(e for e in finished if e["job_id"] == int(flaky) and e["attempt"] == 1)
+    assert retried["outcome"] == "retried" and 0.1 <= retried["retry_in"] <= 0.2
+    assert retried["error"] == "RuntimeError: failing on purpose (attempt 1)"
+    assert all(isinstance(e["duration"], float) for e in finished)
+    exited = next(e for e in entries if e.get("event") == "worker_exited")
+    assert exited["worker"] == "pdf-1" and exited["exit"].startswith("killed by SIGKILL")
+    assert any(e.get("event") == "worker_fatal" and e["worker"] == "broken-1" for e in entries)
 
 
 def test_log_level_warning_keeps_only_problems(supervisors):

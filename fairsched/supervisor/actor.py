@@ -33,8 +33,19 @@ from fairsched.worker.launch import LaunchSpec, Template, become_subreaper, laun
 
 log = logging.getLogger("fairsched.supervisor")
 
+
+def fields(**values) -> dict:
+    """Structured fields for a log line: the JSON log format shows them as keys."""
+    return {"fields": values}
+
 STOP_GRACE = 2.0  # SIGTERM to SIGKILL for a worker that is stopped or timed out
 LOSSES_BEFORE_REFETCH = 5
+
+
+def job_fields(rj: RunningJob, outcome: str, duration: float, **more) -> dict:
+    return fields(event="job_finished", job_id=rj.job_id, type=rj.type, worker=rj.proc.name,
+                  slot=rj.slot_index, attempt=rj.attempt, outcome=outcome,
+                  duration=round(duration, 6), on_demand=rj.on_demand, **more)
 
 
 class Supervisor:
@@ -200,7 +211,8 @@ class Supervisor:
         if proc.pid is None:
             proc.pid = pid
             self.by_pid[pid] = proc
-            log.info("worker %s spawned (pid %d)", proc.name, pid)
+            log.info("worker %s spawned (pid %d)", proc.name, pid,
+                     extra=fields(event="worker_spawned", worker=proc.name, group=proc.group, pid=pid))
         status = self.early_exits.pop(pid, None)
         if status is not None:  # reaped before we knew whose it was
             self.by_pid.pop(pid, None)
@@ -273,7 +285,9 @@ class Supervisor:
         proc.fatal_reason = reason
         proc.set_state(ProcessState.FATAL)
         log.error("worker %s is fatal: %s; run `fairsched restart %s` once fixed",
-                  proc.name, reason, proc.name)
+                  proc.name, reason, proc.name,
+                  extra=fields(event="worker_fatal", worker=proc.name, group=proc.group,
+                               reason=reason))
 
     def reap_workers(self) -> None:
         """Collect every exited child; several SIGCHLDs fold into one call."""
@@ -325,7 +339,9 @@ class Supervisor:
             return
         delay = restart_delay(recent)
         proc.set_state(ProcessState.DOWN)
-        log.warning("worker %s %s; restarting in %g s", proc.name, how, delay)
+        log.warning("worker %s %s; restarting in %g s", proc.name, how, delay,
+                    extra=fields(event="worker_exited", worker=proc.name, group=proc.group,
+                                 exit=how, restart_in=delay))
         if delay <= 0:
             self._respawn(proc)
         else:
@@ -542,7 +558,8 @@ class Supervisor:
             self.slot_owner[sid] = (proc, index)
         proc.set_state(ProcessState.RUNNING)
         self._changed()
-        log.info("worker %s ready (pid %d, %d slots, types %s)", proc.name, proc.pid, slots,
+        log.info("worker %s ready (pid %d, %d slot%s, types %s)", proc.name, proc.pid, slots,
+                 "" if slots == 1 else "s",
                  ",".join(types))
         self.schedule()
 
@@ -718,7 +735,11 @@ class Supervisor:
         waited = max(0.0, time.time() - rj.eligible_at)
         self.observer.job_started(rj.type, waited)
         log.info("job %s started: type %s, worker %s, slot %d, attempt %d/%d, waited %.3f s",
-                 rj.job_id, rj.type, proc.name, index, attempt, rj.max_attempts, waited)
+                 rj.job_id, rj.type, proc.name, index, attempt, rj.max_attempts, waited,
+                 extra=fields(event="job_started", job_id=rj.job_id, type=rj.type,
+                              worker=proc.name, slot=index, attempt=attempt,
+                              max_attempts=rj.max_attempts, waited=round(waited, 6),
+                              on_demand=rj.on_demand))
         self.send(proc, {"t": "run", "incarnation": proc.incarnation, "slot": index,
                          "job": rj.frame()}, defer=True)  # the caller flushes the batch
 
@@ -759,33 +780,39 @@ class Supervisor:
         if rj.cancel_reason == "user":
             self._record(rj, "cancelled", duration)
             self.queue.cancel_finish(rj.job_id, rj.attempt)
-            log.info("job %s cancelled: %s, %.3f s", rj.job_id, where, duration)
+            log.info("job %s cancelled: %s, %.3f s", rj.job_id, where, duration,
+                     extra=job_fields(rj, "cancelled", duration))
         elif outcome == "succeeded":
             self._record(rj, "succeeded", duration)
             self.queue.complete(rj.job_id, rj.attempt, result)
-            log.info("job %s succeeded: %s, %.3f s", rj.job_id, where, duration)
+            log.info("job %s succeeded: %s, %.3f s", rj.job_id, where, duration,
+                     extra=job_fields(rj, "succeeded", duration))
         elif outcome == "refused" or rj.cancel_reason in ("shutdown", "restart"):
             self._record(rj, "returned", duration)
             self.queue.release(rj.job_id, rj.attempt)
             log.info("job %s returned to the queue (%s): %s", rj.job_id,
-                     rj.cancel_reason or "refused", where)
+                     rj.cancel_reason or "refused", where,
+                     extra=job_fields(rj, "returned", duration))
         else:
             last = permanent or rj.attempt >= rj.max_attempts
             delay = 0.0 if last else retry_delay(rj.attempt, base=rj.proc.spec.retry_backoff)
             self._record(rj, "failed" if last else "retried", duration)
             if last:
                 log.warning("job %s failed for good: %s, %.3f s: %s", rj.job_id, where, duration,
-                            error)
+                            error, extra=job_fields(rj, "failed", duration, error=error))
             else:
                 log.warning("job %s failed: %s, %.3f s: %s; retry in %.1f s", rj.job_id, where,
-                            duration, error, delay)
+                            duration, error, delay,
+                            extra=job_fields(rj, "retried", duration, error=error,
+                                             retry_in=round(delay, 3)))
             self.queue.fail(Failure(rj.job_id, rj.attempt, error or outcome, permanent, delay))
 
     def _finish_on_demand(self, rj, outcome, result, error, permanent, duration, where) -> None:
         req = rj.request
         if outcome == "succeeded" and rj.cancel_reason is None:
             self._record(rj, "succeeded", duration)
-            log.info("job %s succeeded: %s, %.3f s", rj.job_id, where, duration)
+            log.info("job %s succeeded: %s, %.3f s", rj.job_id, where, duration,
+                     extra=job_fields(rj, "succeeded", duration))
             self._finish_request(req, {"event": "result", "job_id": req.job_id, "result": result})
             return
         if rj.cancel_reason is not None or req.cancelled:
@@ -804,12 +831,14 @@ class Supervisor:
             return
         if permanent or req.attempts >= req.max_attempts:
             self._record(rj, "failed", duration)
-            log.warning("job %s failed for good: %s, %.3f s: %s", rj.job_id, where, duration, error)
+            log.warning("job %s failed for good: %s, %.3f s: %s", rj.job_id, where, duration, error,
+                        extra=job_fields(rj, "failed", duration, error=error))
             self._finish_request(req, {"event": "error", "job_id": req.job_id, "error": error,
                                        "attempts": req.attempts})
             return
         self._record(rj, "retried", duration)
-        log.warning("job %s failed: %s, %.3f s: %s; retrying now", rj.job_id, where, duration, error)
+        log.warning("job %s failed: %s, %.3f s: %s; retrying now", rj.job_id, where, duration, error,
+                    extra=job_fields(rj, "retried", duration, error=error, retry_in=0.0))
         if req.notify is not None:
             req.notify({"event": "retry", "job_id": req.job_id, "error": error,
                         "attempt": req.attempts})
