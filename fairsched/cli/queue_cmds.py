@@ -6,51 +6,18 @@ the exit code of DESIGN.md (1: the operation failed, 2: bad usage or configurati
 
 from __future__ import annotations
 
-import functools
 import json
 import sys
 from datetime import UTC, datetime
-from typing import Any, NoReturn
+from typing import Any
 
 import click
-import psycopg
 
 from fairsched.cli import main
+from fairsched.cli.common import UsageProblem, config_option, reports_errors
 from fairsched.config import Config, load_config, resolve_config_path
-from fairsched.errors import ConfigError, FairschedError
-from fairsched.store.database import first_line
 from fairsched.store.queue import Queue
 from fairsched.store.schema import MAX_PRIORITY, STATUSES
-
-config_option = click.option(
-    "--config", "config_path", metavar="PATH",
-    help="workers.toml (default: $FAIRSCHED_CONFIG or ./workers.toml).")
-
-
-class UsageProblem(Exception):
-    """Bad input on the command line: exit 2."""
-
-
-def fail(message: str, code: int) -> NoReturn:
-    click.echo(f"fairsched: {message}", err=True)
-    sys.exit(code)
-
-
-def reports_errors(func):
-    """One line and the contract's exit code instead of a traceback."""
-    @functools.wraps(func)
-    def wrapper(*args, **kwargs):
-        try:
-            return func(*args, **kwargs)
-        except (UsageProblem, ConfigError) as exc:
-            fail(str(exc), 2)
-        except FairschedError as exc:  # includes unknown ids and jobs in the wrong status
-            fail(str(exc), 1)
-        except ValueError as exc:  # the store refused a value the options let through
-            fail(str(exc), 2)
-        except psycopg.Error as exc:
-            fail(f"database error: {first_line(exc)}", 1)
-    return wrapper
 
 
 def open_queue(config: Config) -> Queue:

@@ -6,41 +6,17 @@ DESIGN.md (1: the operation failed, 2: bad usage, bad configuration or a bad tra
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import os
-import sys
 from pathlib import Path
 
 import click
-import psycopg
 
 from fairsched import core
 from fairsched.cli import main
+from fairsched.cli.common import reports_errors
 from fairsched.config import DEFAULT_CONFIG, load_config, resolve_config_path
-from fairsched.errors import ConfigError, FairschedError
-from fairsched.sched import TraceError
-
-
-def fail(message: str, code: int):
-    click.echo(f"fairsched: {message}", err=True)
-    sys.exit(code)
-
-
-def reports_errors(func):
-    """One line and the contract's exit code instead of a traceback."""
-    @functools.wraps(func)
-    def wrapper(*args, **kwargs):
-        try:
-            return func(*args, **kwargs)
-        except (ConfigError, TraceError) as exc:
-            fail(str(exc), 2)
-        except FairschedError as exc:  # unknown job, job not pending, no matplotlib, database
-            fail(str(exc), 1)
-        except psycopg.Error as exc:
-            fail(f"database error: {str(exc).strip().splitlines()[0]}", 1)
-    return wrapper
 
 
 def _finite(value):

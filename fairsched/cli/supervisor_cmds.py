@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import sys
 import time
@@ -12,37 +11,12 @@ import click
 import psutil
 
 from fairsched.cli import main
+from fairsched.cli.common import config_option, fail, reports_errors
 from fairsched.config import load_config, resolve_config_path
-from fairsched.control_client import ControlClient, NotRunning
-from fairsched.errors import ConfigError, FairschedError
+from fairsched.control_client import ControlClient
 
-config_option = click.option(
-    "--config", "config_path", metavar="PATH",
-    help="workers.toml (default: $FAIRSCHED_CONFIG or ./workers.toml).")
 socket_option = click.option(
     "--socket", "socket_path", metavar="PATH", help="The supervisor's control socket.")
-
-
-def fail(message: str, code: int) -> None:
-    click.echo(f"fairsched: {message}", err=True)
-    sys.exit(code)
-
-
-def reports_errors(func):
-    """One line and the contract's exit code instead of a traceback."""
-    @functools.wraps(func)
-    def wrapper(*args, **kwargs):
-        try:
-            return func(*args, **kwargs)
-        except ConfigError as exc:
-            fail(str(exc), 2)
-        except NotRunning as exc:
-            fail(str(exc), 1)
-        except FairschedError as exc:
-            fail(str(exc), 1)
-        except (ConnectionError, TimeoutError) as exc:
-            fail(f"lost the supervisor's control socket: {exc}", 1)
-    return wrapper
 
 
 def control_client(config_path: str | None, socket_path: str | None,

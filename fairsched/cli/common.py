@@ -1,0 +1,48 @@
+"""What every command shares: the --config option and one-line errors with DESIGN.md's exit codes."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from typing import NoReturn
+
+import click
+
+from fairsched.errors import ConfigError, FairschedError
+
+config_option = click.option(
+    "--config", "config_path", metavar="PATH",
+    help="workers.toml (default: $FAIRSCHED_CONFIG or ./workers.toml).")
+
+
+class UsageProblem(Exception):
+    """Bad input on the command line: exit 2."""
+
+
+def fail(message: str, code: int) -> NoReturn:
+    click.echo(f"fairsched: {message}", err=True)
+    sys.exit(code)
+
+
+def reports_errors(func):
+    """One line and the contract's exit code (2 bad usage or config, 1 failed) instead of a traceback."""
+    import psycopg
+
+    from fairsched.sched import TraceError
+    from fairsched.store.database import first_line
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except (UsageProblem, ConfigError, TraceError) as exc:
+            fail(str(exc), 2)
+        except FairschedError as exc:  # unknown ids, jobs in the wrong status, no supervisor
+            fail(str(exc), 1)
+        except ValueError as exc:  # a value the options let through and the library refused
+            fail(str(exc), 2)
+        except psycopg.Error as exc:
+            fail(f"database error: {first_line(exc)}", 1)
+        except (ConnectionError, TimeoutError) as exc:
+            fail(f"lost the supervisor's control socket: {exc}", 1)
+    return wrapper
