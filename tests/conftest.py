@@ -162,3 +162,23 @@ def db(database_url):
         conn.execute("SET lock_timeout = '10s'")
         conn.execute(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY")
     return database_url
+
+
+@pytest.fixture
+def supervisors(db):
+    """Start real supervisors on the clean database; every one is stopped after the test.
+
+    `supervisors(workers_toml, cls=Supervisor, **kwargs)`: see tests/supervisor_harness.py.
+    """
+    from tests.supervisor_harness import Supervisor
+
+    started = []
+
+    def make(workers, cls=Supervisor, **kwargs):
+        sup = cls(db, workers, **kwargs)
+        started.append(sup)
+        return sup
+
+    yield make
+    for sup in started:
+        sup.close()

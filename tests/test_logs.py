@@ -1,5 +1,6 @@
 """`fairsched supervise --log-format json`: every line a log shipper reads is one JSON object."""
 
+import functools
 import json
 import os
 import re
@@ -91,17 +92,8 @@ class JsonLogged(Supervisor):
 
 
 @pytest.fixture
-def supervisors(db):
-    started = []
-
-    def make(workers, **kwargs):
-        sup = JsonLogged(db, workers, **kwargs)
-        started.append(sup)
-        return sup
-
-    yield make
-    for sup in started:
-        sup.close()
+def supervisors(supervisors):
+    return functools.partial(supervisors, cls=JsonLogged)
 
 
 def test_job_and_worker_lines_are_json(supervisors):

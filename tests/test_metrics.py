@@ -11,8 +11,6 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.supervisor_harness import Supervisor
-
 WORKERS = """
 [[worker]]
 name = "pdf"
@@ -63,18 +61,6 @@ def scrape_until(port: int, predicate, what: str, timeout: float = 10.0) -> dict
         time.sleep(0.1)
 
 
-@pytest.fixture
-def supervisors(db):
-    started = []
-
-    def make(workers, **kwargs):
-        sup = Supervisor(db, workers, **kwargs)
-        started.append(sup)
-        return sup
-
-    yield make
-    for sup in started:
-        sup.close()
 
 
 def submit(sup, *args) -> None:

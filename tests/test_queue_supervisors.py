@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 
 import psycopg
-import pytest
 
 from fairsched.store.queue import Queue
 from tests.supervisor_harness import Supervisor
@@ -26,18 +25,6 @@ retry_backoff = 0.05
 """
 
 
-@pytest.fixture
-def supervisors(db):
-    started = []
-
-    def make(workers, **kwargs):
-        sup = Supervisor(db, workers, **kwargs)
-        started.append(sup)
-        return sup
-
-    yield make
-    for sup in started:
-        sup.close()
 
 
 def enqueue(url, jobs):

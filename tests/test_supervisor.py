@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.supervisor_harness import Supervisor, alive
+from tests.supervisor_harness import alive
 
 ECHO = """
 [[worker]]
@@ -20,18 +20,6 @@ handler = "sup_handlers:echo"
 """
 
 
-@pytest.fixture
-def supervisors(db):
-    started = []
-
-    def make(workers, **kwargs):
-        sup = Supervisor(db, workers, **kwargs)
-        started.append(sup)
-        return sup
-
-    yield make
-    for sup in started:
-        sup.close()
 
 
 def test_on_demand_result_error_and_unknown_type(supervisors):
