@@ -734,12 +734,13 @@ class Supervisor:
             rj.timer = self.loop.call_later(proc.spec.timeout, self._on_job_timeout, rj)
         waited = max(0.0, time.time() - rj.eligible_at)
         self.observer.job_started(rj.type, waited)
-        log.info("job %s started: type %s, worker %s, slot %d, attempt %d/%d, waited %.3f s",
-                 rj.job_id, rj.type, proc.name, index, attempt, rj.max_attempts, waited,
-                 extra=fields(event="job_started", job_id=rj.job_id, type=rj.type,
-                              worker=proc.name, slot=index, attempt=attempt,
-                              max_attempts=rj.max_attempts, waited=round(waited, 6),
-                              on_demand=rj.on_demand))
+        if log.isEnabledFor(logging.INFO):  # the hot path: build the fields only when shown
+            log.info("job %s started: type %s, worker %s, slot %d, attempt %d/%d, waited %.3f s",
+                     rj.job_id, rj.type, proc.name, index, attempt, rj.max_attempts, waited,
+                     extra=fields(event="job_started", job_id=rj.job_id, type=rj.type,
+                                  worker=proc.name, slot=index, attempt=attempt,
+                                  max_attempts=rj.max_attempts, waited=round(waited, 6),
+                                  on_demand=rj.on_demand))
         self.send(proc, {"t": "run", "incarnation": proc.incarnation, "slot": index,
                          "job": rj.frame()}, defer=True)  # the caller flushes the batch
 
@@ -785,8 +786,9 @@ class Supervisor:
         elif outcome == "succeeded":
             self._record(rj, "succeeded", duration)
             self.queue.complete(rj.job_id, rj.attempt, result)
-            log.info("job %s succeeded: %s, %.3f s", rj.job_id, where, duration,
-                     extra=job_fields(rj, "succeeded", duration))
+            if log.isEnabledFor(logging.INFO):
+                log.info("job %s succeeded: %s, %.3f s", rj.job_id, where, duration,
+                         extra=job_fields(rj, "succeeded", duration))
         elif outcome == "refused" or rj.cancel_reason in ("shutdown", "restart"):
             self._record(rj, "returned", duration)
             self.queue.release(rj.job_id, rj.attempt)
@@ -811,8 +813,9 @@ class Supervisor:
         req = rj.request
         if outcome == "succeeded" and rj.cancel_reason is None:
             self._record(rj, "succeeded", duration)
-            log.info("job %s succeeded: %s, %.3f s", rj.job_id, where, duration,
-                     extra=job_fields(rj, "succeeded", duration))
+            if log.isEnabledFor(logging.INFO):
+                log.info("job %s succeeded: %s, %.3f s", rj.job_id, where, duration,
+                         extra=job_fields(rj, "succeeded", duration))
             self._finish_request(req, {"event": "result", "job_id": req.job_id, "result": result})
             return
         if rj.cancel_reason is not None or req.cancelled:

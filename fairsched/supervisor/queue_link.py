@@ -1,9 +1,11 @@
-"""The supervisor's one lane to PostgreSQL: fetch, claim, complete, heartbeat, rescue, reconnect.
+"""The supervisor's lanes to PostgreSQL: fetch, claim, complete, heartbeat, rescue, reconnect.
 
-All database work of the actor goes through one coroutine, in order, on one connection, so the
-actor never awaits the database inside a scheduling decision. Completions queue up in an outbox
-and are written in one batch per round trip; the outbox survives a lost connection (fencing makes
-a repeated write harmless), so nothing is lost when PostgreSQL restarts.
+The actor never awaits the database inside a scheduling decision: it hands work to two
+coroutines, each on its own connection. The claim lane heartbeats, rescues, claims and fetches;
+the outcome lane writes job outcomes (succeeded, failed, cancelled, released) from an outbox, in
+one batch per round trip, so completions and claims overlap. The outbox survives a lost
+connection (fencing makes a repeated write harmless), so nothing is lost when PostgreSQL
+restarts. Both connections act as the same supervisor id.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ class QueueLink:
                 self.default_max_attempts.setdefault(t, spec.max_attempts)
         self.database = None
         self.store: AsyncStore | None = None
+        self.writer: AsyncStore | None = None  # the outcome lane's connection
         self.supervisor_id: str | None = None
         self.outbox = Outbox()
         self.claims: list = []  # (QueuedJob, slot_id) reserved by the actor, not yet claimed
@@ -66,8 +69,9 @@ class QueueLink:
         self.connected = False
         self.closing = False
         self._wake = asyncio.Event()
-        self._idle = asyncio.Event()
+        self._outbox_wake = asyncio.Event()
         self._task: asyncio.Task | None = None
+        self._writer_task: asyncio.Task | None = None
         self._listen_task: asyncio.Task | None = None
         self._next_heartbeat = 0.0
         self._next_poll = 0.0
@@ -80,7 +84,6 @@ class QueueLink:
     # -- called by the actor (synchronous, never blocks) -------------------------------------
 
     def wake(self) -> None:
-        self._idle.clear()
         self._wake.set()
 
     def request_fetch(self) -> None:
@@ -94,19 +97,19 @@ class QueueLink:
 
     def complete(self, job_id: int, attempt: int, result: Any) -> None:
         self.outbox.completions.append((job_id, attempt, result))
-        self.wake()
+        self._outbox_wake.set()
 
     def fail(self, failure: Failure) -> None:
         self.outbox.failures.append(failure)
-        self.wake()
+        self._outbox_wake.set()
 
     def cancel_finish(self, job_id: int, attempt: int) -> None:
         self.outbox.cancels.append((job_id, attempt))
-        self.wake()
+        self._outbox_wake.set()
 
     def release(self, job_id: int, attempt: int) -> None:
         self.outbox.releases.append((job_id, attempt))
-        self.wake()
+        self._outbox_wake.set()
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -116,6 +119,7 @@ class QueueLink:
             None, open_database, self.settings.state_dir, self.settings.database)
         await self._connect()
         self._task = asyncio.create_task(self._run(), name="fairsched-queue")
+        self._writer_task = asyncio.create_task(self._run_outcomes(), name="fairsched-outcomes")
 
     async def _connect(self) -> None:
         if self.database.kind == "embedded":
@@ -151,25 +155,29 @@ class QueueLink:
         self.claims.clear()
         self.fetch_wanted = False
         deadline = time.monotonic() + timeout
-        while self.outbox and time.monotonic() < deadline and self._task and not self._task.done():
-            self.wake()
-            try:
-                await asyncio.wait_for(self._idle.wait(), max(0.05, deadline - time.monotonic()))
-            except TimeoutError:
-                break
+        while (self.outbox and time.monotonic() < deadline and self._writer_task
+               and not self._writer_task.done()):
+            self._outbox_wake.set()
+            await asyncio.sleep(0.01)
         if self.outbox:
             log.error("could not write %d job outcomes before exiting; their jobs return to pending "
                       "when this supervisor's lease expires", _outbox_size(self.outbox))
         self.closing = True
-        for task in (self._task, self._listen_task):
+        tasks = (self._task, self._writer_task, self._listen_task)
+        for task in tasks:
             if task is not None:
                 task.cancel()
-        for task in (self._task, self._listen_task):
+        for task in tasks:
             if task is not None:
                 try:
                     await task
                 except (asyncio.CancelledError, Exception):
                     pass
+        if self.writer is not None:
+            try:
+                await self.writer.close(deregister=False)
+            except Exception:
+                pass
         if self.store is not None:
             try:
                 await self.store.close(deregister=True)
@@ -191,7 +199,6 @@ class QueueLink:
                 await self._drain()
                 delay = RECONNECT_FIRST
                 if not self._pending():
-                    self._idle.set()
                     timeout = max(0.0, min(self._next_heartbeat, self._next_poll) - time.monotonic())
                     try:
                         await asyncio.wait_for(self._wake.wait(), timeout)
@@ -209,7 +216,7 @@ class QueueLink:
                 delay = min(delay * 2, RECONNECT_MAX)
 
     def _pending(self) -> bool:
-        return bool(self.outbox or self.claims or self.fetch_wanted
+        return bool(self.claims or self.fetch_wanted
                     or time.monotonic() >= min(self._next_heartbeat, self._next_poll))
 
     async def _drop_store(self) -> None:
@@ -227,8 +234,35 @@ class QueueLink:
         if claims:
             self.sup.on_claimed(claims, {})
 
-    async def _drain(self) -> None:
-        store = self.store
+    async def _run_outcomes(self) -> None:
+        delay = RECONNECT_FIRST
+        while not self.closing:
+            try:
+                if self.writer is None:
+                    if self.supervisor_id is None or not self.connected:
+                        await asyncio.sleep(delay)  # the claim lane registers and reconnects first
+                        continue
+                    self.writer = await AsyncStore.connect(
+                        self.database.url, lease=self.settings.lease,
+                        supervisor_id=self.supervisor_id)
+                self._outbox_wake.clear()
+                if self.outbox:
+                    await self._write_outcomes(self.writer)
+                    delay = RECONNECT_FIRST
+                else:
+                    await self._outbox_wake.wait()
+            except DB_ERRORS as exc:
+                log.debug("outcome lane lost the database: %s", exc)
+                writer, self.writer = self.writer, None
+                if writer is not None:
+                    try:
+                        await writer.close(deregister=False)
+                    except Exception:
+                        pass
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RECONNECT_MAX)
+
+    async def _write_outcomes(self, store: AsyncStore) -> None:
         box = self.outbox
         if box.completions:
             batch = box.completions[:]
@@ -249,6 +283,9 @@ class QueueLink:
             batch = box.releases[:]
             await store.release(batch)
             del box.releases[:len(batch)]
+
+    async def _drain(self) -> None:
+        store = self.store
         now = time.monotonic()
         if now >= self._next_heartbeat:
             if not await store.heartbeat():
