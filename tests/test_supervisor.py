@@ -288,3 +288,15 @@ handler = "sup_handlers:slow"
     assert "busy" in table[2] and "od-1" in table[2]
     caller.communicate(timeout=30)
     assert caller.returncode == 0
+
+
+def test_ps_watch_redraws_until_interrupted(supervisors):
+    sup = supervisors(ECHO).start()
+    watcher = sup.spawn_cli("ps", "--watch")
+    time.sleep(2.5)
+    watcher.send_signal(signal.SIGINT)
+    out, err = watcher.communicate(timeout=10)
+    assert watcher.returncode == 0, err
+    assert "Traceback" not in err
+    # Not a terminal here, so no screen clearing: one table after another.
+    assert out.count("WORKER") >= 2 and out.count("pdf-1") >= 2
