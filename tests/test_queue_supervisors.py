@@ -216,3 +216,15 @@ handler = "sup_handlers:slow"
     listing = sup.cli("jobs", "--json")
     assert {j["id"]: j["status"] for j in json.loads(listing.stdout)} == {
         long_id: "cancelled", delayed_id: "succeeded"}
+
+
+def test_a_lone_supervisor_never_loses_a_claim_to_itself(supervisors, db, tmp_path):
+    # Rows reserved while a fetch is in flight must not come back as candidates: claiming
+    # them twice would lose the second claim (and waste a round trip) every time.
+    log = tmp_path / "runs.log"
+    sup = supervisors(RECORD.format(processes=2, slots=16)).start()
+    enqueue(db, [{"type": "rec", "payload": {"log": str(log)}} for _ in range(3000)])
+    wait_all_finished(db, 3000, sups=[sup])
+    counters = sup.ps()["supervisor"]["counters"]
+    assert counters["succeeded"] == 3000
+    assert counters["claim_losses"] == 0, counters

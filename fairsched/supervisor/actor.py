@@ -642,7 +642,10 @@ class Supervisor:
         return ids
 
     def on_fetched(self, rows: list, wanted: dict[str, int]) -> None:
+        # Rows the actor reserved while this fetch was in flight are still pending in the
+        # table: without this they would be claimed twice, and lost the second time.
         busy = {rj.job_id for rj in self.running.values()}
+        busy.update(qj.id for qj, _ in self.queue.claims)
         self.cache = {qj.id: qj for qj in rows if qj.id not in busy}
         counts: dict[str, int] = {}
         for qj in rows:
