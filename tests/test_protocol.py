@@ -197,7 +197,9 @@ def test_fuzz_random_bytes_give_messages_or_protocol_error(data, cuts):
 
 
 _json = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    st.none() | st.booleans() | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)  # JSON has neither
+    | st.text(max_size=20),
     lambda children: st.lists(children, max_size=4)
     | st.dictionaries(st.text(max_size=8), children, max_size=4),
     max_leaves=10)

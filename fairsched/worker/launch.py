@@ -250,18 +250,22 @@ class Template:
                        f"{reply.get('error', 'no reason given')}")
         self._ready = True
 
-    def spawn(self, spec: LaunchSpec, incarnation: str) -> Launched:
-        """Fork a worker for `incarnation` from the template; raises OSError when it cannot."""
+    def _spawn_request(self, spec: LaunchSpec, incarnation: str) -> bytes:
+        """The request that asks the template for a worker; ValueError when spec is not its own."""
         if spec.handler != self.handler or Path(spec.cwd) != self.cwd:
             raise ValueError(f"template for {self.group} runs {self.handler!r} in {self.cwd}, "
                              f"not {spec.handler!r} in {spec.cwd}")
         if spec.slots < 1 or not spec.types:
             raise ValueError(f"worker {spec.name}: needs at least one slot and one type")
+        env = dict(spec.env)
+        env.update(worker_variables(spec, incarnation))
+        return json.dumps({"cwd": str(self.cwd), "env": env}).encode()
+
+    def spawn(self, spec: LaunchSpec, incarnation: str) -> Launched:
+        """Fork a worker for `incarnation` from the template; raises OSError when it cannot."""
+        request = self._spawn_request(spec, incarnation)
         with self._lock:
             self._wait_ready(READY_TIMEOUT)
-            env = dict(spec.env)
-            env.update(worker_variables(spec, incarnation))
-            request = json.dumps({"cwd": str(self.cwd), "env": env}).encode()
             parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
                 log_fd = _open_log(spec.log_path)
@@ -292,16 +296,11 @@ class Template:
         later, in request order, from `read_reply()` once `fileno()` is readable. Raises
         OSError when the template is not ready or is gone.
         """
-        if spec.handler != self.handler or Path(spec.cwd) != self.cwd:
-            raise ValueError(f"template for {self.group} runs {self.handler!r} in {self.cwd}, "
-                             f"not {spec.handler!r} in {spec.cwd}")
+        request = self._spawn_request(spec, incarnation)
         if self._failure is not None:
             raise LaunchError(self._failure)
         if not self._ready:
             raise LaunchError(f"template for {self.group} is not ready")
-        env = dict(spec.env)
-        env.update(worker_variables(spec, incarnation))
-        request = json.dumps({"cwd": str(self.cwd), "env": env}).encode()
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             log_fd = _open_log(spec.log_path)
