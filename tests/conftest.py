@@ -19,8 +19,14 @@ from pathlib import Path
 import psutil
 import psycopg
 import pytest
+from hypothesis import HealthCheck, settings
 
 from fairsched.store.schema import TABLES, migrate
+
+# Property tests check behaviour, not speed: a busy CI machine must not fail them on time.
+settings.register_profile("fairsched", deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("fairsched")
 
 SHORT_PREFIX = "fs-test-"  # short: a Unix socket path must stay under ~100 bytes
 
