@@ -15,6 +15,7 @@ workers' parent-death signal when the thread that started them exits.
 from __future__ import annotations
 
 import fcntl
+import functools
 import json
 import os
 import shutil
@@ -172,12 +173,17 @@ def launch(spec: LaunchSpec, incarnation: str) -> Launched:
     return _start(argv, env, spec.log_path, socket.SOCK_STREAM)
 
 
-def _start(argv, env, log_path: Path, kind: int) -> Launched:
+def _hand_over(kind: int, log_path: Path, give):
+    """Make the worker's socketpair and open its log; `give(child_fd, log_fd)` passes both on.
+
+    Returns (the supervisor's non-blocking end, what `give` returned). Our copies of the
+    worker's end and of the log are closed either way, so only the worker holds them.
+    """
     parent, child = socket.socketpair(socket.AF_UNIX, kind)
     try:
         log_fd = _open_log(log_path)
         try:
-            pid = _spawn(argv, env, child.fileno(), log_fd)
+            result = give(child.fileno(), log_fd)
         finally:
             os.close(log_fd)
     except BaseException:
@@ -186,6 +192,12 @@ def _start(argv, env, log_path: Path, kind: int) -> Launched:
     finally:
         child.close()
     parent.setblocking(False)
+    return parent, result
+
+
+def _start(argv, env, log_path: Path, kind: int) -> Launched:
+    parent, pid = _hand_over(kind, log_path,
+                             lambda channel, log_fd: _spawn(argv, env, channel, log_fd))
     return Launched(pid, parent)
 
 
@@ -266,25 +278,15 @@ class Template:
         request = self._spawn_request(spec, incarnation)
         with self._lock:
             self._wait_ready(READY_TIMEOUT)
-            parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                log_fd = _open_log(spec.log_path)
-                try:
-                    reply = self._request(request, (child.fileno(), log_fd), SPAWN_TIMEOUT,
-                                          f"starting {spec.name}")
-                finally:
-                    os.close(log_fd)
-            except BaseException:
-                parent.close()
-                raise
-            finally:
-                child.close()
+            parent, reply = _hand_over(
+                socket.SOCK_STREAM, spec.log_path,
+                lambda channel, log_fd: self._request(request, (channel, log_fd), SPAWN_TIMEOUT,
+                                                      f"starting {spec.name}"))
         pid = reply.get("pid")
         if not isinstance(pid, int) or pid <= 0:
             parent.close()
             raise LaunchError(f"template for {self.group} could not start {spec.name}: "
                               f"{reply.get('error', 'no pid given')}")
-        parent.setblocking(False)
         return Launched(pid, parent)
 
     # -- the supervisor's non-blocking variant: request now, learn the pid from read_reply() --
@@ -301,25 +303,19 @@ class Template:
             raise LaunchError(self._failure)
         if not self._ready:
             raise LaunchError(f"template for {self.group} is not ready")
-        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            log_fd = _open_log(spec.log_path)
-            try:
-                self._ctrl.setblocking(True)
-                socket.send_fds(self._ctrl, [request], [child.fileno(), log_fd])
-            except OSError as exc:
-                self._fail(f"template for {self.group} is gone ({exc.strerror or exc})")
-            finally:
-                os.close(log_fd)
-                if not self.closed:
-                    self._ctrl.setblocking(False)
-        except BaseException:
-            parent.close()
-            raise
-        finally:
-            child.close()
-        parent.setblocking(False)
+        parent, _ = _hand_over(socket.SOCK_STREAM, spec.log_path, functools.partial(
+            self._send_spawn_request, request))
         return parent
+
+    def _send_spawn_request(self, request: bytes, channel: int, log_fd: int) -> None:
+        try:
+            self._ctrl.setblocking(True)
+            socket.send_fds(self._ctrl, [request], [channel, log_fd])
+        except OSError as exc:
+            self._fail(f"template for {self.group} is gone ({exc.strerror or exc})")
+        finally:
+            if not self.closed:
+                self._ctrl.setblocking(False)
 
     def fileno(self) -> int:
         return self._ctrl.fileno()
