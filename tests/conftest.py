@@ -188,3 +188,14 @@ def supervisors(db):
     yield make
     for sup in started:
         sup.close()
+
+
+@pytest.fixture(params=["c", "py"])
+def core(request):
+    """The scheduling core, once compiled and once as its pure-Python twin (ids c and py)."""
+    from fairsched.core import compiled_error, implementations
+
+    ns = implementations()[request.param]
+    if ns is None:
+        pytest.fail(f"compiled core did not load ({compiled_error()}): run `make build`")
+    return ns

@@ -8,14 +8,6 @@ IMPLS = implementations()
 PDF, EXCEL, INDEX = 0, 1, 2
 
 
-@pytest.fixture(params=["c", "py"])
-def core(request):
-    ns = IMPLS[request.param]
-    if ns is None:
-        pytest.fail(f"compiled core did not load ({compiled_error()}): run `make build`")
-    return ns
-
-
 def plan(core, pool, now, rows, weights=None, **kw):
     """rows: (type, priority, eligible_at, on_demand, job_id); returns [(job_id, slot_id)]."""
     cands = core.Candidates()

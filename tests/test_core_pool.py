@@ -2,18 +2,10 @@
 
 import pytest
 
-from fairsched.core import compiled_error, implementations
+from fairsched.core import implementations
 
 IMPLS = implementations()
 PDF, EXCEL, INDEX = 0, 1, 2
-
-
-@pytest.fixture(params=["c", "py"])
-def core(request):
-    ns = IMPLS[request.param]
-    if ns is None:
-        pytest.fail(f"compiled core did not load ({compiled_error()}): run `make build`")
-    return ns
 
 
 @pytest.fixture

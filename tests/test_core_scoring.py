@@ -4,17 +4,9 @@ import math
 
 import pytest
 
-from fairsched.core import compiled_error, implementations
+from fairsched.core import implementations
 
 IMPLS = implementations()
-
-
-@pytest.fixture(params=["c", "py"])
-def core(request):
-    ns = IMPLS[request.param]
-    if ns is None:
-        pytest.fail(f"compiled core did not load ({compiled_error()}): run `make build`")
-    return ns
 
 
 def rank(core, now, rows, free=(1,), weights=None):
