@@ -170,3 +170,19 @@ def test_log_level_warning_keeps_only_problems(supervisors):
     levels = {e["level"] for e in sup.entries()}
     assert levels <= {"warning", "error"} and "error" in levels
     assert not sup.find(r"job od-1")
+
+
+def test_children_exiting_during_shutdown_leave_stderr_clean(supervisors):
+    """A SIGCHLD that lands while the event loop closes must not print raw CPython lines."""
+    for _ in range(3):
+        sup = supervisors(WORKERS, log_level="warning").start()
+        sup.signal(signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while sup.proc.poll() is None and time.monotonic() < deadline:
+            try:
+                os.kill(sup.proc.pid, signal.SIGCHLD)
+            except ProcessLookupError:
+                break
+            time.sleep(0.0005)
+        assert sup.wait_exit() == 0
+        assert sup.entries()  # every line of stderr is a JSON object

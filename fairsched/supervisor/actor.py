@@ -105,6 +105,19 @@ class Supervisor:
                  self.queue.supervisor_id, os.getpid(), core.__impl__, self.queue.kind,
                  len(self.procs))
 
+    def release_signals(self) -> None:
+        """Give the signals back before the loop closes.
+
+        asyncio closes its self-pipe before it drops the wakeup fd, so a child exiting in
+        between would make CPython print a raw "Exception ignored" line to stderr.
+        """
+        if self.loop is None:
+            return
+        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
+            self.loop.remove_signal_handler(sig)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, signal.SIG_IGN)  # shutdown has already begun or finished
+
     def request_shutdown(self, timeout: float | None) -> None:
         if not self.shutting_down:
             self.loop.create_task(self.shutdown(timeout))

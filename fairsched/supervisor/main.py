@@ -40,5 +40,6 @@ def run_supervisor(config: Config) -> int:
             return 0
         finally:
             await control.close()
+            sup.release_signals()
 
     return asyncio.run(main())
