@@ -9,7 +9,13 @@ import functools
 import psycopg
 import pytest
 
-from fairsched.store.aqueue import DEFAULT_MAX_ATTEMPTS, AsyncStore
+from fairsched.store.aqueue import (
+    CLAIM_SQL,
+    COMPLETE_SQL,
+    DEFAULT_MAX_ATTEMPTS,
+    RELEASE_SQL,
+    AsyncStore,
+)
 from fairsched.store.queue import Queue
 
 
@@ -209,3 +215,34 @@ async def test_a_result_jsonb_cannot_hold_fails_only_its_own_job(db):
         row = job(db, job_id)
         assert row["status"] == "failed"
         assert row["last_error"].startswith("the result could not be stored: result")
+
+
+@pytest.mark.parametrize("plan_mode", ["force_custom_plan", "force_generic_plan"])
+def test_claims_and_outcomes_find_their_rows_by_primary_key(db, plan_mode):
+    """Statistics taken when every row was pending (right after a bulk enqueue) must not lead
+    the planner into walking a partial index, dead entries and all, for each batch."""
+    from tests.test_store_fetch import plan_nodes
+
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("INSERT INTO fairsched_jobs (type) SELECT 'noop' FROM generate_series(1, 20000)")
+        conn.execute("ANALYZE fairsched_jobs")
+        me = conn.execute("INSERT INTO fairsched_supervisors (host, pid, lease)"
+                          " VALUES ('here', 1, 15) RETURNING id").fetchone()[0]
+        conn.execute("UPDATE fairsched_jobs SET status = 'running', claimed_by = %s, attempts = 1"
+                     " WHERE id <= 5000", (me,))
+        conn.execute(f"SET plan_cache_mode = {plan_mode}")
+        running, pending = list(range(4000, 4032)), list(range(9000, 9032))
+        statements = {
+            "claim": (CLAIM_SQL, {"me": me, "ids": pending, "defaults": "{}", "fallback": 3}),
+            "complete": (COMPLETE_SQL, {"me": me, "ids": running, "attempts": [1] * 32,
+                                        "results": [None] * 32}),
+            "release": (RELEASE_SQL, {"me": me, "ids": running, "attempts": [1] * 32}),
+        }
+        for name, (statement, params) in statements.items():
+            cur = conn.cursor()
+            cur.execute("EXPLAIN (FORMAT JSON) " + statement, params, prepare=True)
+            (doc,) = cur.fetchone()
+            scans = {(n["Node Type"], n.get("Index Name")) for n in plan_nodes(doc[0]["Plan"])
+                     if n.get("Relation Name") == "fairsched_jobs"
+                     and n["Node Type"] != "ModifyTable"}
+            assert scans == {("Index Scan", "fairsched_jobs_pkey")}, (name, scans)

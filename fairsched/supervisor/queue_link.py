@@ -26,6 +26,9 @@ log = logging.getLogger("fairsched.queue")
 
 RECONNECT_FIRST = 0.1
 RECONNECT_MAX = 5.0
+# After writing outcomes, let the next ones gather this long: a slot is free again the moment
+# its worker answers, so this delays only the row's update, and folds many commits into one.
+OUTCOME_LINGER = 0.005
 DB_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError)
 
 
@@ -249,6 +252,7 @@ class QueueLink:
                 if self.outbox:
                     await self._write_outcomes(self.writer)
                     delay = RECONNECT_FIRST
+                    await asyncio.sleep(OUTCOME_LINGER)
                 else:
                     await self._outbox_wake.wait()
             except DB_ERRORS as exc:
