@@ -6,12 +6,14 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from handlers.worker_peer import HERE, Peer, make_spec
 
 from fairsched import Job
+from fairsched.protocol import encode
 from fairsched.worker.launch import LaunchError, launch
 
 STANDALONE = Path(__file__).parent.parent / "examples" / "standalone_worker.py"
@@ -189,6 +191,25 @@ def test_stop_cancels_running_jobs_and_exits_0_after_they_return(start):
     peer.send({"t": "stop"})
     results = {m["job_id"]: m["result"] for m in (peer.expect("result"), peer.expect("result"))}
     assert results == {1: {"cancelled": True}, 2: {"cancelled": True}}
+    assert peer.wait_exit() == 0
+
+
+def test_results_finishing_together_all_arrive_before_a_stop_ends_the_worker(start):
+    """Results that finish while another is being written go out in one batch; a stop that
+    arrives while that batch is still being written must not end the worker before it is."""
+    peer = start(slots=32)
+    peer.hello()
+    payload = "x" * 100_000  # echoed back: 3 MB of results, far more than the socket holds
+    peer.sock.sendall(b"".join(
+        encode({"t": "run", "incarnation": peer.incarnation, "slot": slot,
+                "job": {"id": slot, "type": "echo", "payload": payload, "priority": 0,
+                        "attempt": 1, "on_demand": False}})
+        for slot in range(32)))
+    time.sleep(0.5)  # every handler has returned; the writer waits for the reader
+    peer.send({"t": "stop"})
+    results = [peer.expect("result") for _ in range(32)]
+    assert sorted(m["job_id"] for m in results) == list(range(32))
+    assert all(m["result"]["payload"] == payload for m in results)
     assert peer.wait_exit() == 0
 
 

@@ -170,6 +170,10 @@ class Worker:
         # Held while a slot changes hands, so a finished job's result and its slot's release
         # are one step: the next "run" for that slot can only be read after both.
         self._state_lock = threading.Lock()
+        # Results that finish while another thread is writing wait here and go out together
+        # in its next write: one system call (and one wakeup of the supervisor) per burst.
+        self._results: list[bytes] = []
+        self._flushing = False
 
     # -- output ---------------------------------------------------------------------------------
 
@@ -281,7 +285,8 @@ class Worker:
             running = [job for job in self.jobs if job is not None]
             for job in running:
                 job._cancel()
-        if not running:
+            writing = self._flushing  # that thread exits once the last results are out
+        if not running and not writing:
             exit_now(0)
 
     # -- one job --------------------------------------------------------------------------------
@@ -318,8 +323,18 @@ class Worker:
         with self._state_lock:
             job._done = True
             self.jobs[job.slot] = None
-            self.send_frame(data)
-            done = self.stopping and not any(self.jobs)
+            self._results.append(data)
+            if self._flushing:
+                return  # the thread writing now sends this one with its next batch
+            self._flushing = True
+        while True:
+            with self._state_lock:
+                batch, self._results = self._results, []
+                if not batch:
+                    self._flushing = False
+                    done = self.stopping and not any(self.jobs)
+                    break
+            self.send_frame(b"".join(batch))
         if done:
             exit_now(0)
 
