@@ -174,8 +174,9 @@ def load_config(path: str | os.PathLike) -> Config:
         poll_interval=sup.get("poll_interval", "number", 5.0, above=0),
         metrics=sup.get("metrics", "str"),
     )
-    if supervisor.heartbeat_interval >= lease:
-        sup.fail("heartbeat_interval", f"must be shorter than lease ({lease:g} s)")
+    if supervisor.heartbeat_interval > lease / 3:
+        # A supervisor that misses its heartbeats for 60% of the lease gives its jobs back.
+        sup.fail("heartbeat_interval", f"must be at most a third of lease ({lease:g} s)")
     if supervisor.metrics is not None and not re.match(r"^[^:\s]*:\d+$", supervisor.metrics):
         sup.fail("metrics", f"must look like 'host:port', got {supervisor.metrics!r}")
     sup.finish()

@@ -74,6 +74,9 @@ BAD = [
     ("types not strings", GOOD.replace('types = ["pdf"]', "types = [1]"),
      "key 'types' must be a list of non-empty strings"),
     ("unknown scoring key", GOOD.replace("age_weight = 32", "aging = 32"), "key 'aging' is not a known setting"),
+    ("heartbeat too rare for the lease",
+     GOOD.replace("shutdown_timeout = 3", "shutdown_timeout = 3\nlease = 6\nheartbeat_interval = 2.5"),
+     "key 'heartbeat_interval' must be at most a third of lease (6 s)"),
 ]
 
 

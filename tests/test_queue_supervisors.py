@@ -228,3 +228,55 @@ def test_a_lone_supervisor_never_loses_a_claim_to_itself(supervisors, db, tmp_pa
     counters = sup.ps()["supervisor"]["counters"]
     assert counters["succeeded"] == 3000
     assert counters["claim_losses"] == 0, counters
+
+
+def test_a_supervisor_cut_off_from_postgres_gives_its_jobs_back_before_its_lease_ends(db, tmp_path):
+    from tests.pg_proxy import PgProxy
+
+    workers = """
+        [[worker]]
+        name = "span"
+        types = ["span"]
+        handler = "sup_handlers:span"
+        processes = 2
+        """
+    settings = "lease = 2\nheartbeat_interval = 0.5\n"
+    log = tmp_path / "spans.log"
+    proxy = PgProxy(db)
+    cut_off = Supervisor(proxy.url_through, workers, supervisor=settings)
+    other = Supervisor(db, workers, supervisor=settings)
+    try:
+        cut_off.start()
+        ids = enqueue(db, [{"type": "span", "payload": {"log": str(log), "seconds": 4}},
+                           {"type": "span", "payload": {"log": str(log), "seconds": 4,
+                                                        "stubborn": True}}])
+        cut_off.wait_for(lambda ps: [s["state"] for s in ps["slots"]] == ["busy", "busy"],
+                         what="both jobs running")
+        proxy.cut()
+        cut_at = time.monotonic()
+        other.start()
+        wait_all_finished(db, 2, timeout=60, sups=[other])
+
+        # The other supervisor ran both jobs, and each run found no earlier one still going.
+        with psycopg.connect(db) as conn:
+            rows = conn.execute("SELECT id, status, attempts, result FROM fairsched_jobs"
+                                " WHERE id = ANY(%s) ORDER BY id", (ids,)).fetchall()
+        assert [(r[1], r[2]) for r in rows] == [("succeeded", 2), ("succeeded", 2)], rows
+        assert [r[3]["overlaps"] for r in rows] == [[], []], log.read_text()
+        out = cut_off.output()
+        assert "could not renew the 2 s lease: giving back 2 running queued jobs" in out, out
+        assert "is still running a job of the expiring lease; killing it" in out, out
+        assert time.monotonic() - cut_at < 30
+        assert cut_off.proc.poll() is None  # it never gives up on itself
+
+        proxy.heal()
+        cut_off.wait_for(lambda ps: "lease renewed" in cut_off.output(), what="lease renewed")
+        assert "lease had expired" in cut_off.output()
+        more = enqueue(db, [{"type": "span", "payload": {"log": str(log), "seconds": 0}}
+                            for _ in range(8)])
+        wait_all_finished(db, 10, timeout=60, sups=[cut_off, other])
+        assert {r[1] for r in job_rows(db, set(more))} == {"succeeded"}
+    finally:
+        cut_off.close()
+        other.close()
+        proxy.close()

@@ -219,6 +219,8 @@ class AsyncStore:
         self.supervisor_id = supervisor_id
         self.lease = lease
         self.host = host
+        # Set by a reconnect that found this supervisor's row gone: its jobs were rescued.
+        self.lease_lost = False
         self._listeners: set[Notifications] = set()
 
     @classmethod
@@ -235,6 +237,7 @@ class AsyncStore:
         host = host or socket.gethostname()
         conn = await psycopg.AsyncConnection.connect(
             url, autocommit=True, connect_timeout=CONNECT_TIMEOUT)
+        renewed = True
         try:
             if supervisor_id is None:
                 cur = await conn.execute(
@@ -242,11 +245,13 @@ class AsyncStore:
                     " RETURNING id", (host, os.getpid(), float(lease)))
                 (supervisor_id,) = await cur.fetchone()
             else:
-                await _register(conn, supervisor_id, host, float(lease))
+                renewed = await _renew(conn, supervisor_id, host, float(lease))
         except BaseException:
             await conn.close()
             raise
-        return cls(conn, url, supervisor_id, float(lease), host)
+        store = cls(conn, url, supervisor_id, float(lease), host)
+        store.lease_lost = not renewed
+        return store
 
     async def reconnect(self) -> None:
         """Replace a lost connection, staying the same supervisor (see connect)."""
@@ -254,7 +259,7 @@ class AsyncStore:
         conn = await psycopg.AsyncConnection.connect(
             self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT)
         try:
-            await _register(conn, self.supervisor_id, self.host, self.lease)
+            self.lease_lost = not await _renew(conn, self.supervisor_id, self.host, self.lease)
         except BaseException:
             await conn.close()
             raise
@@ -264,13 +269,7 @@ class AsyncStore:
     async def heartbeat(self) -> bool:
         """Renew the lease. False: it had expired and the row was rescued; it is registered
         again under the same id, and the jobs it lost can no longer be finished by it."""
-        cur = await self.conn.execute(
-            "UPDATE fairsched_supervisors SET heartbeat_at = now() WHERE id = %s RETURNING id",
-            (self.supervisor_id,))
-        if await cur.fetchone() is not None:
-            return True
-        await _register(self.conn, self.supervisor_id, self.host, self.lease)
-        return False
+        return await _renew(self.conn, self.supervisor_id, self.host, self.lease)
 
     async def rescue_expired(self) -> int:
         """Hand back the running jobs of supervisors whose lease expired; return how many."""
@@ -398,6 +397,19 @@ class AsyncStore:
                     {"me": self.supervisor_id})
         finally:
             await self.conn.close()
+
+
+async def _renew(conn: psycopg.AsyncConnection, supervisor_id: int, host: str,
+                 lease: float) -> bool:
+    """Renew the lease of a known supervisor; False when its row was gone (the lease had
+    expired and its jobs were rescued), in which case it is registered again."""
+    cur = await conn.execute(
+        "UPDATE fairsched_supervisors SET heartbeat_at = now(), host = %s, pid = %s, lease = %s"
+        " WHERE id = %s RETURNING id", (host, os.getpid(), lease, supervisor_id))
+    if await cur.fetchone() is not None:
+        return True
+    await _register(conn, supervisor_id, host, lease)
+    return False
 
 
 async def _register(conn: psycopg.AsyncConnection, supervisor_id: int, host: str,

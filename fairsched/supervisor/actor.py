@@ -21,6 +21,7 @@ from fairsched.protocol import WORKER_MESSAGES, FrameDecoder, ProtocolError, enc
 from fairsched.store.aqueue import retry_delay
 from fairsched.supervisor.hooks import Observer
 from fairsched.supervisor.jobs import Request, RunningJob
+from fairsched.supervisor.lease import LeaseGuard
 from fairsched.supervisor.process import (
     EXIT_CANNOT_START,
     WorkerProcess,
@@ -67,6 +68,7 @@ class Supervisor:
         self.exhausted: set[str] = set()  # types whose last fetch came back short
         self.losses_in_row = 0
         self.queue = QueueLink(self, config)
+        self.lease = LeaseGuard(self, config.supervisor.lease)
         self.templates: dict[str, Template] = {}
         self.template_pids: dict[int, str] = {}
         self.pending_spawns: dict[str, collections.deque] = {}
@@ -126,6 +128,7 @@ class Supervisor:
         if self.shutting_down:
             return
         self.shutting_down = True
+        self.lease.stop()
         timeout = self.config.supervisor.shutdown_timeout if timeout is None else timeout
         log.info("shutting down: cancelling %d running jobs, waiting up to %g s",
                  len(self.running), timeout)
@@ -606,7 +609,7 @@ class Supervisor:
             on_demand.append(1)
             ids.append(req.core_id)
         type_ids = self.type_ids
-        for qj in self.cache.values():
+        for qj in () if self.lease.fenced else self.cache.values():
             tid = type_ids.get(qj.type)
             if tid is not None:
                 entries.append(qj)
@@ -639,7 +642,7 @@ class Supervisor:
         return any(t not in cached for t in self.free_by_type())
 
     def free_by_type(self) -> dict[str, int]:
-        if self.shutting_down:
+        if self.shutting_down or self.lease.fenced:
             return {}
         free = {}
         for t, tid in self.type_ids.items():
@@ -681,8 +684,9 @@ class Supervisor:
                 continue
             proc = owner[0] if owner else None
             if (proc is None or proc.state is not ProcessState.RUNNING or self.shutting_down
-                    or not self.pool.is_busy(slot_id)):
-                # The slot's worker died or is stopping while the claim was in flight.
+                    or self.lease.fenced or not self.pool.is_busy(slot_id)):
+                # The slot's worker died or is stopping while the claim was in flight, or
+                # this supervisor is giving its jobs back.
                 self.queue.release(job.id, job.attempts)
                 self.pool.release(slot_id)
                 continue
@@ -805,7 +809,7 @@ class Supervisor:
             if log.isEnabledFor(logging.INFO):
                 log.info("job %s succeeded: %s, %.3f s", rj.job_id, where, duration,
                          extra=job_fields(rj, "succeeded", duration))
-        elif outcome == "refused" or rj.cancel_reason in ("shutdown", "restart"):
+        elif outcome == "refused" or rj.cancel_reason in ("shutdown", "restart", "lease"):
             self._record(rj, "returned", duration)
             self.queue.release(rj.job_id, rj.attempt)
             log.info("job %s returned to the queue (%s): %s", rj.job_id,

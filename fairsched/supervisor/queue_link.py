@@ -128,11 +128,15 @@ class QueueLink:
         if self.database.kind == "embedded":
             await asyncio.get_running_loop().run_in_executor(None, self.database.ensure_running)
         # After a lost connection carry on as the same supervisor, so our claims stay ours.
+        sent_at = asyncio.get_running_loop().time()
         store = await AsyncStore.connect(self.database.url, lease=self.settings.lease,
                                          supervisor_id=self.supervisor_id)
         self.store = store
         self.supervisor_id = store.supervisor_id
         self.connected = True
+        if store.lease_lost:
+            self._lease_lost()
+        self.sup.lease.renewed(sent_at)
         await self._reconcile()
         if self._listen_task is None or self._listen_task.done():
             self._listen_task = asyncio.create_task(self._listen(), name="fairsched-listen")
@@ -292,9 +296,10 @@ class QueueLink:
         store = self.store
         now = time.monotonic()
         if now >= self._next_heartbeat:
+            sent_at = asyncio.get_running_loop().time()
             if not await store.heartbeat():
-                log.error("this supervisor's lease had expired and its running jobs were given "
-                          "back to the queue; their results here will not be recorded")
+                self._lease_lost()
+            self.sup.lease.renewed(sent_at)
             rescued = await store.rescue_expired()
             if rescued:
                 log.warning("returned %d running jobs of dead supervisors to the queue", rescued)
@@ -321,6 +326,11 @@ class QueueLink:
                 self.sup.on_fetched(rows, wanted)
                 if sum(1 for _ in rows) < sum(2 * n for n in wanted.values()):
                     await self._arm_delayed_wakeup()
+
+    def _lease_lost(self) -> None:
+        log.error("this supervisor's lease had expired and its running jobs were given "
+                  "back to the queue; their results here will not be recorded")
+        self.sup.lease.expired()
 
     async def _arm_delayed_wakeup(self) -> None:
         at = await self.store.next_eligible_at()

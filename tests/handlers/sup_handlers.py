@@ -51,3 +51,29 @@ def record(job: fairsched.Job):
     with open(payload["log"], "a") as f:
         f.write(f"{job.id} {job.attempt} {os.getpid()}\n")
     return {"id": job.id}
+
+
+def span(job: fairsched.Job):
+    """Runs payload['seconds'] (ignoring cancel if told to), logging start and end lines to
+    payload['log']; returns the earlier runs of the same job still going when it started."""
+    payload = job.payload
+    path = Path(payload["log"])
+    lines = path.read_text().splitlines() if path.exists() else []
+    ended = {tuple(ln.split()[1:3]) for ln in lines if ln.startswith("end ")}
+    overlaps = []
+    for line in lines:
+        word, job_id, pid = line.split()[:3]
+        if word == "start" and job_id == str(job.id) and (job_id, pid) not in ended:
+            try:
+                os.kill(int(pid), 0)
+                overlaps.append(int(pid))  # that run's process is still alive: it still runs
+            except ProcessLookupError:
+                pass
+    with open(path, "a") as f:
+        f.write(f"start {job.id} {os.getpid()} {job.attempt}\n")
+    deadline = time.monotonic() + float(payload["seconds"])
+    while time.monotonic() < deadline and not (job.cancelled() and not payload.get("stubborn")):
+        time.sleep(0.02)
+    with open(path, "a") as f:
+        f.write(f"end {job.id} {os.getpid()}\n")
+    return {"overlaps": overlaps, "pid": os.getpid(), "cancelled": job.cancelled()}

@@ -1,0 +1,90 @@
+"""Self-fencing: a supervisor that cannot renew its lease stops its queued jobs before the
+other supervisors may take them over, so no job ever runs in two places at once.
+
+Other supervisors rescue this one's running jobs once its heartbeat is older than `lease`. If
+this supervisor cannot heartbeat (the database or the network to it is gone, or a statement
+hangs), its workers would go on running those jobs while a rescuer starts them again. So,
+counting from the moment the last successful heartbeat was sent:
+
+- at CANCEL_AT of the lease it cancels its running queued jobs (they go back to the queue,
+  their attempt not spent) and claims nothing more; on-demand jobs are not in the table and
+  keep running;
+- at KILL_AT of the lease it kills the workers still running one of those jobs;
+- a renewed lease lifts the fence: claiming starts again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+from fairsched.supervisor.states import ProcessState
+
+log = logging.getLogger("fairsched.supervisor")
+
+CANCEL_AT = 0.6
+KILL_AT = 0.9
+
+
+class LeaseGuard:
+    def __init__(self, sup, lease: float):
+        self.sup = sup
+        self.lease = lease
+        self.fenced = False
+        self._cancel_timer: asyncio.TimerHandle | None = None
+        self._kill_timer: asyncio.TimerHandle | None = None
+
+    def renewed(self, sent_at: float) -> None:
+        """A heartbeat (or registration) sent at loop time `sent_at` succeeded."""
+        loop = self.sup.loop
+        self._cancel_timers()
+        self._cancel_timer = loop.call_at(sent_at + self.lease * CANCEL_AT, self._running_out)
+        self._kill_timer = loop.call_at(sent_at + self.lease * KILL_AT, self._kill_stragglers)
+        if self.fenced:
+            self.fenced = False
+            log.warning("lease renewed: claiming queued jobs again")
+            self.sup.schedule()
+
+    def expired(self) -> None:
+        """The lease had already run out: the jobs may be running elsewhere now."""
+        self._cancel_timers()
+        self._running_out()
+        self._kill_stragglers()
+
+    def stop(self) -> None:
+        self._cancel_timers()
+
+    def _cancel_timers(self) -> None:
+        for timer in (self._cancel_timer, self._kill_timer):
+            if timer is not None:
+                timer.cancel()
+        self._cancel_timer = self._kill_timer = None
+
+    def _running_out(self) -> None:
+        self._cancel_timer = None
+        if self.sup.shutting_down:
+            return
+        self.fenced = True
+        self.sup.cache.clear()
+        jobs = [rj for rj in self.sup.running.values() if rj.request is None]
+        log.error("could not renew the %g s lease: giving back %d running queued jobs before "
+                  "other supervisors take them over; claiming stops until the lease is renewed",
+                  self.lease, len(jobs))
+        for rj in jobs:
+            self.sup.cancel_job(rj, "lease")
+
+    def _kill_stragglers(self) -> None:
+        """Kill the workers still running a job given back; their on-demand jobs run again."""
+        self._kill_timer = None
+        if not self.fenced or self.sup.shutting_down:
+            return
+        procs = {rj.proc for rj in self.sup.running.values() if rj.cancel_reason == "lease"}
+        for proc in procs:
+            log.error("worker %s is still running a job of the expiring lease; killing it",
+                      proc.name)
+            for rj in self.sup.running.values():
+                if rj.proc is proc and rj.request is not None:
+                    rj.cancel_reason = "restart"
+            proc.set_state(ProcessState.STOPPING)  # restarted at once, not counted as a crash
+            self.sup.kill_worker(proc, signal.SIGKILL)
