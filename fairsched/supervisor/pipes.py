@@ -1,0 +1,144 @@
+"""The actor's side of the worker pipes: frames out in batches, frames in, a worker's hello.
+A mixin of Supervisor (actor.py)."""
+
+from __future__ import annotations
+
+import logging
+import signal
+
+from fairsched.protocol import ProtocolError, encode, validate
+from fairsched.supervisor.process import WorkerProcess
+from fairsched.supervisor.states import ProcessState
+
+log = logging.getLogger("fairsched.supervisor")
+
+
+class WorkerPipes:
+    def send(self, proc: WorkerProcess, msg: dict, *, defer: bool = False) -> bool:
+        """Frame `msg` to the worker; with defer, it leaves with the cycle's other frames."""
+        if proc.sock is None:
+            return False
+        proc.outbox += encode(msg)
+        if defer:
+            self._unflushed.add(proc)
+            return True
+        return self._flush(proc)
+
+    def _flush(self, proc: WorkerProcess) -> bool:
+        if proc.sock is None:
+            return False
+        if proc.writing:  # a partial write is pending: the writer callback carries on
+            return True
+        try:
+            sent = proc.sock.send(proc.outbox)
+        except BlockingIOError:
+            sent = 0
+        except OSError as exc:  # EPIPE/ECONNRESET: the worker is gone
+            self.unregister_worker(proc, f"worker {proc.name} pipe closed ({exc.strerror})")
+            return False
+        del proc.outbox[:sent]
+        if proc.outbox:
+            proc.writing = True
+            self.loop.add_writer(proc.sock.fileno(), self._on_writable, proc)
+        return True
+
+    def _flush_all(self) -> None:
+        while self._unflushed:
+            self._flush(self._unflushed.pop())
+
+    def _on_writable(self, proc: WorkerProcess) -> None:
+        try:
+            sent = proc.sock.send(proc.outbox)
+        except BlockingIOError:
+            return
+        except OSError as exc:
+            self.unregister_worker(proc, f"worker {proc.name} pipe closed ({exc.strerror})")
+            return
+        del proc.outbox[:sent]
+        if not proc.outbox:
+            proc.writing = False
+            self.loop.remove_writer(proc.sock.fileno())
+
+    def _on_readable(self, proc: WorkerProcess) -> None:
+        try:
+            data = proc.sock.recv(1 << 18)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self.unregister_worker(proc, f"worker {proc.name} closed its pipe")
+            return
+        try:
+            messages = proc.decoder.feed(data)
+            for msg in messages:
+                validate(msg)
+                self.handle_message(proc, msg)
+                if proc.sock is None:
+                    return
+        except ProtocolError as exc:
+            log.error("worker %s sent a bad frame: %s; killing it", proc.name, exc)
+            self.kill_worker(proc, signal.SIGKILL)
+            self.unregister_worker(proc, f"worker {proc.name} sent a bad frame: {exc}")
+
+    def handle_message(self, proc: WorkerProcess, msg: dict) -> None:
+        kind = msg["t"]
+        if kind == "hello":
+            self.register_worker(proc, msg)
+            return
+        if kind == "fatal":
+            log.error("worker %s cannot start: %s", proc.name, msg.get("error"))
+            return
+        if not proc.slot_ids:
+            raise ProtocolError(f"{kind!r} before hello")
+        slot = msg["slot"]
+        rj = self.running.get(proc.slot_ids[slot]) if 0 <= slot < len(proc.slot_ids) else None
+        if rj is None or rj.job_id != msg["job_id"]:
+            log.warning("worker %s sent %s for job %s on slot %s, which is not running there; ignored",
+                        proc.name, kind, msg.get("job_id"), slot)
+            return
+        if kind == "progress":
+            rj.progress = msg.get("fraction")
+            rj.message = msg.get("message") or ""
+            if rj.request is not None:
+                rj.request.notify({"event": "progress", "job_id": rj.job_id,
+                                   "fraction": rj.progress, "message": rj.message})
+        elif kind == "result":
+            self.finish_job(rj, "succeeded", result=msg.get("result"))
+        elif kind == "error":
+            self.finish_job(rj, "failed", error=msg["error"], permanent=bool(msg.get("permanent")))
+        elif kind == "refused":
+            log.error("worker %s refused job %s: %s", proc.name, rj.job_id, msg.get("reason"))
+            self.finish_job(rj, "refused", error=f"refused by {proc.name}: {msg.get('reason')}")
+
+    def register_worker(self, proc: WorkerProcess, hello: dict) -> None:
+        if proc.state is not ProcessState.STARTING or proc.slot_ids:
+            raise ProtocolError("a second hello")
+        if proc.pid is None:  # the template's answer is still on its way
+            self._learn_pid(proc, int(hello["pid"]))
+        if hello.get("incarnation") != proc.incarnation:
+            raise ProtocolError(f"hello for incarnation {hello.get('incarnation')!r}, "
+                                f"expected {proc.incarnation!r}")
+        types = [t for t in proc.spec.types if t in set(hello["types"])]
+        extra = set(hello["types"]) - set(proc.spec.types)
+        if extra or not types:
+            log.warning("worker %s announced types %s; using those configured for it: %s",
+                        proc.name, hello["types"], types)
+        slots = min(int(hello["slots"]), proc.spec.slots)
+        if slots < 1 or not types:
+            raise ProtocolError("hello announces no usable slot")
+        type_ids = [self.type_ids[t] for t in types]
+        proc.types = tuple(types)
+        proc.slot_ids = []
+        for index in range(slots):
+            sid = self.next_slot_id
+            self.next_slot_id += 1
+            self.pool.add_slot(sid, proc.generation, type_ids)
+            proc.slot_ids.append(sid)
+            self.slot_owner[sid] = (proc, index)
+        proc.set_state(ProcessState.RUNNING)
+        self._changed()
+        log.info("worker %s ready (pid %d, %d slot%s, types %s)", proc.name, proc.pid, slots,
+                 "" if slots == 1 else "s",
+                 ",".join(types))
+        self.schedule()

@@ -1,0 +1,196 @@
+"""The actor's jobs: start one on a slot, time it out, cancel it, and record how it ended
+(queued jobs through the queue lane, on-demand ones to their waiting caller). A mixin of
+Supervisor (actor.py)."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+
+from fairsched.store.aqueue import retry_delay
+from fairsched.supervisor.jobs import Request, RunningJob
+from fairsched.supervisor.queue_link import Failure
+from fairsched.supervisor.workers import STOP_GRACE, fields
+
+log = logging.getLogger("fairsched.supervisor")
+
+
+def job_fields(rj: RunningJob, outcome: str, duration: float, **more) -> dict:
+    return fields(event="job_finished", job_id=rj.job_id, type=rj.type, worker=rj.proc.name,
+                  slot=rj.slot_index, attempt=rj.attempt, outcome=outcome,
+                  duration=round(duration, 6), on_demand=rj.on_demand, **more)
+
+
+class JobHandling:
+    def start_job(self, entry, slot_id: int, attempt: int) -> None:
+        proc, index = self.slot_owner[slot_id]
+        if isinstance(entry, Request):
+            rj = RunningJob(job_id=entry.job_id, type=entry.type, priority=entry.priority,
+                            payload=entry.payload, attempt=attempt, max_attempts=entry.max_attempts,
+                            proc=proc, slot_id=slot_id, slot_index=index,
+                            eligible_at=entry.eligible_at, request=entry)
+        else:
+            rj = RunningJob(job_id=entry.id, type=entry.type, priority=entry.priority,
+                            payload=entry.payload, attempt=attempt,
+                            max_attempts=entry.max_attempts or proc.spec.max_attempts,
+                            proc=proc, slot_id=slot_id, slot_index=index,
+                            eligible_at=entry.eligible_at)
+        self.running[slot_id] = rj
+        self.running_by_job[rj.job_id] = rj
+        if proc.spec.timeout is not None:
+            rj.timer = self.loop.call_later(proc.spec.timeout, self._on_job_timeout, rj)
+        waited = max(0.0, time.time() - rj.eligible_at)
+        self.observer.job_started(rj.type, waited)
+        if log.isEnabledFor(logging.INFO):  # the hot path: build the fields only when shown
+            log.info("job %s started: type %s, worker %s, slot %d, attempt %d/%d, waited %.3f s",
+                     rj.job_id, rj.type, proc.name, index, attempt, rj.max_attempts, waited,
+                     extra=fields(event="job_started", job_id=rj.job_id, type=rj.type,
+                                  worker=proc.name, slot=index, attempt=attempt,
+                                  max_attempts=rj.max_attempts, waited=round(waited, 6),
+                                  on_demand=rj.on_demand))
+        self.send(proc, {"t": "run", "incarnation": proc.incarnation, "slot": index,
+                         "job": rj.frame()}, defer=True)  # the caller flushes the batch
+
+    def _on_job_timeout(self, rj: RunningJob) -> None:
+        rj.timer = None
+        if self.running.get(rj.slot_id) is not rj:
+            return
+        rj.failure = f"timed out after {rj.proc.spec.timeout:g} s"
+        log.warning("job %s on worker %s %s; stopping the worker", rj.job_id, rj.proc.name,
+                    rj.failure)
+        self.kill_worker(rj.proc, signal.SIGTERM, grace=STOP_GRACE)
+
+    def cancel_job(self, rj: RunningJob, reason: str) -> None:
+        if rj.cancel_reason is None or reason == "user":
+            rj.cancel_reason = reason
+        self.send(rj.proc, {"t": "cancel", "incarnation": rj.proc.incarnation,
+                            "slot": rj.slot_index, "job_id": rj.job_id})
+
+    def finish_job(self, rj: RunningJob, outcome: str, *, result=None, error: str | None = None,
+                   permanent: bool = False) -> None:
+        if self.running.get(rj.slot_id) is not rj:
+            return
+        del self.running[rj.slot_id]
+        self.running_by_job.pop(rj.job_id, None)
+        if rj.timer is not None:
+            rj.timer.cancel()
+        self.pool.release(rj.slot_id)  # a no-op when the worker (and its slots) is gone
+        self._changed()
+        duration = time.monotonic() - rj.started_mono
+        where = f"type {rj.type}, worker {rj.proc.name}, slot {rj.slot_index}, attempt {rj.attempt}"
+        if rj.request is not None:
+            self._finish_on_demand(rj, outcome, result, error, permanent, duration, where)
+        else:
+            self._finish_queued(rj, outcome, result, error, permanent, duration, where)
+        self.schedule()
+
+    def _finish_queued(self, rj, outcome, result, error, permanent, duration, where) -> None:
+        if rj.cancel_reason == "user":
+            self._record(rj, "cancelled", duration)
+            self.queue.cancel_finish(rj.job_id, rj.attempt)
+            log.info("job %s cancelled: %s, %.3f s", rj.job_id, where, duration,
+                     extra=job_fields(rj, "cancelled", duration))
+        elif outcome == "succeeded":
+            self._record(rj, "succeeded", duration)
+            self.queue.complete(rj.job_id, rj.attempt, result)
+            if log.isEnabledFor(logging.INFO):
+                log.info("job %s succeeded: %s, %.3f s", rj.job_id, where, duration,
+                         extra=job_fields(rj, "succeeded", duration))
+        elif outcome == "refused" or rj.cancel_reason in ("shutdown", "restart", "lease"):
+            self._record(rj, "returned", duration)
+            self.queue.release(rj.job_id, rj.attempt)
+            log.info("job %s returned to the queue (%s): %s", rj.job_id,
+                     rj.cancel_reason or "refused", where,
+                     extra=job_fields(rj, "returned", duration))
+        else:
+            last = permanent or rj.attempt >= rj.max_attempts
+            delay = 0.0 if last else retry_delay(rj.attempt, base=rj.proc.spec.retry_backoff)
+            self._record(rj, "failed" if last else "retried", duration)
+            if last:
+                log.warning("job %s failed for good: %s, %.3f s: %s", rj.job_id, where, duration,
+                            error, extra=job_fields(rj, "failed", duration, error=error))
+            else:
+                log.warning("job %s failed: %s, %.3f s: %s; retry in %.1f s", rj.job_id, where,
+                            duration, error, delay,
+                            extra=job_fields(rj, "retried", duration, error=error,
+                                             retry_in=round(delay, 3)))
+            self.queue.fail(Failure(rj.job_id, rj.attempt, error or outcome, permanent, delay))
+
+    def _finish_on_demand(self, rj, outcome, result, error, permanent, duration, where) -> None:
+        req = rj.request
+        if outcome == "succeeded" and rj.cancel_reason is None:
+            self._record(rj, "succeeded", duration)
+            if log.isEnabledFor(logging.INFO):
+                log.info("job %s succeeded: %s, %.3f s", rj.job_id, where, duration,
+                         extra=job_fields(rj, "succeeded", duration))
+            self._finish_request(req, {"event": "result", "job_id": req.job_id, "result": result})
+            return
+        if rj.cancel_reason is not None or req.cancelled:
+            self._record(rj, "cancelled", duration)
+            reason = {"shutdown": "the supervisor is shutting down",
+                      "restart": "the worker was restarted"}.get(rj.cancel_reason, "cancelled")
+            if rj.cancel_reason == "restart" and not req.cancelled:
+                self.requests[req.number] = req  # not the job's fault: run it elsewhere
+                req.attempts -= 1
+                return
+            self._finish_request(req, {"event": "error", "job_id": req.job_id, "error": reason})
+            return
+        if outcome == "refused":
+            req.attempts -= 1
+            self.requests[req.number] = req
+            return
+        if permanent or req.attempts >= req.max_attempts:
+            self._record(rj, "failed", duration)
+            log.warning("job %s failed for good: %s, %.3f s: %s", rj.job_id, where, duration, error,
+                        extra=job_fields(rj, "failed", duration, error=error))
+            self._finish_request(req, {"event": "error", "job_id": req.job_id, "error": error,
+                                       "attempts": req.attempts})
+            return
+        self._record(rj, "retried", duration)
+        log.warning("job %s failed: %s, %.3f s: %s; retrying now", rj.job_id, where, duration, error,
+                    extra=job_fields(rj, "retried", duration, error=error, retry_in=0.0))
+        if req.notify is not None:
+            req.notify({"event": "retry", "job_id": req.job_id, "error": error,
+                        "attempt": req.attempts})
+        self.requests[req.number] = req
+
+    def _record(self, rj: RunningJob, outcome: str, duration: float) -> None:
+        self.counters[outcome] = self.counters.get(outcome, 0) + 1
+        self.observer.job_finished(rj.type, outcome, duration)
+
+    def _finish_request(self, req: Request, event: dict) -> None:
+        if req.done:
+            return
+        req.done = True
+        self.requests.pop(req.number, None)
+        req.notify(event)
+
+    # -- on-demand requests ---------------------------------------------------------------------
+
+    def submit_on_demand(self, type_name: str, payload, priority: int, notify) -> Request | None:
+        """Accept an on-demand request; None when no configured worker supports the type."""
+        tid = self.type_ids.get(type_name)
+        if tid is None:
+            return None
+        attempts = max(w.max_attempts for w in self.config.workers if type_name in w.types)
+        req = Request(number=self.next_request, type=type_name, type_id=tid, payload=payload,
+                      priority=priority, max_attempts=attempts, notify=notify)
+        self.next_request += 1
+        if self.shutting_down:
+            self._finish_request(req, {"event": "error", "job_id": req.job_id,
+                                       "error": "the supervisor is shutting down"})
+            return req
+        self.requests[req.number] = req
+        self.schedule()
+        return req
+
+    def abandon_request(self, req: Request) -> None:
+        """The caller gave up (timeout or disconnect): drop it, or cancel it where it runs."""
+        req.cancelled = True
+        if self.requests.pop(req.number, None) is not None:
+            req.done = True
+            return
+        rj = self.running_by_job.get(req.job_id)
+        if rj is not None:
+            self.cancel_job(rj, "caller")

@@ -1,0 +1,308 @@
+"""The actor's worker processes: spawn (cold or from a template), reap, restart with backoff,
+kill and stop. A mixin of Supervisor (actor.py), which owns the state these methods change."""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import secrets
+import signal
+import time
+
+from fairsched.protocol import WORKER_MESSAGES, FrameDecoder
+from fairsched.supervisor.process import (
+    EXIT_CANNOT_START,
+    WorkerProcess,
+    describe_exit,
+    restart_delay,
+)
+from fairsched.supervisor.states import ProcessState
+from fairsched.worker.launch import LaunchSpec, Template, launch
+
+log = logging.getLogger("fairsched.supervisor")
+
+STOP_GRACE = 2.0  # SIGTERM to SIGKILL for a worker that is stopped or timed out
+
+
+def fields(**values) -> dict:
+    """Structured fields for a log line: the JSON log format shows them as keys."""
+    return {"fields": values}
+
+
+class WorkerLifecycle:
+    def _launch_spec(self, proc: WorkerProcess) -> LaunchSpec:
+        spec = proc.spec
+        return LaunchSpec(name=proc.name, group=spec.name, types=spec.types, slots=spec.slots,
+                          handler=spec.handler, command=spec.command, cwd=spec.cwd,
+                          log_path=self.log_dir / f"{proc.name}.log", env=dict(spec.env))
+
+    def _start_templates(self) -> None:
+        """One pre-loaded template per Python handler group: replacements skip the imports."""
+        started = []
+        for spec in self.config.workers:
+            if spec.handler is None:
+                continue
+            proc = next(p for p in self.procs if p.spec is spec)
+            try:
+                started.append(Template.start(self._launch_spec(proc)))
+            except OSError as exc:
+                log.debug("no template for %s: %s", spec.name, exc)
+        for template in started:  # they import in parallel; wait for each once
+            self.template_pids[template.pid] = template.group
+            try:
+                template.wait_ready()
+            except OSError as exc:  # the cold path reports the real problem through the worker
+                log.debug("no template for %s: %s", template.group, exc)
+                template.close()
+                continue
+            self.templates[template.group] = template
+            self.pending_spawns[template.group] = collections.deque()
+            self.loop.add_reader(template.fileno(), self._on_template_reply, template)
+
+    def _on_template_reply(self, template: Template) -> None:
+        pending = self.pending_spawns.get(template.group)
+        while True:
+            reply = template.read_reply()
+            if reply == {}:
+                return
+            if reply is None:
+                self._drop_template(template)
+                return
+            if not pending:
+                continue
+            proc, incarnation = pending.popleft()
+            if proc.incarnation != incarnation:
+                continue
+            pid = reply.get("pid")
+            if not isinstance(pid, int) or pid <= 0:
+                log.warning("template for %s could not start %s: %s; starting it cold",
+                            template.group, proc.name, reply.get("error"))
+                self._relaunch_cold(proc)
+                continue
+            self._learn_pid(proc, pid)
+
+    def _learn_pid(self, proc: WorkerProcess, pid: int) -> None:
+        if proc.pid is None:
+            proc.pid = pid
+            self.by_pid[pid] = proc
+            log.info("worker %s spawned (pid %d)", proc.name, pid,
+                     extra=fields(event="worker_spawned", worker=proc.name, group=proc.group, pid=pid))
+        status = self.early_exits.pop(pid, None)
+        if status is not None:  # reaped before we knew whose it was
+            self.by_pid.pop(pid, None)
+            self.worker_exited(proc, status)
+        elif proc.state is ProcessState.STOPPING:
+            self.kill_worker(proc, signal.SIGTERM, grace=STOP_GRACE)
+
+    def _drop_template(self, template: Template) -> None:
+        if not template.closed:
+            self.loop.remove_reader(template.fileno())
+            template.close()
+        if self.templates.get(template.group) is template:
+            del self.templates[template.group]
+            if not self.shutting_down:
+                log.warning("template for %s exited; replacements start cold", template.group)
+        pending = self.pending_spawns.pop(template.group, collections.deque())
+        for proc, incarnation in pending:
+            if proc.incarnation == incarnation and proc.pid is None:
+                self._relaunch_cold(proc)
+
+    def _relaunch_cold(self, proc: WorkerProcess) -> None:
+        if proc.sock is not None:
+            self.loop.remove_reader(proc.sock.fileno())
+            proc.sock.close()
+            proc.sock = None
+        proc.set_state(ProcessState.DOWN)
+        self.spawn_worker(proc, cold=True)
+
+    def spawn_worker(self, proc: WorkerProcess, *, cold: bool = False) -> None:
+        if self.shutting_down:
+            return
+        proc.restart_timer = None
+        proc.generation = self.next_generation
+        self.next_generation += 1
+        proc.incarnation = f"{proc.name}.{proc.generation}.{secrets.token_hex(4)}"
+        spec = self._launch_spec(proc)
+        template = None if cold else self.templates.get(proc.group)
+        pid = None
+        try:
+            sock = None
+            if template is not None:
+                try:
+                    sock = template.begin_spawn(spec, proc.incarnation)
+                    self.pending_spawns[proc.group].append((proc, proc.incarnation))
+                except OSError as exc:
+                    log.warning("template for %s failed (%s); starting %s cold", proc.group, exc,
+                                proc.name)
+                    self._drop_template(template)
+                    sock = None
+            if sock is None:
+                launched = launch(spec, proc.incarnation)
+                sock, pid = launched.sock, launched.pid
+        except OSError as exc:
+            self._make_fatal(proc, f"could not start: {exc}")
+            return
+        proc.pid = None
+        proc.sock = sock
+        proc.sock.setblocking(False)
+        proc.decoder = FrameDecoder(accept=WORKER_MESSAGES)
+        proc.outbox = bytearray()
+        proc.writing = False
+        proc.started_at = time.time()
+        proc.started_mono = time.monotonic()
+        proc.set_state(ProcessState.STARTING)
+        self.loop.add_reader(proc.sock.fileno(), self._on_readable, proc)
+        if pid is not None:
+            self._learn_pid(proc, pid)
+
+    def _make_fatal(self, proc: WorkerProcess, reason: str) -> None:
+        proc.fatal_reason = reason
+        proc.set_state(ProcessState.FATAL)
+        log.error("worker %s is fatal: %s; run `fairsched restart %s` once fixed",
+                  proc.name, reason, proc.name,
+                  extra=fields(event="worker_fatal", worker=proc.name, group=proc.group,
+                               reason=reason))
+
+    def reap_workers(self) -> None:
+        """Collect every exited child; several SIGCHLDs fold into one call."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            proc = self.by_pid.pop(pid, None)
+            if proc is not None:
+                self.worker_exited(proc, status)
+            elif pid in self.template_pids:
+                group = self.template_pids.pop(pid)
+                template = self.templates.get(group)
+                if template is not None and template.pid == pid:
+                    self._drop_template(template)
+            else:
+                # A template-forked worker can exit before its pid reaches us.
+                self.early_exits[pid] = status
+                while len(self.early_exits) > 256:
+                    self.early_exits.pop(next(iter(self.early_exits)))
+
+    def worker_exited(self, proc: WorkerProcess, status: int) -> None:
+        how = describe_exit(status)
+        proc.last_exit = how
+        self.unregister_worker(proc, f"worker {proc.name} {how}")
+        self._cancel_timers(proc)
+        proc.pid = None
+        self._changed()
+        if self.shutting_down:
+            proc.set_state(ProcessState.STOPPED)
+            log.info("worker %s stopped (%s)", proc.name, how)
+            return
+        if proc.state is ProcessState.STOPPING:  # an operator's restart
+            log.info("worker %s %s; restarting", proc.name, how)
+            proc.set_state(ProcessState.DOWN)
+            self._respawn(proc)
+            return
+        if os.WIFEXITED(status) and os.WEXITSTATUS(status) == EXIT_CANNOT_START:
+            self._make_fatal(proc, f"could not start ({self._last_log_line(proc)})")
+            return
+        recent = proc.record_crash()
+        if proc.crash_loop(recent):
+            proc.set_state(ProcessState.DOWN)
+            self._make_fatal(proc, f"{how}; crashed {recent} times within "
+                                   f"{proc.spec.restart_window:g} s")
+            return
+        delay = restart_delay(recent)
+        proc.set_state(ProcessState.DOWN)
+        log.warning("worker %s %s; restarting in %g s", proc.name, how, delay,
+                    extra=fields(event="worker_exited", worker=proc.name, group=proc.group,
+                                 exit=how, restart_in=delay))
+        if delay <= 0:
+            self._respawn(proc)
+        else:
+            proc.restart_timer = self.loop.call_later(delay, self._respawn, proc)
+
+    def _respawn(self, proc: WorkerProcess) -> None:
+        proc.restarts += 1
+        self.counters["restarts"] += 1
+        self.observer.worker_restarted(proc.group)
+        self.spawn_worker(proc)
+
+    def _last_log_line(self, proc: WorkerProcess) -> str:
+        try:
+            with open(self.log_dir / f"{proc.name}.log", "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - 4096))
+                lines = [ln for ln in f.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+            return lines[-1].strip() if lines else "no output"
+        except OSError:
+            return "no log"
+
+    def _cancel_timers(self, proc: WorkerProcess) -> None:
+        for name in ("restart_timer", "kill_timer"):
+            timer = getattr(proc, name)
+            if timer is not None:
+                timer.cancel()
+                setattr(proc, name, None)
+
+    def unregister_worker(self, proc: WorkerProcess, reason: str) -> None:
+        """Drop the worker's pipe and slots at once; its running jobs fail this attempt."""
+        if proc.sock is not None:
+            fd = proc.sock.fileno()
+            self.loop.remove_reader(fd)
+            self.loop.remove_writer(fd)
+            proc.sock.close()
+            proc.sock = None
+        proc.writing = False
+        self._unflushed.discard(proc)
+        if not proc.slot_ids:
+            return
+        self.pool.remove_worker(proc.generation)
+        slot_ids, proc.slot_ids = proc.slot_ids, []
+        for sid in slot_ids:
+            self.slot_owner.pop(sid, None)
+        for sid in slot_ids:
+            rj = self.running.get(sid)
+            if rj is not None:
+                self.finish_job(rj, "crashed", error=rj.failure or reason)
+        self.schedule()
+
+    def kill_worker(self, proc: WorkerProcess, sig: int, grace: float | None = None) -> None:
+        if proc.pid is None:
+            return
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass  # already dead: SIGCHLD is on its way
+        except PermissionError:
+            os.kill(proc.pid, sig)
+        if grace is not None and proc.kill_timer is None:
+            proc.kill_timer = self.loop.call_later(grace, self.kill_worker, proc, signal.SIGKILL)
+
+    def stop_worker(self, proc: WorkerProcess, *, kill_now: bool = False) -> None:
+        """Take the worker's slots out of the index, then SIGTERM (or SIGKILL) it."""
+        if proc.state in (ProcessState.STARTING, ProcessState.RUNNING):
+            proc.set_state(ProcessState.STOPPING)
+        self.pool.remove_worker(proc.generation)
+        if kill_now:
+            self.kill_worker(proc, signal.SIGKILL)
+        else:
+            self.send(proc, {"t": "stop"})
+            self.kill_worker(proc, signal.SIGTERM, grace=STOP_GRACE)
+
+    def restart(self, name: str) -> list[str]:
+        """Restart a group or one process, `fatal` ones included; returns the process names."""
+        procs = [p for p in self.procs if name in (p.name, p.group)]
+        for proc in procs:
+            proc.crash_times.clear()
+            proc.fatal_reason = None
+            if proc.state in (ProcessState.DOWN, ProcessState.FATAL, ProcessState.STOPPED):
+                self._cancel_timers(proc)
+                log.info("worker %s restarted by the operator", proc.name)
+                self._respawn(proc)
+            elif proc.state in (ProcessState.STARTING, ProcessState.RUNNING):
+                for rj in list(self.running.values()):
+                    if rj.proc is proc:
+                        self.cancel_job(rj, "restart")
+                self.stop_worker(proc)
+        return [p.name for p in procs]
