@@ -268,9 +268,14 @@ def test_a_supervisor_cut_off_from_postgres_gives_its_jobs_back_before_its_lease
         assert "is still running a job of the expiring lease; killing it" in out, out
         assert time.monotonic() - cut_at < 30
         assert cut_off.proc.poll() is None  # it never gives up on itself
+        status = cut_off.ps()["supervisor"]
+        assert status["lease_lost"] is True  # (a hung statement is not a lost connection)
+        header = cut_off.cli("ps").stdout.splitlines()[0]
+        assert "database external, lease lost: queued jobs given back, claiming stopped" in header
 
         proxy.heal()
-        cut_off.wait_for(lambda ps: "lease renewed" in cut_off.output(), what="lease renewed")
+        cut_off.wait_for(lambda ps: not ps["supervisor"]["lease_lost"], what="lease renewed")
+        assert "lease renewed: claiming queued jobs again" in cut_off.output()
         assert "lease had expired" in cut_off.output()
         more = enqueue(db, [{"type": "span", "payload": {"log": str(log), "seconds": 0}}
                             for _ in range(8)])

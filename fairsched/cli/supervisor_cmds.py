@@ -190,6 +190,8 @@ PS_COLUMNS = ["WORKER", "PID", "SLOT", "TYPES", "STATE", "JOB", "AGE", "PROGRESS
 def render_ps(data: dict) -> str:
     sup = data["supervisor"]
     db = sup["database"] + ("" if sup.get("database_connected", True) else " (disconnected)")
+    if sup.get("lease_lost"):
+        db += ", lease lost: queued jobs given back, claiming stopped"
     lines = [f"supervisor pid {sup['pid']}  up {_duration(sup['uptime'])}  database {db}  "
              f"core {sup['core']}  on-demand waiting {sup.get('waiting_on_demand', 0)}"]
     rows = [PS_COLUMNS]

@@ -49,6 +49,7 @@ def snapshot(sup) -> dict:
         "state_dir": str(sup.config.supervisor.state_dir),
         "database": sup.queue.kind,
         "database_connected": sup.queue.connected,
+        "lease_lost": sup.lease.fenced,
         "core": core.__impl__,
         "shutting_down": sup.shutting_down,
         "waiting_on_demand": len(sup.requests),
