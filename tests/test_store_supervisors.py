@@ -186,3 +186,25 @@ async def test_after_a_lost_connection_the_same_supervisor_finishes_its_claims(d
             await again.close(deregister=False)
         assert sql(db, "SELECT id, lease FROM fairsched_supervisors") == [(store.supervisor_id, 5.0)]
     assert [job(db, i)["status"] for i in ids] == ["succeeded", "succeeded"]
+
+
+@run_async
+async def test_connections_give_up_on_a_silent_network_within_the_lease(db):
+    def options(conn) -> dict:
+        return {o.keyword.decode(): (o.val or b"").decode() for o in conn.pgconn.info}
+
+    async with stores(db, lease=9) as (store,):
+        listening = await store.listen().start()
+        try:
+            for conn in (store.conn, listening._conn):
+                opts = options(conn)
+                assert opts["tcp_user_timeout"] == "3000" and opts["keepalives_idle"] == "3"
+                assert opts["keepalives"] == "1" and opts["keepalives_count"] == "3"
+        finally:
+            await listening.aclose()
+        await store.reconnect()
+        assert options(store.conn)["tcp_user_timeout"] == "3000"
+    # What the operator put in the URL stays.
+    own = psycopg.conninfo.make_conninfo(db, tcp_user_timeout="500")
+    async with stores(own, lease=9) as (store,):
+        assert options(store.conn)["tcp_user_timeout"] == "500"

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 
 from fairsched.store.queue import encode_json
 from fairsched.store.schema import CANCEL_CHANNEL, JOBS_CHANNEL, MAX_PRIORITY
@@ -235,8 +236,7 @@ class AsyncStore:
         if not isinstance(lease, int | float) or not math.isfinite(lease) or lease <= 0:
             raise ValueError(f"lease must be a number of seconds > 0, got {lease!r}")
         host = host or socket.gethostname()
-        conn = await psycopg.AsyncConnection.connect(
-            url, autocommit=True, connect_timeout=CONNECT_TIMEOUT)
+        conn = await open_connection(url, float(lease))
         renewed = True
         try:
             if supervisor_id is None:
@@ -256,8 +256,7 @@ class AsyncStore:
     async def reconnect(self) -> None:
         """Replace a lost connection, staying the same supervisor (see connect)."""
         old = self.conn
-        conn = await psycopg.AsyncConnection.connect(
-            self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT)
+        conn = await open_connection(self.url, self.lease)
         try:
             self.lease_lost = not await _renew(conn, self.supervisor_id, self.host, self.lease)
         except BaseException:
@@ -377,7 +376,7 @@ class AsyncStore:
         `async for kind, value in store.listen()` works; `await store.listen()` first makes
         sure LISTEN is in effect, so a fetch done after it misses nothing.
         """
-        notifications = Notifications(self.url, self._listeners)
+        notifications = Notifications(self.url, self._listeners, self.lease)
         self._listeners.add(notifications)
         return notifications
 
@@ -397,6 +396,24 @@ class AsyncStore:
                     {"me": self.supervisor_id})
         finally:
             await self.conn.close()
+
+
+async def open_connection(url: str, lease: float) -> psycopg.AsyncConnection:
+    """An autocommit connection that notices a silently dead network well within the lease.
+
+    A connection whose packets vanish (a NAT or firewall that dropped its state, a cut link)
+    would otherwise hang a statement for the kernel's default of about 15 minutes, and an
+    idle LISTEN connection for hours. So, over TCP, the kernel gives up on data unacknowledged
+    for a third of the lease and probes an idle connection after a third of it. libpq ignores
+    these over Unix sockets; settings given in the URL win.
+    """
+    given = conninfo_to_dict(url)
+    tcp = {"keepalives": 1, "keepalives_idle": max(1, round(lease / 3)),
+           "keepalives_interval": 1, "keepalives_count": 3,
+           "tcp_user_timeout": max(1000, round(lease * 1000 / 3))}
+    return await psycopg.AsyncConnection.connect(
+        url, autocommit=True, connect_timeout=CONNECT_TIMEOUT,
+        **{key: value for key, value in tcp.items() if key not in given})
 
 
 async def _renew(conn: psycopg.AsyncConnection, supervisor_id: int, host: str,
@@ -425,8 +442,9 @@ async def _register(conn: psycopg.AsyncConnection, supervisor_id: int, host: str
 class Notifications:
     """An async iterator over job and cancel notifications, with its own LISTEN connection."""
 
-    def __init__(self, url: str, owners: set):
+    def __init__(self, url: str, owners: set, lease: float):
         self.url = url
+        self.lease = lease
         self._owners = owners
         self._conn: psycopg.AsyncConnection | None = None
         self._stream = None
@@ -436,8 +454,7 @@ class Notifications:
         if self._closed:
             raise psycopg.InterfaceError("notifications are closed")
         if self._conn is None:
-            conn = await psycopg.AsyncConnection.connect(
-                self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT)
+            conn = await open_connection(self.url, self.lease)
             try:
                 await conn.execute(f"LISTEN {JOBS_CHANNEL}")
                 await conn.execute(f"LISTEN {CANCEL_CHANNEL}")
