@@ -300,3 +300,42 @@ def test_ps_watch_redraws_until_interrupted(supervisors):
     assert "Traceback" not in err
     # Not a terminal here, so no screen clearing: one table after another.
     assert out.count("WORKER") >= 2 and out.count("pdf-1") >= 2
+
+
+SLOW_IMPORT = """
+import os
+import time
+
+time.sleep(3)  # a handler with heavy imports
+IMPORTED_IN = os.getpid()
+
+
+def handle(job):
+    return {"pid": os.getpid(), "imported_in": IMPORTED_IN}
+"""
+
+
+def test_a_slow_handler_import_holds_up_only_its_own_workers(supervisors):
+    sup = supervisors(ECHO + """
+[[worker]]
+name = "heavy"
+types = ["heavy"]
+handler = "slow_import:handle"
+processes = 2
+""")
+    (sup.dir / "slow_import.py").write_text(SLOW_IMPORT)
+    sup.start(wait=False)
+    # The supervisor answers and the pdf worker serves while the heavy template imports
+    # (were the supervisor waiting for the import, the heavy workers would be up by then).
+    early = sup.wait_for(lambda ps: [s["state"] for s in ps["slots"] if s["group"] == "pdf"]
+                         == ["free"], timeout=20, what="the pdf worker ready")
+    heavy = [(s["state"], s["pid"]) for s in early["slots"] if s["group"] == "heavy"]
+    assert heavy == [("starting", None), ("starting", None)]
+    assert sup.cli("submit", "pdf", "--on-demand").returncode == 0
+    ready = sup.wait_for(lambda ps: all(s["state"] == "free" for s in ps["slots"]),
+                         timeout=30, what="every worker ready")
+    # Both heavy workers were forked from the template: neither imported the handler itself.
+    pids = {s["pid"] for s in ready["slots"] if s["group"] == "heavy"}
+    results = [json.loads(sup.cli("submit", "heavy", "--on-demand").stdout) for _ in range(4)]
+    assert {r["pid"] for r in results} <= pids
+    assert all(r["imported_in"] not in pids for r in results)

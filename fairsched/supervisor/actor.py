@@ -58,6 +58,7 @@ class Supervisor(WorkerLifecycle, WorkerPipes, JobHandling):
         self.lease = LeaseGuard(self, config.supervisor.lease)
         self.templates: dict[str, Template] = {}
         self.template_pids: dict[int, str] = {}
+        self.warming: dict[str, Template] = {}  # templates still importing their handler
         self.pending_spawns: dict[str, collections.deque] = {}
         self.early_exits: dict[int, int] = {}
         self.shutting_down = False
@@ -87,9 +88,7 @@ class Supervisor(WorkerLifecycle, WorkerPipes, JobHandling):
         self.loop.add_signal_handler(signal.SIGCHLD, self.reap_workers)
         for sig in (signal.SIGTERM, signal.SIGINT):
             self.loop.add_signal_handler(sig, self.request_shutdown, None)
-        self._start_templates()
-        for proc in self.procs:
-            self.spawn_worker(proc)
+        self.spawn_workers()
         log.info("supervisor %s started (pid %d, core %s, database %s, %d workers)",
                  self.queue.supervisor_id, os.getpid(), core.__impl__, self.queue.kind,
                  len(self.procs))
@@ -140,7 +139,7 @@ class Supervisor(WorkerLifecycle, WorkerPipes, JobHandling):
         while self.by_pid and time.monotonic() < deadline:
             await self._wait_changed(deadline - time.monotonic())
         self.reap_workers()
-        for template in list(self.templates.values()):
+        for template in [*self.templates.values(), *self.warming.values()]:
             self._drop_template(template)
         await self.queue.close()
         self.observer.stop()

@@ -38,6 +38,8 @@ def snapshot(sup) -> dict:
                 slots.append(_row(base, index, state, rj, mono))
         else:
             state = SLOT_STATE.get(proc.state, proc.state.value)
+            if proc.state is ProcessState.DOWN and proc.group in sup.warming:
+                state = "starting"  # its template is still importing the handler
             for index in range(proc.spec.slots):
                 slots.append(_row(base, index, state, None, mono))
     supervisor = {

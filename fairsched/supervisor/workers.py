@@ -3,6 +3,7 @@ kill and stop. A mixin of Supervisor (actor.py), which owns the state these meth
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import logging
 import os
@@ -18,7 +19,7 @@ from fairsched.supervisor.process import (
     restart_delay,
 )
 from fairsched.supervisor.states import ProcessState
-from fairsched.worker.launch import LaunchSpec, Template, launch
+from fairsched.worker.launch import READY_TIMEOUT, LaunchSpec, Template, launch
 
 log = logging.getLogger("fairsched.supervisor")
 
@@ -37,28 +38,53 @@ class WorkerLifecycle:
                           handler=spec.handler, command=spec.command, cwd=spec.cwd,
                           log_path=self.log_dir / f"{proc.name}.log", env=dict(spec.env))
 
-    def _start_templates(self) -> None:
-        """One pre-loaded template per Python handler group: replacements skip the imports."""
-        started = []
+    def spawn_workers(self) -> None:
+        """Start every worker: one pre-loaded template per Python handler group, so that its
+        workers, first and replacements alike, are forked with the handler already imported.
+        The templates import in parallel and the loop goes on meanwhile (a slow import holds
+        up only its own group); a group whose template fails starts cold."""
         for spec in self.config.workers:
-            if spec.handler is None:
+            procs = [p for p in self.procs if p.spec is spec]
+            template = None
+            if spec.handler is not None:
+                try:
+                    template = Template.start(self._launch_spec(procs[0]))
+                except OSError as exc:
+                    log.debug("no template for %s: %s", spec.name, exc)
+            if template is None:
+                for proc in procs:
+                    self.spawn_worker(proc)
                 continue
-            proc = next(p for p in self.procs if p.spec is spec)
-            try:
-                started.append(Template.start(self._launch_spec(proc)))
-            except OSError as exc:
-                log.debug("no template for %s: %s", spec.name, exc)
-        for template in started:  # they import in parallel; wait for each once
             self.template_pids[template.pid] = template.group
-            try:
-                template.wait_ready()
-            except OSError as exc:  # the cold path reports the real problem through the worker
-                log.debug("no template for %s: %s", template.group, exc)
-                template.close()
-                continue
+            self.warming[template.group] = template
+            log.info("template for %s is importing %s; its workers start once it is ready",
+                     spec.name, spec.handler)
+            self.loop.create_task(self._warm_up(template, procs), name=f"template-{spec.name}")
+
+    async def _warm_up(self, template: Template, procs: list[WorkerProcess]) -> None:
+        answered = self.loop.create_future()
+        self.loop.add_reader(template.fileno(), lambda: answered.done() or answered.set_result(1))
+        try:
+            await asyncio.wait_for(answered, READY_TIMEOUT)
+            template.wait_ready(timeout=1.0)  # the answer is there: this does not block
+            ready = True
+        except (OSError, TimeoutError) as exc:  # the cold path reports the real problem
+            log.debug("no template for %s: %s", template.group, exc)
+            ready = False
+        finally:
+            self.warming.pop(template.group, None)
+            if not template.closed:
+                self.loop.remove_reader(template.fileno())
+        if not ready or self.shutting_down:
+            template.close()
+        else:
             self.templates[template.group] = template
             self.pending_spawns[template.group] = collections.deque()
             self.loop.add_reader(template.fileno(), self._on_template_reply, template)
+        for proc in procs:
+            # Unless an operator's restart got there first (it starts the worker cold).
+            if proc.state is ProcessState.DOWN and proc.pid is None:
+                self.spawn_worker(proc)
 
     def _on_template_reply(self, template: Template) -> None:
         pending = self.pending_spawns.get(template.group)
