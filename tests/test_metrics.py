@@ -80,6 +80,7 @@ def test_counters_histograms_and_gauges_follow_the_jobs(supervisors):
     assert value(idle, "fairsched_slots", type="pdf", state="free") == 2
     assert value(idle, "fairsched_slots", type="pdf", state="busy") == 0
     assert value(idle, "fairsched_workers", group="pdf", state="running") == 1
+    assert value(idle, "fairsched_lease_lost") == 0
     assert value(idle, "fairsched_workers", group="bad", state="fatal") == 0
     assert value(idle, "fairsched_jobs_finished_total", type="pdf", outcome="succeeded") == 0
     assert value(idle, "fairsched_queue_jobs", type="pdf", status="pending") == 0

@@ -232,6 +232,7 @@ def test_a_lone_supervisor_never_loses_a_claim_to_itself(supervisors, db, tmp_pa
 
 def test_a_supervisor_cut_off_from_postgres_gives_its_jobs_back_before_its_lease_ends(db, tmp_path):
     from tests.pg_proxy import PgProxy
+    from tests.test_metrics import free_port, scrape_until, value
 
     workers = """
         [[worker]]
@@ -243,7 +244,9 @@ def test_a_supervisor_cut_off_from_postgres_gives_its_jobs_back_before_its_lease
     settings = "lease = 2\nheartbeat_interval = 0.5\n"
     log = tmp_path / "spans.log"
     proxy = PgProxy(db)
-    cut_off = Supervisor(proxy.url_through, workers, supervisor=settings)
+    port = free_port()
+    cut_off = Supervisor(proxy.url_through, workers,
+                         supervisor=settings + f'metrics = "127.0.0.1:{port}"\n')
     other = Supervisor(db, workers, supervisor=settings)
     try:
         cut_off.start()
@@ -270,12 +273,14 @@ def test_a_supervisor_cut_off_from_postgres_gives_its_jobs_back_before_its_lease
         assert cut_off.proc.poll() is None  # it never gives up on itself
         status = cut_off.ps()["supervisor"]
         assert status["lease_lost"] is True  # (a hung statement is not a lost connection)
+        scrape_until(port, lambda s: value(s, "fairsched_lease_lost") == 1, "lease lost metric")
         header = cut_off.cli("ps").stdout.splitlines()[0]
         assert "database external, lease lost: queued jobs given back, claiming stopped" in header
 
         proxy.heal()
         cut_off.wait_for(lambda ps: not ps["supervisor"]["lease_lost"], what="lease renewed")
         assert "lease renewed: claiming queued jobs again" in cut_off.output()
+        scrape_until(port, lambda s: value(s, "fairsched_lease_lost") == 0, "lease renewed metric")
         assert "lease had expired" in cut_off.output()
         more = enqueue(db, [{"type": "span", "payload": {"log": str(log), "seconds": 0}}
                             for _ in range(8)])

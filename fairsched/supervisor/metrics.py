@@ -56,6 +56,7 @@ class Snapshot:
     busy: dict[str, int] = field(default_factory=dict)
     workers: dict[tuple[str, str], int] = field(default_factory=dict)  # (group, state) -> n
     on_demand_waiting: int = 0
+    lease_lost: bool = False
 
 
 def take_snapshot(sup) -> Snapshot:
@@ -73,7 +74,8 @@ def take_snapshot(sup) -> Snapshot:
         in_flight[rj.type] = in_flight.get(rj.type, 0) + 1
     workers = collections.Counter((proc.group, proc.state.value) for proc in sup.procs)
     return Snapshot(types=tuple(sorted(sup.type_ids)), in_flight=in_flight, free=free,
-                    busy=busy, workers=dict(workers), on_demand_waiting=len(sup.requests))
+                    busy=busy, workers=dict(workers), on_demand_waiting=len(sup.requests),
+                    lease_lost=sup.lease.fenced)
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -178,7 +180,11 @@ class _StateCollector:
             for state in ProcessState:
                 workers.add_metric([group, state.value], snap.workers.get((group, state.value), 0))
         waiting.add_metric([], snap.on_demand_waiting)
-        yield from (in_flight, slots, workers, waiting)
+        lease_lost = GaugeMetricFamily("fairsched_lease_lost", "1 while this supervisor, unable "
+                                       "to renew its lease, has given its queued jobs back and "
+                                       "claims none.")
+        lease_lost.add_metric([], int(snap.lease_lost))
+        yield from (in_flight, slots, workers, waiting, lease_lost)
         yield from self._depth(snap)
 
     def _depth(self, snap: Snapshot):
