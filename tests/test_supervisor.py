@@ -306,7 +306,7 @@ SLOW_IMPORT = """
 import os
 import time
 
-time.sleep(3)  # a handler with heavy imports
+time.sleep(5)  # a handler with heavy imports
 IMPORTED_IN = os.getpid()
 
 
