@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.supervisor_harness import alive
@@ -339,3 +340,26 @@ processes = 2
     results = [json.loads(sup.cli("submit", "heavy", "--on-demand").stdout) for _ in range(4)]
     assert {r["pid"] for r in results} <= pids
     assert all(r["imported_in"] not in pids for r in results)
+
+
+def test_stop_while_a_template_is_still_importing(supervisors):
+    sup = supervisors(ECHO.replace("sup_handlers:echo", "slow_import:handle"))
+    (sup.dir / "slow_import.py").write_text(SLOW_IMPORT)
+
+    def templates() -> list:
+        return [p for p in psutil.process_iter(["cmdline"])
+                if "--template" in (p.info["cmdline"] or []) and str(sup.dir) in p.info["cmdline"]]
+
+    sup.start(wait=False)
+    sup.wait_for(lambda ps: [s["state"] for s in ps["slots"]] == ["starting"], what="importing")
+    assert templates()
+    assert sup.cli("stop").returncode == 0
+    assert sup.wait_exit(timeout=15) == 0
+    out = sup.output()
+    assert "supervisor stopped" in out
+    assert "Traceback" not in out and "Task was destroyed" not in out, out
+    # The template goes too, mid-import: it dies with its supervisor.
+    deadline = time.monotonic() + 10
+    while templates() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not templates()
