@@ -24,7 +24,7 @@ from fairsched.supervisor.states import ProcessState
 log = logging.getLogger("fairsched.supervisor")
 
 CANCEL_AT = 0.6
-KILL_AT = 0.9
+KILL_AT = 0.8  # the rest of the lease covers a late timer and the moments a kill takes
 
 
 class LeaseGuard:
