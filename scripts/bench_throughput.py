@@ -8,7 +8,10 @@ are enqueued in batches of 1,000; the tables are VACUUM ANALYZEd and checkpointe
 consumers start and the script polls every 20 ms until every job has succeeded. `seconds` runs
 from just before the consumers start to the last job's completion, both read from the server's
 clock; `first s` is the same up to the first completion (start-up included); `wall` is when
-the poll saw the last one. Uses FAIRSCHED_DATABASE_URL when set, else an embedded PostgreSQL in
+the poll saw the last one. `busy %` is how much of the machine's CPUs was busy over `wall`
+(every process: consumers, PostgreSQL, this script's polling), and `cpu us/job` that busy time
+per job, from /proc/stat: a contender far below 100% waits on round trips, not on the CPUs.
+Uses FAIRSCHED_DATABASE_URL when set, else an embedded PostgreSQL in
 a temporary directory. A contender whose package is missing is skipped with a note:
 pip install procrastinate pgqueuer 'typer<=0.28'. On a busy machine, --rounds 3 keeps the best
 of three interleaved runs of each contender.
@@ -91,6 +94,8 @@ class Result:
     seconds: float
     first: float
     wall: float
+    busy: float | None = None  # busy fraction of all CPUs over `wall`
+    cpu_seconds: float | None = None  # busy CPU time over `wall`, all CPUs summed
 
     @property
     def rate(self) -> float:
@@ -353,9 +358,11 @@ def measure(contender: Contender, url: str, opts: Options) -> Result:
             conn.execute("CHECKPOINT")
         started = conn.execute("SELECT clock_timestamp()").fetchone()[0]
         t0 = time.monotonic()
+        cpu0 = cpu_times()
         procs = contender.start(url, opts)
         try:
             wall = wait_done(conn, contender, procs, opts.jobs, t0)
+            cpu1 = cpu_times()
             first, seconds = conn.execute(
                 f"SELECT extract(epoch FROM f.min - %(t)s)::float8,"
                 f" extract(epoch FROM f.max - %(t)s)::float8"
@@ -364,7 +371,25 @@ def measure(contender: Contender, url: str, opts: Options) -> Result:
             stop(procs)
     if seconds is None or seconds <= 0:
         raise BenchError("no completion time recorded")
-    return Result(contender.name, contender.setup(opts), opts.jobs, seconds, first, wall)
+    busy = cpu_seconds = None
+    if cpu0 is not None and cpu1 is not None and cpu1[1] > cpu0[1]:
+        cpu_seconds = cpu1[0] - cpu0[0]
+        busy = cpu_seconds / (cpu1[1] - cpu0[1])
+    return Result(contender.name, contender.setup(opts), opts.jobs, seconds, first, wall,
+                  busy, cpu_seconds)
+
+
+def cpu_times() -> tuple[float, float] | None:
+    """(busy, total) CPU seconds of the whole machine so far, summed over CPUs; Linux only."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    total = sum(fields[:8])  # guest time is already counted in user
+    tick = os.sysconf("SC_CLK_TCK")
+    return (total - idle) / tick, total / tick
 
 
 def wait_done(conn, contender: Contender, procs, jobs: int, t0: float) -> float:
@@ -452,13 +477,17 @@ def print_table(runs: dict[str, list[Result]]) -> None:
     rounds = max(len(results) for results in runs.values())
     print(f"{'contender':14s} {'setup':26s} {'jobs':>7s} {'seconds':>8s} {'jobs/s':>8s}"
           f" {'vs best peer':>12s} {'vs floor':>9s} {'first s':>8s} {'wall s':>7s}"
+          f" {'busy %':>7s} {'cpu us/job':>11s}"
           + ("   jobs/s of each round" if rounds > 1 else ""))
     for name, r in best.items():
         vs_peer = f"{r.rate / best_peer:.2f}x" if best_peer else "-"
         vs_floor = f"{r.rate / floor:.2f}x" if floor else "-"
         each = "   " + " ".join(f"{x.rate:.0f}" for x in runs[name]) if rounds > 1 else ""
+        busy = f"{r.busy * 100:.0f}" if r.busy is not None else "-"
+        per_job = f"{r.cpu_seconds / r.jobs * 1e6:.0f}" if r.cpu_seconds is not None else "-"
         print(f"{r.name:14s} {r.setup:26s} {r.jobs:7d} {r.seconds:8.2f} {r.rate:8.0f}"
-              f" {vs_peer:>12s} {vs_floor:>9s} {r.first:8.2f} {r.wall:7.2f}{each}")
+              f" {vs_peer:>12s} {vs_floor:>9s} {r.first:8.2f} {r.wall:7.2f}"
+              f" {busy:>7s} {per_job:>11s}{each}")
 
 
 def positive_int(text: str) -> int:
