@@ -10,6 +10,11 @@ import time
 TEXT_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
 
 
+def fields(**values) -> dict:
+    """`extra=` for a log line: the JSON format shows these as keys of its object."""
+    return {"fields": values}
+
+
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         entry = {

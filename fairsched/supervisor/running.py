@@ -8,10 +8,11 @@ import logging
 import signal
 import time
 
+from fairsched.logs import fields
 from fairsched.store.aqueue import retry_delay
 from fairsched.supervisor.jobs import Request, RunningJob
 from fairsched.supervisor.queue_link import Failure
-from fairsched.supervisor.workers import STOP_GRACE, fields
+from fairsched.supervisor.workers import STOP_GRACE
 
 log = logging.getLogger("fairsched.supervisor")
 

@@ -11,6 +11,7 @@ import secrets
 import signal
 import time
 
+from fairsched.logs import fields
 from fairsched.protocol import WORKER_MESSAGES, FrameDecoder
 from fairsched.supervisor.process import (
     EXIT_CANNOT_START,
@@ -24,11 +25,6 @@ from fairsched.worker.launch import READY_TIMEOUT, LaunchSpec, Template, launch
 log = logging.getLogger("fairsched.supervisor")
 
 STOP_GRACE = 2.0  # SIGTERM to SIGKILL for a worker that is stopped or timed out
-
-
-def fields(**values) -> dict:
-    """Structured fields for a log line: the JSON log format shows them as keys."""
-    return {"fields": values}
 
 
 class WorkerLifecycle:
