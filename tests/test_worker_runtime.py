@@ -161,6 +161,38 @@ def test_two_slots_run_two_jobs_at_once(start, tmp_path):
     assert results == {"a": {"met": True, "slot": 0}, "b": {"met": True, "slot": 1}}
 
 
+def runs(peer, job_ids, job_type="echo", payload=None) -> bytes:
+    """One write holding a run frame per job, job i on slot i."""
+    return b"".join(
+        encode({"t": "run", "incarnation": peer.incarnation, "slot": slot,
+                "job": {"id": job_id, "type": job_type, "payload": payload, "priority": 0,
+                        "attempt": 1, "on_demand": False}})
+        for slot, job_id in enumerate(job_ids))
+
+
+def test_a_burst_of_long_jobs_runs_all_at_once(start):
+    """Jobs read in one burst each get a thread, though none of them ever returns."""
+    peer = start(handler="worker_handlers:until_cancelled", slots=8)
+    peer.hello()
+    peer.sock.sendall(runs(peer, range(8)))
+    assert {peer.expect("progress")["job_id"] for _ in range(8)} == set(range(8))
+    for slot in range(8):
+        peer.cancel(slot, slot=slot)
+    results = [peer.expect("result") for _ in range(8)]
+    assert all(m["result"] == {"cancelled": True} for m in results)
+
+
+def test_job_threads_are_reused_and_never_outnumber_the_slots(start):
+    peer = start(handler="worker_handlers:threads", slots=4)
+    peer.hello()
+    seen = []
+    for wave in range(50):
+        peer.sock.sendall(runs(peer, range(wave * 4, wave * 4 + 4)))
+        seen += [peer.expect("result")["result"] for _ in range(4)]
+    assert len(seen) == 200
+    assert max(seen) <= 1 + 4  # the main thread and at most one per slot
+
+
 def test_cancel_reaches_job_cancelled(start):
     peer = start(handler="worker_handlers:until_cancelled")
     peer.hello()
@@ -200,11 +232,7 @@ def test_results_finishing_together_all_arrive_before_a_stop_ends_the_worker(sta
     peer = start(slots=32)
     peer.hello()
     payload = "x" * 100_000  # echoed back: 3 MB of results, far more than the socket holds
-    peer.sock.sendall(b"".join(
-        encode({"t": "run", "incarnation": peer.incarnation, "slot": slot,
-                "job": {"id": slot, "type": "echo", "payload": payload, "priority": 0,
-                        "attempt": 1, "on_demand": False}})
-        for slot in range(32)))
+    peer.sock.sendall(runs(peer, range(32), payload=payload))
     time.sleep(0.5)  # every handler has returned; the writer waits for the reader
     peer.send({"t": "stop"})
     results = [peer.expect("result") for _ in range(32)]

@@ -1,15 +1,16 @@
 """The Python worker runtime: says hello on fd 3, then runs the handler for each job it is sent.
 
-The main thread reads frames (and signals, through a wakeup pipe); each job runs in its own
-thread, one per busy slot; every frame goes out under one write lock. docs/protocol.md is the
+The main thread reads frames (and signals, through a wakeup pipe); each job runs on a thread of
+its own while it runs (at most one thread per slot, kept between jobs); every frame goes out
+under one write lock. docs/protocol.md is the
 contract this side keeps.
 """
 
 from __future__ import annotations
 
 import importlib
+import collections
 import os
-import queue
 import re
 import select
 import signal
@@ -164,12 +165,20 @@ class Worker:
         self.settings = settings
         self.handler = handler
         self.jobs: list[Job | None] = [None] * settings.slots
-        self._inboxes: list[queue.SimpleQueue | None] = [None] * settings.slots
+        # Jobs read but not yet started. At most one thread is on its way to them at a time,
+        # and a thread that takes one calls the next: a burst of long jobs still starts them
+        # all, while a burst of short ones runs on the few threads that finish first, with
+        # few thread switches. Threads start as needed; there are never more than slots.
+        self._ready: collections.deque[Job] = collections.deque()
+        self._threads = 0
+        self._waiting = 0  # threads blocked in _work_ready.wait() and not yet notified
+        self._coming = 0  # 1 while a thread is notified or just started, else 0
         self.stopping = False
         self._write_lock = threading.Lock()
         # Held while a slot changes hands, so a finished job's result and its slot's release
         # are one step: the next "run" for that slot can only be read after both.
         self._state_lock = threading.Lock()
+        self._work_ready = threading.Condition(self._state_lock)
         # Results that finish while another thread is writing wait here and go out together
         # in its next write: one system call (and one wakeup of the supervisor) per burst.
         self._results: list[bytes] = []
@@ -242,16 +251,43 @@ class Worker:
             job = Job(spec["id"], spec["type"], spec["payload"], spec["priority"],
                       spec["attempt"], spec["on_demand"], slot=slot, send=self.send)
             self.jobs[slot] = job
-            inbox = self._inboxes[slot]
-            if inbox is None:  # one long-lived thread per slot: no thread start per job
-                inbox = self._inboxes[slot] = queue.SimpleQueue()
-                threading.Thread(target=self._serve_slot, args=(inbox,), daemon=True,
-                                 name=f"slot-{slot}").start()
-            inbox.put(job)
+            self._ready.append(job)
+            self._call_thread()
 
-    def _serve_slot(self, inbox: queue.SimpleQueue) -> None:
-        while True:
-            self.run_job(inbox.get())
+    def _call_thread(self) -> None:
+        """Make sure a thread is on its way while jobs are ready (under the state lock)."""
+        if self._ready and not self._coming:
+            self._coming = 1
+            if self._waiting:
+                self._waiting -= 1
+                self._work_ready.notify()
+            else:
+                self._threads += 1
+                threading.Thread(target=self._serve, daemon=True,
+                                 name=f"job-{self._threads}").start()
+
+    def _serve(self) -> None:
+        """One job thread: run ready jobs until there are none, then wait for more.
+
+        While jobs are ready a thread is coming for them (notified or just started), and each
+        thread that takes one calls the next, so no job waits behind a long one. A thread
+        that is free sooner may take the job first; the one that was coming then finds
+        nothing and waits again.
+        """
+        with self._state_lock:
+            self._coming -= 1
+            while True:
+                while not self._ready:
+                    self._waiting += 1
+                    self._work_ready.wait()
+                    self._coming -= 1
+                job = self._ready.popleft()
+                self._call_thread()  # the next ready job must not wait for this one
+                self._state_lock.release()
+                try:
+                    self.run_job(job)
+                finally:
+                    self._state_lock.acquire()
 
     def _refusal(self, incarnation: str, slot: int, job_type: str) -> str | None:
         s = self.settings

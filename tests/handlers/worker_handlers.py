@@ -2,6 +2,7 @@
 
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -75,6 +76,11 @@ def rendezvous(job: fairsched.Job):
             return {"met": True, "slot": job.slot}
         time.sleep(0.005)
     return {"met": False, "slot": job.slot}
+
+
+def threads(job: fairsched.Job):
+    """How many threads the worker has while this job runs."""
+    return threading.active_count()
 
 
 NOT_CALLABLE = 42
