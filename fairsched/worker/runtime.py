@@ -8,8 +8,8 @@ contract this side keeps.
 
 from __future__ import annotations
 
-import importlib
 import collections
+import importlib
 import os
 import re
 import select
