@@ -15,6 +15,7 @@ from fairsched.store.aqueue import (
     DEFAULT_MAX_ATTEMPTS,
     RELEASE_SQL,
     AsyncStore,
+    _keyed_by_id,
 )
 from fairsched.store.queue import Queue
 
@@ -234,12 +235,12 @@ def test_claims_and_outcomes_find_their_rows_by_primary_key(db, plan_mode, batch
                      " WHERE id <= 5000", (me,))
         conn.execute(f"SET plan_cache_mode = {plan_mode}")
         running, pending = list(range(1, batch + 1)), list(range(9000, 9000 + batch))
-        done = "{%s}" % ",".join(f'"{i}":[1,null]' for i in running)
         statements = {
             "claim": (CLAIM_SQL, {"me": me, "ids": pending, "defaults": "{}", "fallback": 3}),
-            "complete": (COMPLETE_SQL, {"me": me, "ids": running, "done": done}),
+            "complete": (COMPLETE_SQL, {"me": me, "ids": running,
+                                        "done": _keyed_by_id((i, "[1,null]") for i in running)}),
             "release": (RELEASE_SQL, {"me": me, "ids": running,
-                                      "attempts": "{%s}" % ",".join(f'"{i}":1' for i in running)}),
+                                      "attempts": _keyed_by_id((i, "1") for i in running)}),
         }
         for name, (statement, params) in statements.items():
             with conn.transaction(force_rollback=True):
