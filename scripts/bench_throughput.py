@@ -1,7 +1,7 @@
 """Queue throughput of fairsched beside procrastinate, pgqueuer and a raw SQL floor, in one run.
 
     .venv/bin/python scripts/bench_throughput.py [--jobs 20000] [--only NAME ...]
-                                                 [--processes 2] [--slots 32] [--rounds 1]
+                                                 [--processes 2] [--slots 128] [--rounds 1]
 
 Every contender gets a fresh database (bench_<name>) on the same PostgreSQL server. N no-op jobs
 are enqueued in batches of 1,000; the tables are VACUUM ANALYZEd and checkpointed; then the
@@ -53,9 +53,12 @@ STOP_TIMEOUT = 30.0
 # Peer settings: the best of a few shapes tried on a 2-core machine with 2 processes. A no-op
 # task gains nothing from concurrency; procrastinate fetches one job per query, and more
 # coroutines per worker only contend for that query (16 ran at about 60% of the rate of 2).
-# pgqueuer ran best with batches of 50 to 200 (10 and 32 were markedly slower).
+# pgqueuer ran best with batches of 50 to 200 (10 and 32 were markedly slower). fairsched ran
+# best with 128 to 256 slots per process (32 was markedly slower): a no-op job is done long
+# before the claim of the next one comes back, so it takes many jobs in flight to keep busy.
 PROCRASTINATE_CONCURRENCY = 2
 PGQUEUER_BATCH = 100
+FAIRSCHED_SLOTS = 128
 FLOOR_BATCH = 32
 
 HANDLER = '''
@@ -512,8 +515,8 @@ def main() -> int:
                         help=f"run only this contender; repeatable ({', '.join(CONTENDERS)})")
     parser.add_argument("--processes", type=positive_int, default=2,
                         help="consumer processes of every contender (default 2)")
-    parser.add_argument("--slots", type=positive_int, default=32,
-                        help="fairsched slots per worker process (default 32)")
+    parser.add_argument("--slots", type=positive_int, default=FAIRSCHED_SLOTS,
+                        help=f"fairsched slots per worker process (default {FAIRSCHED_SLOTS})")
     parser.add_argument("--rounds", type=positive_int, default=1,
                         help="measure every contender this many times, interleaved, and keep"
                              " each one's best (default 1; more on a busy machine)")
