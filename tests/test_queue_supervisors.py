@@ -290,3 +290,25 @@ def test_a_supervisor_cut_off_from_postgres_gives_its_jobs_back_before_its_lease
         cut_off.close()
         other.close()
         proxy.close()
+
+
+def test_a_supervisor_without_its_database_exits_1_and_leaves_no_worker_behind():
+    """Workers start while the database connects; when it cannot, they are stopped again."""
+    import psutil
+
+    sup = Supervisor("postgresql://x@/db?host=/nonexistent", RECORD.format(processes=2, slots=1))
+    try:
+        sup.start(wait=False)
+        assert sup.wait_exit() == 1
+        lines = sup.output().strip().splitlines()
+        assert lines[-1].startswith("fairsched: cannot connect to PostgreSQL at "), lines
+        assert "Traceback" not in sup.output()
+        time.sleep(0.2)
+        left = []
+        for p in psutil.process_iter(["cmdline", "environ"]):
+            seen = " ".join(p.info["cmdline"] or []) + " ".join((p.info["environ"] or {}).values())
+            if sup.dir.name in seen and p.status() != psutil.STATUS_ZOMBIE:
+                left.append(p.pid)
+        assert left == []
+    finally:
+        sup.close()

@@ -82,13 +82,13 @@ class Supervisor(WorkerLifecycle, WorkerPipes, JobHandling):
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        await self.queue.start()
-        self.observer.start(self)
         become_subreaper()
         self.loop.add_signal_handler(signal.SIGCHLD, self.reap_workers)
+        self.spawn_workers()  # the handlers import while the database connects (or starts)
+        await self.queue.start()
+        self.observer.start(self)
         for sig in (signal.SIGTERM, signal.SIGINT):
             self.loop.add_signal_handler(sig, self.request_shutdown, None)
-        self.spawn_workers()
         log.info("supervisor %s started (pid %d, core %s, database %s, %d workers)",
                  self.queue.supervisor_id, os.getpid(), core.__impl__, self.queue.kind,
                  len(self.procs))

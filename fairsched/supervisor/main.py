@@ -8,6 +8,7 @@ import logging
 import psycopg
 
 from fairsched.config import Config
+from fairsched.store.errors import StoreError
 from fairsched.supervisor.actor import Supervisor
 from fairsched.supervisor.control import ControlServer
 
@@ -35,6 +36,9 @@ def run_supervisor(config: Config) -> int:
                 log.error("cannot use the database: %s", str(exc).strip().splitlines()[0])
                 await sup.shutdown(0)
                 return 1
+            except StoreError:  # no database at all: stop the workers, the CLI says why
+                await sup.shutdown(0)
+                raise
             await control.start()
             await sup.stopped.wait()
             return 0
