@@ -7,8 +7,9 @@ Every contender gets a fresh database (bench_<name>) on the same PostgreSQL serv
 are enqueued in batches of 1,000; the tables are VACUUM ANALYZEd and checkpointed; then the
 consumers start and the script polls every 20 ms until every job has succeeded. `seconds` runs
 from just before the consumers start to the last job's completion, both read from the server's
-clock; `first s` is the same up to the first completion (start-up included); `wall` is when
-the poll saw the last one. `busy %` is how much of the machine's CPUs was busy over `wall`
+clock; `first s` is the same up to the first completion (start-up included), and `drain/s`
+the rate from the first completion to the last, start-up left out; `wall` is when the poll
+saw the last one. `busy %` is how much of the machine's CPUs was busy over `wall`
 (every process: consumers, PostgreSQL, this script's polling), and `cpu us/job` that busy time
 per job, from /proc/stat: a contender far below 100% waits on round trips, not on the CPUs.
 Uses FAIRSCHED_DATABASE_URL when set, else an embedded PostgreSQL in
@@ -479,7 +480,7 @@ def print_table(runs: dict[str, list[Result]]) -> None:
     floor = best["floor"].rate if "floor" in best else None
     rounds = max(len(results) for results in runs.values())
     print(f"{'contender':14s} {'setup':26s} {'jobs':>7s} {'seconds':>8s} {'jobs/s':>8s}"
-          f" {'vs best peer':>12s} {'vs floor':>9s} {'first s':>8s} {'wall s':>7s}"
+          f" {'vs best peer':>12s} {'vs floor':>9s} {'first s':>8s} {'drain/s':>8s} {'wall s':>7s}"
           f" {'busy %':>7s} {'cpu us/job':>11s}"
           + ("   jobs/s of each round" if rounds > 1 else ""))
     for name, r in best.items():
@@ -488,8 +489,10 @@ def print_table(runs: dict[str, list[Result]]) -> None:
         each = "   " + " ".join(f"{x.rate:.0f}" for x in runs[name]) if rounds > 1 else ""
         busy = f"{r.busy * 100:.0f}" if r.busy is not None else "-"
         per_job = f"{r.cpu_seconds / r.jobs * 1e6:.0f}" if r.cpu_seconds is not None else "-"
+        drained = r.seconds - r.first
+        drain = f"{(r.jobs - 1) / drained:.0f}" if drained > 0 else "-"
         print(f"{r.name:14s} {r.setup:26s} {r.jobs:7d} {r.seconds:8.2f} {r.rate:8.0f}"
-              f" {vs_peer:>12s} {vs_floor:>9s} {r.first:8.2f} {r.wall:7.2f}"
+              f" {vs_peer:>12s} {vs_floor:>9s} {r.first:8.2f} {drain:>8s} {r.wall:7.2f}"
               f" {busy:>7s} {per_job:>11s}{each}")
 
 
