@@ -82,7 +82,8 @@ class FrameDecoder:
         """Bytes received but not yet part of a whole frame."""
         return len(self._buf)
 
-    def feed(self, data: bytes) -> list[dict]:
+    def feed(self, data: bytes | bytearray | memoryview) -> list[dict]:
+        """The whole messages `data` completes; `data` is copied, so its buffer may be reused."""
         if self._error is not None:
             raise self._error
         buf = self._buf

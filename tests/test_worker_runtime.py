@@ -182,15 +182,37 @@ def test_a_burst_of_long_jobs_runs_all_at_once(start):
     assert all(m["result"] == {"cancelled": True} for m in results)
 
 
-def test_job_threads_are_reused_and_never_outnumber_the_slots(start):
-    peer = start(handler="worker_handlers:threads", slots=4)
+@pytest.mark.parametrize("slots", [1, 4])
+def test_job_threads_are_reused_and_never_outnumber_the_slots(start, slots):
+    """Threads are kept between jobs: wave after wave, never more than one per slot."""
+    peer = start(handler="worker_handlers:threads", slots=slots)
     peer.hello()
     seen = []
-    for wave in range(50):
-        peer.sock.sendall(runs(peer, range(wave * 4, wave * 4 + 4)))
-        seen += [peer.expect("result")["result"] for _ in range(4)]
-    assert len(seen) == 200
-    assert max(seen) <= 1 + 4  # the main thread and at most one per slot
+    for wave in range(400 // slots):
+        peer.sock.sendall(runs(peer, range(wave * slots, (wave + 1) * slots)))
+        seen += [peer.expect("result")["result"] for _ in range(slots)]
+    assert len(seen) == 400
+    assert max(seen) <= 1 + slots  # the main thread and at most one per slot
+
+
+def test_a_slot_freed_while_its_thread_is_still_writing_gets_no_new_thread(start):
+    """Job 1's result waits for the write lock (a flood of progress from slot 0 holds it) with
+    its slot already free; job 2 for that slot waits for job 1's thread instead of a third
+    thread being started for a worker of two slots."""
+    peer = start(handler="worker_handlers:threads", slots=2)
+    peer.hello()
+    peer.run("flood", slot=0, payload="flood")
+    time.sleep(0.3)  # unread: the flood fills the socket and blocks holding the write lock
+    peer.run(1, slot=1)
+    time.sleep(0.3)  # job 1 is done, its thread waits to write the result
+    peer.run(2, slot=1)
+    time.sleep(0.3)
+    results = {}
+    while len(results) < 3:
+        msg = peer.recv()
+        if msg["t"] == "result":
+            results[msg["job_id"]] = msg["result"]
+    assert max(results.values()) <= 1 + 2, results  # the main thread and one per slot
 
 
 def test_cancel_reaches_job_cancelled(start):

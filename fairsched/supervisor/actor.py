@@ -73,6 +73,7 @@ class Supervisor(WorkerLifecycle, WorkerPipes, JobHandling):
         self._scheduling = False
         self._schedule_pending = False
         self._unflushed: set[WorkerProcess] = set()
+        self.read_buffer = memoryview(bytearray(1 << 18))  # every worker's reads, one at a time
         self._wake_handle: asyncio.TimerHandle | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.log_dir = config.supervisor.state_dir / "logs"

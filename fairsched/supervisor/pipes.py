@@ -60,17 +60,18 @@ class WorkerPipes:
             self.loop.remove_writer(proc.sock.fileno())
 
     def _on_readable(self, proc: WorkerProcess) -> None:
+        buffer = self.read_buffer
         try:
-            data = proc.sock.recv(1 << 18)
+            size = proc.sock.recv_into(buffer)
         except BlockingIOError:
             return
         except OSError:
-            data = b""
-        if not data:
+            size = 0
+        if not size:
             self.unregister_worker(proc, f"worker {proc.name} closed its pipe")
             return
         try:
-            messages = proc.decoder.feed(data)
+            messages = proc.decoder.feed(buffer[:size])
             for msg in messages:
                 validate(msg)
                 self.handle_message(proc, msg)

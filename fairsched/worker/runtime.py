@@ -38,6 +38,7 @@ from fairsched.worker._linux import set_parent_death_signal
 EXIT_CANNOT_START = 78  # EX_CONFIG: the handler or the environment is wrong; do not restart
 EXIT_PROTOCOL = 76  # EX_PROTOCOL: the supervisor sent something this worker cannot read
 MAX_ERROR = 65536  # characters of an error text sent back; the log keeps the whole traceback
+READ_SIZE = 1 << 18  # bytes read from the supervisor at most at once
 
 HANDLER_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
@@ -171,14 +172,15 @@ class Worker:
         # few thread switches. Threads start as needed; there are never more than slots.
         self._ready: collections.deque[Job] = collections.deque()
         self._threads = 0
-        self._waiting = 0  # threads blocked in _work_ready.wait() and not yet notified
-        self._coming = 0  # 1 while a thread is notified or just started, else 0
+        # The idle threads, each blocked on a lock of its own: releasing it wakes that thread.
+        self._idle: list[threading.Lock] = []
+        self._coming = 0  # 1 while a thread is woken or just started, else 0
+        self._returning = 0  # threads that finished a job and will look for the next
         self.stopping = False
         self._write_lock = threading.Lock()
         # Held while a slot changes hands, so a finished job's result and its slot's release
         # are one step: the next "run" for that slot can only be read after both.
         self._state_lock = threading.Lock()
-        self._work_ready = threading.Condition(self._state_lock)
         # Results that finish while another thread is writing wait here and go out together
         # in its next write: one system call (and one wakeup of the supervisor) per burst.
         self._results: list[bytes] = []
@@ -210,6 +212,7 @@ class Worker:
                    "incarnation": s.incarnation, "slots": s.slots, "types": list(s.types)})
         decoder = FrameDecoder(SUPERVISOR_MESSAGES)
         fd = self.sock.fileno()
+        buffer = memoryview(bytearray(READ_SIZE))  # reused: no large allocation per read
         while True:
             ready, _, _ = select.select([fd, wake_r], [], [])
             if wake_r in ready:
@@ -218,13 +221,13 @@ class Worker:
             if fd not in ready:
                 continue
             try:
-                data = self.sock.recv(1 << 18)
+                size = self.sock.recv_into(buffer)
             except OSError:
-                data = b""
-            if not data:  # the supervisor is gone: leave before anything else happens
+                size = 0
+            if not size:  # the supervisor is gone: leave before anything else happens
                 exit_now(0)
             try:
-                for msg in decoder.feed(data):
+                for msg in decoder.feed(buffer[:size]):
                     self.handle(validate(msg))
             except ProtocolError as exc:
                 print(f"fairsched worker {s.name}: bad frame from the supervisor: {exc}",
@@ -252,42 +255,54 @@ class Worker:
                       spec["attempt"], spec["on_demand"], slot=slot, send=self.send)
             self.jobs[slot] = job
             self._ready.append(job)
-            self._call_thread()
+            call = self._call_thread()
+        if call is not None:
+            call()
 
-    def _call_thread(self) -> None:
-        """Make sure a thread is on its way while jobs are ready (under the state lock)."""
-        if self._ready and not self._coming:
-            self._coming = 1
-            if self._waiting:
-                self._waiting -= 1
-                self._work_ready.notify()
-            else:
-                self._threads += 1
-                threading.Thread(target=self._serve, daemon=True,
-                                 name=f"job-{self._threads}").start()
+    def _call_thread(self) -> Callable[[], None] | None:
+        """Under the state lock: make sure a thread is on its way while jobs are ready. Returns
+        what wakes or starts it, for the caller to call once it has let go of the lock (the
+        thread's first step is to take it)."""
+        if not self._ready or self._coming or self._returning:
+            return None
+        self._coming = 1
+        if self._idle:
+            return self._idle.pop().release  # the thread idle the shortest time
+        self._threads += 1
+        return threading.Thread(target=self._serve, daemon=True, name=f"job-{self._threads}").start
 
     def _serve(self) -> None:
         """One job thread: run ready jobs until there are none, then wait for more.
 
-        While jobs are ready a thread is coming for them (notified or just started), and each
-        thread that takes one calls the next, so no job waits behind a long one. A thread
-        that is free sooner may take the job first; the one that was coming then finds
-        nothing and waits again.
+        While jobs are ready a thread is coming for them (woken, just started, or back from
+        its last job), and each thread that takes one calls the next, so no job waits behind
+        a long one. A thread that is free sooner may take the job first; the one that was
+        coming then finds nothing and waits again. A thread is started only when none is
+        idle or on its way back, so there are never more threads than slots.
         """
-        with self._state_lock:
-            self._coming -= 1
-            while True:
-                while not self._ready:
-                    self._waiting += 1
-                    self._work_ready.wait()
-                    self._coming -= 1
-                job = self._ready.popleft()
-                self._call_thread()  # the next ready job must not wait for this one
-                self._state_lock.release()
-                try:
-                    self.run_job(job)
-                finally:
-                    self._state_lock.acquire()
+        wake = threading.Lock()
+        wake.acquire()
+        state = self._state_lock
+        state.acquire()
+        self._coming -= 1
+        while True:
+            if not self._ready:
+                self._idle.append(wake)
+                state.release()
+                wake.acquire()  # until _call_thread's caller releases it
+                state.acquire()
+                self._coming -= 1
+                continue
+            job = self._ready.popleft()
+            call = self._call_thread()  # the next ready job must not wait for this one
+            state.release()
+            if call is not None:
+                call()
+            try:
+                self.finish_job(job, self.run_job(job))
+            finally:
+                state.acquire()
+            self._returning -= 1
 
     def _refusal(self, incarnation: str, slot: int, job_type: str) -> str | None:
         s = self.settings
@@ -327,7 +342,8 @@ class Worker:
 
     # -- one job --------------------------------------------------------------------------------
 
-    def run_job(self, job: Job) -> None:
+    def run_job(self, job: Job) -> bytes:
+        """Call the handler; the frame that reports how it went."""
         head = {"slot": job.slot, "job_id": job.id}
         try:
             value = self.handler(job)
@@ -343,7 +359,7 @@ class Worker:
                            "permanent": False})
         else:
             data = self._result_frame(job, head, value)
-        self.finish_job(job, data)
+        return data
 
     def _result_frame(self, job: Job, head: dict, value: Any) -> bytes:
         try:
@@ -358,7 +374,8 @@ class Worker:
     def finish_job(self, job: Job, data: bytes) -> None:
         with self._state_lock:
             job._done = True
-            self.jobs[job.slot] = None
+            self.jobs[job.slot] = None  # from here the slot may get its next job...
+            self._returning += 1  # ...which this thread takes unless another one is free
             self._results.append(data)
             if self._flushing:
                 return  # the thread writing now sends this one with its next batch

@@ -79,7 +79,11 @@ def rendezvous(job: fairsched.Job):
 
 
 def threads(job: fairsched.Job):
-    """How many threads the worker has while this job runs."""
+    """How many threads the worker has while this job runs; with the payload "flood", first
+    more progress frames than the socket holds (the write blocks until the peer reads)."""
+    if job.payload == "flood":
+        for _ in range(300):
+            job.progress(None, "x" * 4000)
     return threading.active_count()
 
 
