@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fairsched.store.aqueue import FETCH_SQL, NEXT_ELIGIBLE_SQL, AsyncStore
+from fairsched.store.aqueue import FETCH_SQL, NEXT_ELIGIBLE_SQL, AsyncStore, Candidate
 
 PPS = 1024 / 16  # W_p / W_a with the default weights
 
@@ -75,16 +75,28 @@ def test_fetch_reads_only_eligible_jobs_of_the_types_asked(db):
     assert fetch(db, {}) == []
 
 
-def test_fetch_returns_the_job_fields(db):
+def test_fetch_returns_what_scoring_needs_and_no_payload(db):
     with psycopg.connect(db, autocommit=True) as conn:
         conn.execute("INSERT INTO fairsched_jobs (type, priority, payload, max_attempts, attempts)"
-                     " VALUES ('pdf', 3, %s, 4, 1)", (json.dumps({"doc": 1}),))
-        (epoch,) = conn.execute(
-            "SELECT extract(epoch FROM run_after)::float8 FROM fairsched_jobs").fetchone()
+                     " VALUES ('pdf', 3, %s, 4, 1)", (json.dumps({"doc": "x" * 10000}),))
+        (job_id, epoch) = conn.execute(
+            "SELECT id, extract(epoch FROM run_after)::float8 FROM fairsched_jobs").fetchone()
     (job,) = fetch(db, {"pdf": 1})
-    assert (job.type, job.priority, job.payload, job.attempts, job.max_attempts) == (
-        "pdf", 3, {"doc": 1}, 1, 4)
-    assert job.eligible_at == epoch
+    assert job == Candidate(job_id, "pdf", 3, epoch)  # the payload comes with the claim
+
+
+def test_fetch_is_an_index_only_scan(db):
+    """Every column a candidate needs is in the fetch index: the payloads (large ones live in
+    TOAST) are never read, and heap pages only where their visibility is not yet known."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("INSERT INTO fairsched_jobs (type, priority, payload)"
+                     " SELECT 'pdf', i % 11, jsonb_build_object('doc', repeat('x', 3000))"
+                     " FROM generate_series(1, 2000) AS i")
+        conn.execute("VACUUM ANALYZE fairsched_jobs")
+        (doc,) = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + FETCH_SQL,
+                              {"types": ["pdf"], "limits": [32], "pps": 1.0}).fetchone()
+    scans = [n for n in plan_nodes(doc[0]["Plan"]) if n.get("Relation Name") == "fairsched_jobs"]
+    assert scans and all(n["Node Type"] == "Index Only Scan" for n in scans), scans
 
 
 jobs_strategy = st.lists(

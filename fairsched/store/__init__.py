@@ -1,6 +1,6 @@
 """The job store: the durable queue in PostgreSQL (embedded or by URL), its schema and clients."""
 
-from fairsched.store.aqueue import AsyncStore, QueuedJob, retry_delay
+from fairsched.store.aqueue import AsyncStore, Candidate, QueuedJob, retry_delay
 from fairsched.store.database import Database, open_database
 from fairsched.store.errors import (
     DatabaseUnavailable,
@@ -13,6 +13,7 @@ from fairsched.store.queue import Queue
 
 __all__ = [
     "AsyncStore",
+    "Candidate",
     "Database",
     "DatabaseUnavailable",
     "JobNotFound",

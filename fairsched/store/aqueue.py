@@ -31,16 +31,16 @@ MAX_ERROR = 65536  # characters of last_error kept
 # Property 2 of the design: per type, the k best jobs by score. For queued jobs the score order
 # is the ascending order of (eligible_epoch - priority * W_p / W_a); within one priority level
 # that is run_after order, so the k best overall are among the k oldest of each of the eleven
-# levels, and each level is one short range scan of the partial index.
+# levels, and each level is one short range scan of the partial index. Only what scoring needs
+# is read, all of it in that index: the payload of the jobs won comes back with the claim.
 FETCH_SQL = f"""
-SELECT c.id, c.type, c.priority, extract(epoch FROM c.run_after)::float8,
-       c.payload, c.attempts, c.max_attempts
+SELECT c.id, c.type, c.priority, extract(epoch FROM c.run_after)::float8
   FROM unnest(%(types)s::text[], %(limits)s::integer[]) AS want(type, k)
  CROSS JOIN LATERAL (
        SELECT j.*
          FROM generate_series(0, {MAX_PRIORITY}) AS level(priority)
         CROSS JOIN LATERAL (
-              SELECT id, type, priority, run_after, payload, attempts, max_attempts
+              SELECT id, type, priority, run_after
                 FROM fairsched_jobs
                WHERE status = 'pending' AND type = want.type
                  AND priority = level.priority AND run_after <= now()
@@ -205,8 +205,18 @@ SELECT extract(epoch FROM min(next.run_after))::float8
 
 
 @dataclass(frozen=True, slots=True)
+class Candidate:
+    """A pending job as fetch returns it: what its score needs, without its payload."""
+
+    id: int
+    type: str
+    priority: int
+    eligible_at: float  # epoch seconds: created, or its retry's run_after
+
+
+@dataclass(frozen=True, slots=True)
 class QueuedJob:
-    """A pending (from fetch) or just claimed (from claim) job of the job table."""
+    """A job just claimed: its fields, payload and attempts (this one counted)."""
 
     id: int
     type: str
@@ -291,7 +301,7 @@ class AsyncStore:
         return moved
 
     async def fetch(self, free_by_type: Mapping[str, int],
-                    priority_per_second: float) -> list[QueuedJob]:
+                    priority_per_second: float) -> list[Candidate]:
         """Up to 2 x free slots candidates per type, best score first across all types."""
         if not math.isfinite(priority_per_second) or priority_per_second < 0:
             raise ValueError(f"priority_per_second must be >= 0, got {priority_per_second!r}")
@@ -301,7 +311,7 @@ class AsyncStore:
         cur = await self.conn.execute(FETCH_SQL, {
             "types": [t for t, _ in wanted], "limits": [k for _, k in wanted],
             "pps": float(priority_per_second)})
-        return [QueuedJob(*row) for row in await cur.fetchall()]
+        return [Candidate(*row) for row in await cur.fetchall()]
 
     async def claim(self, ids: list[int], default_max_attempts: Mapping[str, int]) -> list[QueuedJob]:
         """Claim the jobs still pending among `ids` in one statement; return those won, in the

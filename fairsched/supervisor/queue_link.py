@@ -67,7 +67,7 @@ class QueueLink:
         self.writer: AsyncStore | None = None  # the outcome lane's connection
         self.supervisor_id: str | None = None
         self.outbox = Outbox()
-        self.claims: list = []  # (QueuedJob, slot_id) reserved by the actor, not yet claimed
+        self.claims: list = []  # (Candidate, slot_id) reserved by the actor, not yet claimed
         self.fetch_wanted = False
         self.connected = False
         self.closing = False
