@@ -10,9 +10,11 @@ import psycopg
 import pytest
 
 from fairsched.store.aqueue import (
+    CANCEL_FINISH_SQL,
     CLAIM_SQL,
     COMPLETE_SQL,
     DEFAULT_MAX_ATTEMPTS,
+    FAIL_SQL,
     RELEASE_SQL,
     AsyncStore,
     _keyed_by_id,
@@ -241,6 +243,9 @@ def test_claims_and_outcomes_find_their_rows_by_primary_key(db, plan_mode, batch
                                         "done": _keyed_by_id((i, "[1,null]") for i in running)}),
             "release": (RELEASE_SQL, {"me": me, "ids": running,
                                       "attempts": _keyed_by_id((i, "1") for i in running)}),
+            "fail": (FAIL_SQL, {"me": me, "id": running[-1], "attempt": 1, "error": "boom",
+                                "permanent": False, "delay": 1.0}),
+            "cancel": (CANCEL_FINISH_SQL, {"me": me, "id": running[-1], "attempt": 1}),
         }
         for name, (statement, params) in statements.items():
             with conn.transaction(force_rollback=True):

@@ -96,9 +96,9 @@ RETURNING j.id
 """
 
 # A failure after a cancel request ends the job cancelled: the user asked for it to stop.
-FAIL_SQL = """
+FAIL_SQL = f"""
 WITH failed AS (
-    UPDATE fairsched_jobs SET
+    UPDATE fairsched_jobs AS j SET
         status = CASE WHEN cancel_requested THEN 'cancelled'
                       WHEN %(permanent)s OR attempts >= max_attempts THEN 'failed'
                       ELSE 'pending' END,
@@ -113,17 +113,21 @@ WITH failed AS (
         claimed_by = CASE WHEN cancel_requested OR %(permanent)s OR attempts >= max_attempts
                           THEN claimed_by END,
         cancel_requested = false
-     WHERE id = %(id)s AND status = 'running' AND claimed_by = %(me)s AND attempts = %(attempt)s
-    RETURNING type, status)
+      FROM {_fence("running")}
+     WHERE j.id = %(id)s AND j.status = fence.status
+       AND j.claimed_by = %(me)s AND j.attempts = %(attempt)s
+    RETURNING j.type, j.status)
 SELECT status, CASE WHEN status = 'pending' THEN pg_notify('fairsched_jobs', type) END
   FROM failed
 """
 
-CANCEL_FINISH_SQL = """
-UPDATE fairsched_jobs
+CANCEL_FINISH_SQL = f"""
+UPDATE fairsched_jobs AS j
    SET status = 'cancelled', finished_at = now(), cancel_requested = false
- WHERE id = %(id)s AND status = 'running' AND claimed_by = %(me)s AND attempts = %(attempt)s
-RETURNING status
+  FROM {_fence("running")}
+ WHERE j.id = %(id)s AND j.status = fence.status
+   AND j.claimed_by = %(me)s AND j.attempts = %(attempt)s
+RETURNING j.status
 """
 
 # Back to pending without spending the attempt, keeping run_after so the job keeps its age.
