@@ -17,6 +17,11 @@ from fairsched.supervisor.workers import STOP_GRACE
 log = logging.getLogger("fairsched.supervisor")
 
 
+def where(rj: RunningJob) -> str:
+    """Where a job ran, for its log lines."""
+    return f"type {rj.type}, worker {rj.proc.name}, slot {rj.slot_index}, attempt {rj.attempt}"
+
+
 def job_fields(rj: RunningJob, outcome: str, duration: float, **more) -> dict:
     return fields(event="job_finished", job_id=rj.job_id, type=rj.type, worker=rj.proc.name,
                   slot=rj.slot_index, attempt=rj.attempt, outcome=outcome,
@@ -79,51 +84,50 @@ class JobHandling:
         self.pool.release(rj.slot_id)  # a no-op when the worker (and its slots) is gone
         self._changed()
         duration = time.monotonic() - rj.started_mono
-        where = f"type {rj.type}, worker {rj.proc.name}, slot {rj.slot_index}, attempt {rj.attempt}"
         if rj.request is not None:
-            self._finish_on_demand(rj, outcome, result, error, permanent, duration, where)
+            self._finish_on_demand(rj, outcome, result, error, permanent, duration)
         else:
-            self._finish_queued(rj, outcome, result, error, permanent, duration, where)
+            self._finish_queued(rj, outcome, result, error, permanent, duration)
         self.schedule()
 
-    def _finish_queued(self, rj, outcome, result, error, permanent, duration, where) -> None:
+    def _finish_queued(self, rj, outcome, result, error, permanent, duration) -> None:
         if rj.cancel_reason == "user":
             self._record(rj, "cancelled", duration)
             self.queue.cancel_finish(rj.job_id, rj.attempt)
-            log.info("job %s cancelled: %s, %.3f s", rj.job_id, where, duration,
+            log.info("job %s cancelled: %s, %.3f s", rj.job_id, where(rj), duration,
                      extra=job_fields(rj, "cancelled", duration))
         elif outcome == "succeeded":
             self._record(rj, "succeeded", duration)
             self.queue.complete(rj.job_id, rj.attempt, result)
             if log.isEnabledFor(logging.INFO):
-                log.info("job %s succeeded: %s, %.3f s", rj.job_id, where, duration,
+                log.info("job %s succeeded: %s, %.3f s", rj.job_id, where(rj), duration,
                          extra=job_fields(rj, "succeeded", duration))
         elif outcome == "refused" or rj.cancel_reason in ("shutdown", "restart", "lease"):
             self._record(rj, "returned", duration)
             self.queue.release(rj.job_id, rj.attempt)
             log.info("job %s returned to the queue (%s): %s", rj.job_id,
-                     rj.cancel_reason or "refused", where,
+                     rj.cancel_reason or "refused", where(rj),
                      extra=job_fields(rj, "returned", duration))
         else:
             last = permanent or rj.attempt >= rj.max_attempts
             delay = 0.0 if last else retry_delay(rj.attempt, base=rj.proc.spec.retry_backoff)
             self._record(rj, "failed" if last else "retried", duration)
             if last:
-                log.warning("job %s failed for good: %s, %.3f s: %s", rj.job_id, where, duration,
-                            error, extra=job_fields(rj, "failed", duration, error=error))
+                log.warning("job %s failed for good: %s, %.3f s: %s", rj.job_id, where(rj),
+                            duration, error, extra=job_fields(rj, "failed", duration, error=error))
             else:
-                log.warning("job %s failed: %s, %.3f s: %s; retry in %.1f s", rj.job_id, where,
+                log.warning("job %s failed: %s, %.3f s: %s; retry in %.1f s", rj.job_id, where(rj),
                             duration, error, delay,
                             extra=job_fields(rj, "retried", duration, error=error,
                                              retry_in=round(delay, 3)))
             self.queue.fail(Failure(rj.job_id, rj.attempt, error or outcome, permanent, delay))
 
-    def _finish_on_demand(self, rj, outcome, result, error, permanent, duration, where) -> None:
+    def _finish_on_demand(self, rj, outcome, result, error, permanent, duration) -> None:
         req = rj.request
         if outcome == "succeeded" and rj.cancel_reason is None:
             self._record(rj, "succeeded", duration)
             if log.isEnabledFor(logging.INFO):
-                log.info("job %s succeeded: %s, %.3f s", rj.job_id, where, duration,
+                log.info("job %s succeeded: %s, %.3f s", rj.job_id, where(rj), duration,
                          extra=job_fields(rj, "succeeded", duration))
             self._finish_request(req, {"event": "result", "job_id": req.job_id, "result": result})
             return
@@ -143,14 +147,14 @@ class JobHandling:
             return
         if permanent or req.attempts >= req.max_attempts:
             self._record(rj, "failed", duration)
-            log.warning("job %s failed for good: %s, %.3f s: %s", rj.job_id, where, duration, error,
-                        extra=job_fields(rj, "failed", duration, error=error))
+            log.warning("job %s failed for good: %s, %.3f s: %s", rj.job_id, where(rj), duration,
+                        error, extra=job_fields(rj, "failed", duration, error=error))
             self._finish_request(req, {"event": "error", "job_id": req.job_id, "error": error,
                                        "attempts": req.attempts})
             return
         self._record(rj, "retried", duration)
-        log.warning("job %s failed: %s, %.3f s: %s; retrying now", rj.job_id, where, duration, error,
-                    extra=job_fields(rj, "retried", duration, error=error, retry_in=0.0))
+        log.warning("job %s failed: %s, %.3f s: %s; retrying now", rj.job_id, where(rj), duration,
+                    error, extra=job_fields(rj, "retried", duration, error=error, retry_in=0.0))
         if req.notify is not None:
             req.notify({"event": "retry", "job_id": req.job_id, "error": error,
                         "attempt": req.attempts})
