@@ -202,3 +202,36 @@ def test_an_unreachable_server_is_one_line_without_password(monkeypatch, tmp_pat
 def test_redact_hides_only_the_password():
     assert redact("postgresql://u:pw@db.example:5432/x") == "postgresql://u:***@db.example:5432/x"
     assert redact("postgresql://u@db/x") == "postgresql://u@db/x"
+
+
+def test_sigterm_while_the_embedded_server_starts_stops_it_too(monkeypatch, short_tmp):
+    """SIGTERM before the database is up (initdb takes most of a second) is honoured once it
+    is: exit 0, the workers stopped, and the embedded server stopped rather than left behind."""
+    monkeypatch.delenv(ENV_URL, raising=False)
+    (short_tmp / "noop_handlers.py").write_text("def noop(job):\n    return None\n")
+    config = short_tmp / "workers.toml"
+    config.write_text('[supervisor]\nstate_dir = "state"\n\n[[worker]]\nname = "noop"\n'
+                      'types = ["noop"]\nhandler = "noop_handlers:noop"\n')
+    proc = subprocess.Popen([sys.executable, "-m", "fairsched", "supervise", "--config", str(config)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        seen = []
+        for line in proc.stdout:  # the workers start first, then the database
+            seen.append(line)
+            if "is importing" in line:
+                break
+        proc.send_signal(signal.SIGTERM)
+        seen += proc.stdout.readlines()
+        assert proc.wait(60) == 0, "".join(seen)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+    output = "".join(seen)
+    assert "stopping as soon as the database is connected" in output
+    assert "supervisor stopped" in output and "Traceback" not in output
+    pgdata = str(short_tmp / "state" / "pg")
+    left = [p.pid for p in psutil.process_iter(["cmdline"])
+            if pgdata in " ".join(p.info["cmdline"] or [])]
+    assert left == []

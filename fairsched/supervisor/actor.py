@@ -75,6 +75,8 @@ class Supervisor(WorkerLifecycle, WorkerPipes, JobHandling):
         self._unflushed: set[WorkerProcess] = set()
         self.read_buffer = memoryview(bytearray(1 << 18))  # every worker's reads, one at a time
         self._wake_handle: asyncio.TimerHandle | None = None
+        self.starting = False
+        self._stop_when_started: tuple[float | None] | None = None  # (timeout,) of an early stop
         self.loop: asyncio.AbstractEventLoop | None = None
         self.log_dir = config.supervisor.state_dir / "logs"
 
@@ -85,14 +87,20 @@ class Supervisor(WorkerLifecycle, WorkerPipes, JobHandling):
         self.log_dir.mkdir(parents=True, exist_ok=True)
         become_subreaper()
         self.loop.add_signal_handler(signal.SIGCHLD, self.reap_workers)
-        self.spawn_workers()  # the handlers import while the database connects (or starts)
-        await self.queue.start()
-        self.observer.start(self)
         for sig in (signal.SIGTERM, signal.SIGINT):
             self.loop.add_signal_handler(sig, self.request_shutdown, None)
+        self.starting = True
+        try:
+            self.spawn_workers()  # the handlers import while the database connects (or starts)
+            await self.queue.start()
+            self.observer.start(self)
+        finally:
+            self.starting = False
         log.info("supervisor %s started (pid %d, core %s, database %s, %d workers)",
                  self.queue.supervisor_id, os.getpid(), core.__impl__, self.queue.kind,
                  len(self.procs))
+        if self._stop_when_started is not None:
+            self.request_shutdown(*self._stop_when_started)
 
     def release_signals(self) -> None:
         """Give the signals back before the loop closes.
@@ -108,7 +116,13 @@ class Supervisor(WorkerLifecycle, WorkerPipes, JobHandling):
             signal.signal(sig, signal.SIG_IGN)  # shutdown has already begun or finished
 
     def request_shutdown(self, timeout: float | None) -> None:
-        if not self.shutting_down:
+        if self.starting:
+            # The database may be half set up (an embedded server starting): stop once it is,
+            # so that it is stopped too, along with the workers already running.
+            if self._stop_when_started is None:
+                log.info("stopping as soon as the database is connected")
+            self._stop_when_started = (timeout,)
+        elif not self.shutting_down:
             self.loop.create_task(self.shutdown(timeout))
 
     async def shutdown(self, timeout: float | None = None) -> None:
