@@ -12,6 +12,10 @@ from collections.abc import Collection
 
 PROTOCOL_VERSION = 1
 MAX_FRAME = 1 << 20  # bytes of JSON in one frame, the 4-byte header not counted
+# Bytes of a payload's JSON (compact, as json_text writes it) accepted for a job. PostgreSQL
+# prints stored jsonb with a space after each comma and colon, up to half as long again, and
+# the rest of a run frame needs room too: half a frame leaves enough.
+MAX_PAYLOAD = MAX_FRAME // 2
 
 WORKER_MESSAGES = frozenset({"hello", "progress", "result", "error", "refused", "fatal"})
 SUPERVISOR_MESSAGES = frozenset({"run", "cancel", "stop"})
@@ -35,7 +39,26 @@ _loads = json.JSONDecoder(parse_constant=_reject_constant).decode
 def encode(msg: dict) -> bytes:
     """One frame for `msg`; raises TypeError/ValueError for what JSON cannot hold and
     ProtocolError when the frame would exceed MAX_FRAME."""
-    body = _dumps(msg).encode("ascii")  # ensure_ascii: always valid UTF-8, lone surrogates too
+    return _frame(_dumps(msg).encode("ascii"))  # ensure_ascii: valid UTF-8, lone surrogates too
+
+
+def json_text(value) -> str:
+    """`value` as the JSON text frames carry; TypeError/ValueError for what JSON cannot hold."""
+    return _dumps(value)
+
+
+def encode_run(incarnation: str, slot: int, job_id: int | str, job_type: str, priority: int,
+               attempt: int, on_demand: bool, payload_json: str) -> bytes:
+    """The "run" frame, its payload given as JSON text (jsonb as PostgreSQL prints it, or
+    json_text of an on-demand payload): spliced in as it is, never parsed and encoded again
+    on its way through the supervisor."""
+    head = _dumps({"t": "run", "incarnation": incarnation, "slot": slot,
+                   "job": {"id": job_id, "type": job_type, "priority": priority,
+                           "attempt": attempt, "on_demand": on_demand}})
+    return _frame(f'{head[:-2]},"payload":{payload_json}}}}}'.encode())
+
+
+def _frame(body: bytes) -> bytes:
     if len(body) > MAX_FRAME:
         raise ProtocolError(f"frame of {len(body)} bytes exceeds the {MAX_FRAME}-byte limit")
     return _HEADER.pack(len(body)) + body

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import struct
 
 import pytest
@@ -16,6 +17,8 @@ from fairsched.protocol import (
     FrameDecoder,
     ProtocolError,
     encode,
+    encode_run,
+    json_text,
     validate,
 )
 
@@ -82,6 +85,26 @@ def test_a_frame_of_exactly_the_limit_passes_and_one_byte_more_fails():
     assert FrameDecoder().feed(frame(body))[0]["t"] == "fatal"
     with pytest.raises(ProtocolError, match="frame of 1048577 bytes exceeds the 1048576-byte limit"):
         FrameDecoder().feed(struct.pack(">I", MAX_FRAME + 1))
+
+
+@pytest.mark.parametrize("payload_json", [
+    '{"path": "/a.pdf", "pages": [1, 2]}',  # jsonb as PostgreSQL prints it: spaces
+    '{"name": "é😀"}',  # UTF-8 as stored, not escaped
+    "null",
+    json_text({"path": "/a.pdf", "text": "é\ud800"}),  # an on-demand payload, escaped
+])
+def test_a_run_frame_carries_its_payload_text_as_it_is(payload_json):
+    data = encode_run("pdf-1.1.ab", 2, 5, "pdf", 3, 1, False, payload_json)
+    (msg,) = FrameDecoder().feed(data)
+    assert validate(msg) == {"t": "run", "incarnation": "pdf-1.1.ab", "slot": 2,
+                             "job": {"id": 5, "type": "pdf", "priority": 3, "attempt": 1,
+                                     "on_demand": False, "payload": json.loads(payload_json)}}
+    assert payload_json.encode() in data
+
+
+def test_a_run_frame_too_large_is_refused():
+    with pytest.raises(ProtocolError, match="exceeds the 1048576-byte limit"):
+        encode_run("i", 0, 1, "pdf", 0, 1, False, json_text("x" * MAX_FRAME))
 
 
 def test_encode_refuses_oversize_and_unserialisable_messages():

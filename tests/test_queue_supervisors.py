@@ -312,3 +312,22 @@ def test_a_supervisor_without_its_database_exits_1_and_leaves_no_worker_behind()
         assert left == []
     finally:
         sup.close()
+
+
+def test_a_payload_too_large_for_any_frame_fails_its_job_and_nothing_else(supervisors, db,
+                                                                           tmp_path):
+    """Enqueue refuses such a payload; one written by hand fails for good when claimed."""
+    log = tmp_path / "runs.log"
+    sup = supervisors(RECORD.format(processes=1, slots=1)).start()
+    with psycopg.connect(db, autocommit=True) as conn:
+        (big,) = conn.execute(
+            "INSERT INTO fairsched_jobs (type, payload) VALUES ('rec', jsonb_build_object("
+            "'log', %s::text, 'pad', repeat('x', 1100000))) RETURNING id", (str(log),)).fetchone()
+    (small,) = enqueue(db, [{"type": "rec", "payload": {"log": str(log)}}])
+    wait_all_finished(db, 2, sups=[sup])
+    rows = {r[0]: r for r in job_rows(db)}
+    assert rows[big][1] == "failed" and rows[big][2] == 1
+    assert rows[big][5].startswith("the payload cannot be sent to a worker: frame of ")
+    assert rows[small][1] == "succeeded"
+    assert recorded(tmp_path / "runs.log") == {small: 1}
+    assert sup.proc.poll() is None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import json
 
 import psycopg
 import pytest
@@ -89,7 +90,8 @@ async def test_claim_returns_won_jobs_in_the_order_asked_with_the_attempt_counte
     assert [j.attempts for j in won] == [1, 1, 1]
     # The job's own value, else the worker's default for its type, else the store's fallback.
     assert {j.id: j.max_attempts for j in won} == {ids[0]: 5, ids[1]: 7, ids[2]: 2}
-    assert won[1].payload == {"n": 1}
+    assert json.loads(won[1].payload_json) == {"n": 1}  # the text, passed on unparsed
+    assert won[0].payload_json is None
     row = job(db, ids[0])
     assert row["status"] == "running" and row["started_at"] is not None
     assert row["max_attempts"] == 5

@@ -100,6 +100,7 @@ def test_keys_inside_one_batch_and_against_the_table(queue):
     ({"payload": {1, 2}}, "payload is not JSON-serialisable"),
     ({"payload": float("inf")}, "payload is not JSON-serialisable"),
     ({"payload": "nul\x00"}, "payload contains a NUL character"),
+    ({"payload": "x" * (1 << 19)}, "payload is 524290 bytes of JSON; at most 524288 fit"),
     ({"key": ""}, "key must be a non-empty string"),
 ])
 def test_bad_arguments_are_one_line_value_errors_and_write_nothing(queue, kwargs, message):

@@ -45,6 +45,25 @@ handler = "sup_handlers:fail_permanently"
     assert "no configured worker supports type 'video'" in unknown.stderr
 
 
+def test_an_on_demand_payload_no_frame_can_carry_is_refused(supervisors):
+    sup = supervisors(ECHO).start()
+    nan = sup.cli("submit", "pdf", "--on-demand", "--payload", "[NaN]")
+    assert nan.returncode == 2, nan.stderr
+    assert "payload: Out of range float values are not JSON compliant" in nan.stderr
+    path = sup.config.parent / "state" / "control" / "sock"
+    with socket.socket(socket.AF_UNIX) as s:  # too large for the command line: a raw client
+        s.connect(str(path))
+        s.sendall(json.dumps({"cmd": "submit", "type": "pdf", "payload": "x" * (1 << 19)})
+                  .encode() + b"\n")
+        s.settimeout(10)
+        reply = json.loads(s.makefile().readline())
+    assert reply["event"] == "refused" and reply["code"] == 2
+    assert "bytes of JSON; at most 524288 fit" in reply["error"]
+    ok = sup.cli("submit", "pdf", "--on-demand", "--payload", '"fine"')  # and the slot is free
+    assert ok.returncode == 0 and json.loads(ok.stdout)["payload"] == "fine"
+    assert [s["state"] for s in sup.slots("pdf")] == ["free"]
+
+
 def test_many_concurrent_on_demand_callers(supervisors):
     sup = supervisors(ECHO.replace('name = "pdf"', 'name = "pdf"\nprocesses = 2\nslots = 2')).start()
     callers = [sup.spawn_cli("submit", "pdf", "--on-demand", "--payload", json.dumps({"i": i}))

@@ -82,7 +82,7 @@ UPDATE fairsched_jobs AS j
          ORDER BY p.id FOR UPDATE OF p SKIP LOCKED) AS won
  WHERE j.id = won.id AND j.id = ANY(%(ids)s::bigint[])
 RETURNING j.id, j.type, j.priority, extract(epoch FROM j.run_after)::float8,
-          j.payload, j.attempts, j.max_attempts
+          j.payload::text, j.attempts, j.max_attempts
 """
 
 COMPLETE_SQL = f"""
@@ -226,7 +226,7 @@ class QueuedJob:
     type: str
     priority: int
     eligible_at: float  # epoch seconds: created, or its retry's run_after
-    payload: Any
+    payload_json: str | None  # the payload's JSON text as stored; None for SQL NULL
     attempts: int
     max_attempts: int | None
 

@@ -15,6 +15,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
+from fairsched.protocol import MAX_PAYLOAD
 from fairsched.store.database import Database, open_database
 from fairsched.store.errors import JobNotFound, JobStateError
 from fairsched.store.schema import MAX_PRIORITY, STATUSES
@@ -255,8 +256,11 @@ def job_row(job: Mapping[str, Any], index: int = 0) -> tuple:
     key = job.get("key")
     if key is not None and (not isinstance(key, str) or not key or "\x00" in key):
         raise ValueError(f"key must be a non-empty string, got {key!r}")
-    return (type_, priority, encode_json(job.get("payload"), "payload"), max_attempts,
-            float(delay), key)
+    payload = encode_json(job.get("payload"), "payload")
+    if payload is not None and len(payload) > MAX_PAYLOAD:
+        raise ValueError(f"payload is {len(payload)} bytes of JSON; at most {MAX_PAYLOAD} fit in"
+                         " the frame that takes a job to its worker (pass a path or a URL instead)")
+    return (type_, priority, payload, max_attempts, float(delay), key)
 
 
 def encode_json(value: Any, what: str) -> str | None:

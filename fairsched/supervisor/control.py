@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 
 from fairsched.errors import FairschedError
+from fairsched.protocol import MAX_PAYLOAD, json_text
 from fairsched.supervisor.status import snapshot
 
 log = logging.getLogger("fairsched.control")
@@ -143,8 +144,18 @@ class ControlServer:
             _send(writer, {"event": "refused", "code": 2,
                            "error": f"priority must be an integer 0..10, got {priority!r}"})
             return
+        try:
+            payload_json = json_text(request.get("payload"))
+        except ValueError as exc:  # NaN or Infinity: json.loads takes them, frames do not
+            _send(writer, {"event": "refused", "code": 2, "error": f"payload: {exc}"})
+            return
+        if len(payload_json) > MAX_PAYLOAD:
+            _send(writer, {"event": "refused", "code": 2,
+                           "error": f"payload is {len(payload_json)} bytes of JSON; at most "
+                                    f"{MAX_PAYLOAD} fit in the frame that takes it to a worker"})
+            return
         type_name = str(request.get("type", ""))
-        req = sup.submit_on_demand(type_name, request.get("payload"), priority, notify)
+        req = sup.submit_on_demand(type_name, payload_json, priority, notify)
         if req is None:
             _send(writer, {"event": "refused", "code": 2,
                            "error": f"no configured worker supports type {type_name!r} "

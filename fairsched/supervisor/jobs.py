@@ -15,7 +15,7 @@ class Request:
     number: int
     type: str
     type_id: int
-    payload: Any
+    payload_json: str  # the payload as JSON text (protocol.json_text)
     priority: int
     max_attempts: int
     notify: Callable[[dict], None]  # sends an event line to the waiting caller
@@ -39,7 +39,7 @@ class RunningJob:
     job_id: int | str
     type: str
     priority: int
-    payload: Any
+    payload_json: str  # JSON text, framed as it is
     attempt: int
     max_attempts: int
     proc: Any
@@ -58,7 +58,3 @@ class RunningJob:
     @property
     def on_demand(self) -> bool:
         return self.request is not None
-
-    def frame(self) -> dict:
-        return {"id": self.job_id, "type": self.type, "payload": self.payload,
-                "priority": self.priority, "attempt": self.attempt, "on_demand": self.on_demand}

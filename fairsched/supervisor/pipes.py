@@ -14,11 +14,12 @@ log = logging.getLogger("fairsched.supervisor")
 
 
 class WorkerPipes:
-    def send(self, proc: WorkerProcess, msg: dict, *, defer: bool = False) -> bool:
-        """Frame `msg` to the worker; with defer, it leaves with the cycle's other frames."""
+    def send(self, proc: WorkerProcess, msg: dict | bytes, *, defer: bool = False) -> bool:
+        """Frame `msg` (or send a frame already encoded) to the worker; with defer, it leaves
+        with the cycle's other frames."""
         if proc.sock is None:
             return False
-        proc.outbox += encode(msg)
+        proc.outbox += msg if isinstance(msg, bytes) else encode(msg)
         if defer:
             self._unflushed.add(proc)
             return True

@@ -9,6 +9,7 @@ import signal
 import time
 
 from fairsched.logs import fields
+from fairsched.protocol import ProtocolError, encode_run
 from fairsched.store.aqueue import retry_delay
 from fairsched.supervisor.jobs import Request, RunningJob
 from fairsched.supervisor.queue_link import Failure
@@ -33,12 +34,13 @@ class JobHandling:
         proc, index = self.slot_owner[slot_id]
         if isinstance(entry, Request):
             rj = RunningJob(job_id=entry.job_id, type=entry.type, priority=entry.priority,
-                            payload=entry.payload, attempt=attempt, max_attempts=entry.max_attempts,
+                            payload_json=entry.payload_json, attempt=attempt,
+                            max_attempts=entry.max_attempts,
                             proc=proc, slot_id=slot_id, slot_index=index,
                             eligible_at=entry.eligible_at, request=entry)
         else:
             rj = RunningJob(job_id=entry.id, type=entry.type, priority=entry.priority,
-                            payload=entry.payload, attempt=attempt,
+                            payload_json=entry.payload_json or "null", attempt=attempt,
                             max_attempts=entry.max_attempts or proc.spec.max_attempts,
                             proc=proc, slot_id=slot_id, slot_index=index,
                             eligible_at=entry.eligible_at)
@@ -55,8 +57,14 @@ class JobHandling:
                                   worker=proc.name, slot=index, attempt=attempt,
                                   max_attempts=rj.max_attempts, waited=round(waited, 6),
                                   on_demand=rj.on_demand))
-        self.send(proc, {"t": "run", "incarnation": proc.incarnation, "slot": index,
-                         "job": rj.frame()}, defer=True)  # the caller flushes the batch
+        try:
+            frame = encode_run(proc.incarnation, index, rj.job_id, rj.type, rj.priority, attempt,
+                               rj.on_demand, rj.payload_json)
+        except ProtocolError as exc:  # stored by hand (enqueue refuses it): it can never run
+            self.finish_job(rj, "failed", error=f"the payload cannot be sent to a worker: {exc}",
+                            permanent=True)
+            return
+        self.send(proc, frame, defer=True)  # the caller flushes the batch
 
     def _on_job_timeout(self, rj: RunningJob) -> None:
         rj.timer = None
@@ -173,14 +181,17 @@ class JobHandling:
 
     # -- on-demand requests ---------------------------------------------------------------------
 
-    def submit_on_demand(self, type_name: str, payload, priority: int, notify) -> Request | None:
-        """Accept an on-demand request; None when no configured worker supports the type."""
+    def submit_on_demand(self, type_name: str, payload_json: str, priority: int,
+                         notify) -> Request | None:
+        """Accept an on-demand request (its payload as protocol.json_text); None when no
+        configured worker supports the type."""
         tid = self.type_ids.get(type_name)
         if tid is None:
             return None
         attempts = max(w.max_attempts for w in self.config.workers if type_name in w.types)
-        req = Request(number=self.next_request, type=type_name, type_id=tid, payload=payload,
-                      priority=priority, max_attempts=attempts, notify=notify)
+        req = Request(number=self.next_request, type=type_name, type_id=tid,
+                      payload_json=payload_json, priority=priority, max_attempts=attempts,
+                      notify=notify)
         self.next_request += 1
         if self.shutting_down:
             self._finish_request(req, {"event": "error", "job_id": req.job_id,
