@@ -2,6 +2,7 @@
 
     .venv/bin/python scripts/bench_throughput.py [--jobs 20000] [--only NAME ...]
                                                  [--processes 2] [--slots 128] [--rounds 1]
+                                                 [--payload-bytes 0]
 
 Every contender gets a fresh database (bench_<name>) on the same PostgreSQL server. N no-op jobs
 are enqueued in batches of 1,000; the tables are VACUUM ANALYZEd and checkpointed; then the
@@ -24,6 +25,7 @@ import argparse
 import asyncio
 import contextlib
 import importlib.util
+import json
 import logging
 import os
 import shutil
@@ -74,7 +76,7 @@ UPDATE fairsched_jobs
                WHERE status = 'pending' AND type = 'noop'
                ORDER BY priority, run_after, id
                FOR UPDATE SKIP LOCKED LIMIT %(limit)s)
-RETURNING id
+RETURNING id, payload
 """
 FLOOR_COMPLETE = """
 UPDATE fairsched_jobs SET status = 'succeeded', finished_at = now()
@@ -112,6 +114,12 @@ class Options:
     processes: int
     slots: int
     folder: Path
+    payload_bytes: int = 0
+
+    @property
+    def payload(self) -> dict | None:
+        """Every job's payload: {"data": "xxx..."} of about payload_bytes, or none."""
+        return {"data": "x" * self.payload_bytes} if self.payload_bytes else None
 
 
 # -- the contenders: how to fill their queue and how to start their consumers -------------------
@@ -153,7 +161,7 @@ class Fairsched(Contender):
             migrate(conn)
             queue = Queue(conn)
             for size in batches(opts.jobs):
-                queue.enqueue_many([{"type": "noop"}] * size)
+                queue.enqueue_many([{"type": "noop", "payload": opts.payload}] * size)
 
     def start(self, url, opts):
         folder = Path(tempfile.mkdtemp(prefix="fairsched-", dir=opts.folder))
@@ -194,7 +202,7 @@ class Procrastinate(Contender):
             async with app.open_async():
                 await app.schema_manager.apply_schema_async()
                 for size in batches(opts.jobs):
-                    await noop.batch_defer_async(*([{}] * size))
+                    await noop.batch_defer_async(*([opts.payload or {}] * size))
         asyncio.run(fill())
 
     def start(self, url, opts):
@@ -222,7 +230,8 @@ class Pgqueuer(Contender):
                 queries = Queries(PsycopgDriver(conn))
                 await queries.install()
                 for size in batches(opts.jobs):
-                    await queries.enqueue(["noop"] * size, [None] * size, [0] * size)
+                    payload = json.dumps(opts.payload).encode() if opts.payload else None
+                    await queries.enqueue(["noop"] * size, [payload] * size, [0] * size)
         asyncio.run(fill())
 
     def start(self, url, opts):
@@ -246,8 +255,9 @@ class Floor(Contender):
         with psycopg.connect(url, autocommit=True) as conn:
             migrate(conn)
             for size in batches(opts.jobs):
-                conn.execute("INSERT INTO fairsched_jobs (type) SELECT 'noop'"
-                             " FROM generate_series(1, %s)", (size,))
+                conn.execute("INSERT INTO fairsched_jobs (type, payload) SELECT 'noop', %s::jsonb"
+                             " FROM generate_series(1, %s)",
+                             (json.dumps(opts.payload) if opts.payload else None, size))
 
     def start(self, url, opts):
         return spawn_consumers(self.name, url, opts, FLOOR_BATCH)
@@ -266,7 +276,7 @@ def procrastinate_app(url: str, pool_size: int):
         conninfo=url, min_size=1, max_size=pool_size))
 
     @app.task(name="noop")
-    async def noop():
+    async def noop(data=None):
         return None
 
     return app, noop
@@ -514,6 +524,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=positive_int, default=20000,
                         help="no-op jobs per contender (default 20000)")
+    parser.add_argument("--payload-bytes", type=int, default=0, metavar="N",
+                        help="give every job a JSON payload of about N bytes (default 0: none)")
     parser.add_argument("--only", action="append", choices=CONTENDERS, metavar="NAME",
                         help=f"run only this contender; repeatable ({', '.join(CONTENDERS)})")
     parser.add_argument("--processes", type=positive_int, default=2,
@@ -524,6 +536,8 @@ def main() -> int:
                         help="measure every contender this many times, interleaved, and keep"
                              " each one's best (default 1; more on a busy machine)")
     args = parser.parse_args()
+    if args.payload_bytes < 0:
+        parser.error(f"--payload-bytes must be >= 0, got {args.payload_bytes}")
     # Stopped from outside, still stop the consumers and the server on the way out.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
 
@@ -536,14 +550,15 @@ def main() -> int:
         with postgres_server(folder) as (server, kind):
             with psycopg.connect(server, autocommit=True) as conn:
                 version = conn.execute("SHOW server_version").fetchone()[0]
-            print(f"PostgreSQL {version} ({kind}); {args.jobs} no-op jobs per contender,"
+            payload = f", payloads of {args.payload_bytes} bytes" if args.payload_bytes else ""
+            print(f"PostgreSQL {version} ({kind}); {args.jobs} no-op jobs{payload} per contender,"
                   f" enqueued in batches of {ENQUEUE_BATCH}")
             for contender in list(contenders):
                 if contender.package and importlib.util.find_spec(contender.package) is None:
                     print(f"{contender.name}: skipped, package {contender.package!r} is not"
                           f" installed (pip install {contender.package})")
                     contenders.remove(contender)
-            opts = Options(args.jobs, args.processes, args.slots, folder)
+            opts = Options(args.jobs, args.processes, args.slots, folder, args.payload_bytes)
             for _ in range(args.rounds):
                 for contender in list(contenders):
                     try:
