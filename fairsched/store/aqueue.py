@@ -219,13 +219,9 @@ class Candidate:
 
 
 @dataclass(frozen=True, slots=True)
-class QueuedJob:
-    """A job just claimed: its fields, payload and attempts (this one counted)."""
+class QueuedJob(Candidate):
+    """A job just claimed: a candidate's fields, its payload and attempts (this one counted)."""
 
-    id: int
-    type: str
-    priority: int
-    eligible_at: float  # epoch seconds: created, or its retry's run_after
     payload_json: str | None  # the payload's JSON text as stored; None for SQL NULL
     attempts: int
     max_attempts: int | None
