@@ -2,8 +2,7 @@
 
 The main thread reads frames (and signals, through a wakeup pipe); each job runs on a thread of
 its own while it runs (at most one thread per slot, kept between jobs); every frame goes out
-under one write lock. docs/protocol.md is the
-contract this side keeps.
+under one write lock. docs/protocol.md is the contract this side keeps.
 """
 
 from __future__ import annotations
@@ -166,10 +165,10 @@ class Worker:
         self.settings = settings
         self.handler = handler
         self.jobs: list[Job | None] = [None] * settings.slots
-        # Jobs read but not yet started. At most one thread is on its way to them at a time,
-        # and a thread that takes one calls the next: a burst of long jobs still starts them
-        # all, while a burst of short ones runs on the few threads that finish first, with
-        # few thread switches. Threads start as needed; there are never more than slots.
+        # Jobs read but not yet started. One thread at a time is called for them (woken or
+        # started), and a thread that takes one calls the next: a burst of long jobs still
+        # starts them all, while a burst of short ones runs on the few threads that finish
+        # first, with few thread switches. There are never more threads than slots.
         self._ready: collections.deque[Job] = collections.deque()
         self._threads = 0
         # The idle threads, each blocked on a lock of its own: releasing it wakes that thread.
