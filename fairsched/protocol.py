@@ -16,6 +16,7 @@ MAX_FRAME = 1 << 20  # bytes of JSON in one frame, the 4-byte header not counted
 # prints stored jsonb with a space after each comma and colon, up to half as long again, and
 # the rest of a run frame needs room too: half a frame leaves enough.
 MAX_PAYLOAD = MAX_FRAME // 2
+READ_SIZE = 1 << 18  # bytes either side reads from its pipe at most at once
 
 WORKER_MESSAGES = frozenset({"hello", "progress", "result", "error", "refused", "fatal"})
 SUPERVISOR_MESSAGES = frozenset({"run", "cancel", "stop"})

@@ -17,6 +17,7 @@ import time
 
 from fairsched import core
 from fairsched.config import Config
+from fairsched.protocol import READ_SIZE
 from fairsched.supervisor.hooks import Observer
 from fairsched.supervisor.jobs import Request, RunningJob
 from fairsched.supervisor.lease import LeaseGuard
@@ -73,7 +74,7 @@ class Supervisor(WorkerLifecycle, WorkerPipes, JobHandling):
         self._scheduling = False
         self._schedule_pending = False
         self._unflushed: set[WorkerProcess] = set()
-        self.read_buffer = memoryview(bytearray(1 << 18))  # every worker's reads, one at a time
+        self.read_buffer = memoryview(bytearray(READ_SIZE))  # every worker's reads, one at a time
         self._wake_handle: asyncio.TimerHandle | None = None
         self.starting = False
         self._stop_when_started: tuple[float | None] | None = None  # (timeout,) of an early stop

@@ -26,6 +26,7 @@ from fairsched.errors import PermanentError
 from fairsched.job import Job
 from fairsched.protocol import (
     PROTOCOL_VERSION,
+    READ_SIZE,
     SUPERVISOR_MESSAGES,
     FrameDecoder,
     ProtocolError,
@@ -37,7 +38,6 @@ from fairsched.worker._linux import set_parent_death_signal
 EXIT_CANNOT_START = 78  # EX_CONFIG: the handler or the environment is wrong; do not restart
 EXIT_PROTOCOL = 76  # EX_PROTOCOL: the supervisor sent something this worker cannot read
 MAX_ERROR = 65536  # characters of an error text sent back; the log keeps the whole traceback
-READ_SIZE = 1 << 18  # bytes read from the supervisor at most at once
 
 HANDLER_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
