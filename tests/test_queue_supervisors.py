@@ -272,10 +272,15 @@ def test_a_supervisor_cut_off_from_postgres_gives_its_jobs_back_before_its_lease
         assert time.monotonic() - cut_at < 30
         assert cut_off.proc.poll() is None  # it never gives up on itself
         status = cut_off.ps()["supervisor"]
-        assert status["lease_lost"] is True  # (a hung statement is not a lost connection)
+        assert status["lease_lost"] is True
+        # Statements hang on the silent connection (a Unix socket: no TCP timeout applies);
+        # after a third of the lease without an answer it is given up for lost.
+        assert status["database_connected"] is False
+        assert "lost the database: no answer from PostgreSQL within 0.667 s" in out, out
         scrape_until(port, lambda s: value(s, "fairsched_lease_lost") == 1, "lease lost metric")
         header = cut_off.cli("ps").stdout.splitlines()[0]
-        assert "database external, lease lost: queued jobs given back, claiming stopped" in header
+        assert ("database external (disconnected), lease lost: queued jobs given back,"
+                " claiming stopped") in header, header
 
         proxy.heal()
         cut_off.wait_for(lambda ps: not ps["supervisor"]["lease_lost"], what="lease renewed")
@@ -290,6 +295,26 @@ def test_a_supervisor_cut_off_from_postgres_gives_its_jobs_back_before_its_lease
         cut_off.close()
         other.close()
         proxy.close()
+
+
+def test_a_claim_whose_answer_was_lost_goes_back_to_the_queue(supervisors, db, tmp_path):
+    """A claim that committed after its connection was given up leaves a row running under a
+    live supervisor that none of its workers runs, which no rescue would ever touch: its next
+    heartbeat returns it to the queue, without spending the attempt, and it runs once."""
+    log = tmp_path / "runs.log"
+    sup = supervisors(RECORD.format(processes=1, slots=1),
+                      supervisor="heartbeat_interval = 0.3\n").start()
+    me = sup.ps()["supervisor"]["id"]
+    with psycopg.connect(db, autocommit=True) as conn:
+        (ghost,) = conn.execute(
+            "INSERT INTO fairsched_jobs (type, payload, status, attempts, claimed_by, started_at)"
+            " VALUES ('rec', %s, 'running', 1, %s, now()) RETURNING id",
+            (json.dumps({"log": str(log)}), me)).fetchone()
+    wait_all_finished(db, 1, timeout=30, sups=[sup])
+    assert [r[:3] for r in job_rows(db)] == [(ghost, "succeeded", 1)]
+    assert recorded(log) == {ghost: 1}
+    assert (f"returned 1 jobs to the queue whose claim went through after its connection was"
+            f" given up: {ghost}") in sup.output()
 
 
 def test_a_supervisor_without_its_database_exits_1_and_leaves_no_worker_behind():

@@ -379,6 +379,13 @@ class AsyncStore:
             "attempts": _keyed_by_id((job_id, str(attempt)) for job_id, attempt in items)})
         return [row[0] for row in await cur.fetchall()]
 
+    async def held(self) -> list[tuple[int, int]]:
+        """(id, attempts) of the jobs running under this supervisor's claim, by the table."""
+        cur = await self.conn.execute(
+            "SELECT id, attempts FROM fairsched_jobs WHERE status = 'running' AND claimed_by = %s",
+            (self.supervisor_id,))
+        return await cur.fetchall()
+
     async def next_eligible_at(self, types: Iterable[str] | None = None) -> float | None:
         """Epoch seconds when the next delayed job (of `types`, or of any type) becomes eligible."""
         cur = await self.conn.execute(

@@ -30,6 +30,10 @@ RECONNECT_MAX = 5.0
 # its worker answers, so this delays only the row's update, and folds many commits into one.
 OUTCOME_LINGER = 0.005
 DB_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError)
+# A lane's round trips (a few statements) that take longer than this share of the lease are
+# taken for a lost connection, whatever the transport: over TCP the kernel gives up on silent
+# peers at the same point (see aqueue.open_connection), over a Unix socket nothing else would.
+ANSWER_WITHIN = 1 / 3
 
 
 @dataclass
@@ -79,6 +83,8 @@ class QueueLink:
         self._next_heartbeat = 0.0
         self._next_poll = 0.0
         self.claim_losses = 0
+        self.answer_within = self.settings.lease * ANSWER_WITHIN
+        self._abandoned: set[asyncio.Task] = set()
 
     @property
     def kind(self) -> str:
@@ -143,19 +149,32 @@ class QueueLink:
         self.fetch_wanted = True
 
     async def _reconcile(self) -> None:
-        """Return rows this supervisor holds as running but is not running (a claim cut off mid-flight)."""
-        # Jobs whose outcome waits in the outbox are still 'running' in the table: keep them.
+        """Give back rows the table says this supervisor runs but it does not: a claim that
+        committed after its connection was given up, so its answer never came.
+
+        Runs on the claim lane between claims, so no claim of the live connection is in
+        flight; jobs whose outcome waits in the outbox are still 'running' in the table and
+        are kept. A row that finishes between the read and the release fails the release's
+        fence and is left alone.
+        """
+        held = await self.store.held()
+        if not held:
+            return
         box = self.outbox
-        known = self.sup.running_queued_ids()
-        known += [c[0] for c in box.completions] + [f.job_id for f in box.failures]
-        known += [c[0] for c in box.cancels] + [r[0] for r in box.releases]
-        async with self.store.conn.cursor() as cur:
-            await cur.execute(
-                "UPDATE fairsched_jobs SET status = 'pending', attempts = greatest(attempts - 1, 0),"
-                " claimed_by = NULL, started_at = NULL"
-                " WHERE status = 'running' AND claimed_by = %s AND NOT (id = ANY(%s))",
-                (self.supervisor_id, known))
-        await self.store.conn.commit()
+        known = set(self.sup.running_queued_ids())
+        known.update(c[0] for c in box.completions)
+        known.update(f.job_id for f in box.failures)
+        known.update(c[0] for c in box.cancels)
+        known.update(r[0] for r in box.releases)
+        ghosts = [(job_id, attempts) for job_id, attempts in held if job_id not in known]
+        if ghosts:
+            returned = await self.store.release(ghosts)
+            if returned:
+                log.warning("returned %d jobs to the queue whose claim went through after its "
+                            "connection was given up: %s", len(returned),
+                            ", ".join(map(str, sorted(returned)[:10]))
+                            + (" ..." if len(returned) > 10 else ""))
+                self.fetch_wanted = True
 
     async def close(self, timeout: float = 5.0) -> None:
         """Flush the outbox, deregister and stop an embedded server this process started."""
@@ -200,10 +219,10 @@ class QueueLink:
         while not self.closing:
             try:
                 if self.store is None:
-                    await self._connect()
+                    await self._answer(self._connect())
                     log.info("database connection restored")
                     self.sup.schedule()
-                await self._drain()
+                await self._answer(self._drain())
                 delay = RECONNECT_FIRST
                 if not self._pending():
                     timeout = max(0.0, min(self._next_heartbeat, self._next_poll) - time.monotonic())
@@ -221,6 +240,31 @@ class QueueLink:
                 self._requeue_claims()
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RECONNECT_MAX)
+
+    async def _answer(self, work):
+        """Await a lane's round trips; one that hangs counts as a lost connection.
+
+        The hung work is cancelled but not waited for: psycopg first asks the server to
+        cancel the statement and waits for that too, which a silent server never answers.
+        The caller drops the connection; a claim that still commits is reconciled later.
+        """
+        task = asyncio.ensure_future(work)
+        try:
+            return await asyncio.wait_for(asyncio.shield(task), self.answer_within)
+        except TimeoutError:
+            task.cancel()
+            self._abandoned.add(task)
+            task.add_done_callback(self._forget)
+            raise psycopg.OperationalError(
+                f"no answer from PostgreSQL within {self.answer_within:.3g} s") from None
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+
+    def _forget(self, task: asyncio.Task) -> None:
+        self._abandoned.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: it ended with the connection given up
 
     def _pending(self) -> bool:
         return bool(self.claims or self.fetch_wanted
@@ -249,12 +293,12 @@ class QueueLink:
                     if self.supervisor_id is None or not self.connected:
                         await asyncio.sleep(delay)  # the claim lane registers and reconnects first
                         continue
-                    self.writer = await AsyncStore.connect(
+                    self.writer = await self._answer(AsyncStore.connect(
                         self.database.url, lease=self.settings.lease,
-                        supervisor_id=self.supervisor_id)
+                        supervisor_id=self.supervisor_id))
                 self._outbox_wake.clear()
                 if self.outbox:
-                    await self._write_outcomes(self.writer)
+                    await self._answer(self._write_outcomes(self.writer))
                     delay = RECONNECT_FIRST
                     await asyncio.sleep(OUTCOME_LINGER)
                 else:
@@ -304,6 +348,7 @@ class QueueLink:
             if rescued:
                 log.warning("returned %d running jobs of dead supervisors to the queue", rescued)
                 self.fetch_wanted = True
+            await self._reconcile()
             self._next_heartbeat = now + self.settings.heartbeat_interval
         if now >= self._next_poll:
             # The safety net behind LISTEN/NOTIFY, and the clock for delayed jobs.
