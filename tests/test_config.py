@@ -103,6 +103,19 @@ def test_supervise_exits_2_with_one_clear_line(tmp_path, text, expected):
     assert "Traceback" not in proc.stderr
 
 
+def test_debug_shows_the_traceback_before_the_same_line_and_exit_code(tmp_path):
+    missing = str(tmp_path / "nope.toml")
+    plain = subprocess.run([sys.executable, "-m", "fairsched", "jobs", "--config", missing],
+                           capture_output=True, text=True, timeout=60)
+    debug = subprocess.run([sys.executable, "-m", "fairsched", "--debug", "jobs", "--config",
+                            missing], capture_output=True, text=True, timeout=60)
+    assert plain.returncode == debug.returncode == 2
+    assert "Traceback" not in plain.stderr
+    assert debug.stderr.startswith("Traceback (most recent call last):"), debug.stderr
+    assert "ConfigError" in debug.stderr
+    assert debug.stderr.splitlines()[-1] == plain.stderr.strip()
+
+
 def test_missing_config_file_names_it(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "fairsched", "ps", "--config",
                            str(tmp_path / "nope.toml")], capture_output=True, text=True, timeout=60)

@@ -7,8 +7,12 @@ from fairsched import __version__
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="fairsched")
-def main():
+@click.option("--debug", is_flag=True,
+              help="Print the traceback of an error before its one-line message.")
+@click.pass_context
+def main(ctx, debug):
     """fairsched: a fair supervisor for specialised worker processes."""
+    ctx.obj = {"debug": debug}
 
 
 # Command modules attach their commands to `main` on import (one import line each, below).

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import sys
+import traceback
 from typing import NoReturn
 
 import click
@@ -20,8 +21,16 @@ class UsageProblem(Exception):
 
 
 def fail(message: str, code: int) -> NoReturn:
+    if _debugging() and sys.exc_info()[1] is not None:
+        traceback.print_exc()
     click.echo(f"fairsched: {message}", err=True)
     sys.exit(code)
+
+
+def _debugging() -> bool:
+    """`fairsched --debug ...`: errors show their traceback too."""
+    ctx = click.get_current_context(silent=True)
+    return bool(ctx is not None and (ctx.find_root().obj or {}).get("debug"))
 
 
 def reports_errors(func):
