@@ -116,6 +116,20 @@ def test_debug_shows_the_traceback_before_the_same_line_and_exit_code(tmp_path):
     assert debug.stderr.splitlines()[-1] == plain.stderr.strip()
 
 
+def test_commands_of_the_control_socket_do_not_load_the_database_driver(tmp_path):
+    """`ps`, `stop` and `restart` start in half the time without psycopg's import."""
+    code = (
+        "import sys\n"
+        "from fairsched.cli import main\n"
+        "try:\n"
+        f"    main(['ps', '--config', {str(tmp_path / 'nope.toml')!r}])\n"
+        "except SystemExit as exc:\n"
+        "    print(exc.code, 'psycopg' in sys.modules)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.stdout.split() == ["2", "False"], proc.stdout + proc.stderr
+    assert "nope.toml: no such file" in proc.stderr
+
+
 def test_missing_config_file_names_it(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "fairsched", "ps", "--config",
                            str(tmp_path / "nope.toml")], capture_output=True, text=True, timeout=60)

@@ -35,10 +35,7 @@ def _debugging() -> bool:
 
 def reports_errors(func):
     """One line and the contract's exit code (2 bad usage or config, 1 failed) instead of a traceback."""
-    import psycopg
-
     from fairsched.sched import TraceError
-    from fairsched.store.database import first_line
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
@@ -50,8 +47,18 @@ def reports_errors(func):
             fail(str(exc), 1)
         except ValueError as exc:  # a value the options let through and the library refused
             fail(str(exc), 2)
-        except psycopg.Error as exc:
-            fail(f"database error: {first_line(exc)}", 1)
         except (ConnectionError, TimeoutError) as exc:
             fail(f"lost the supervisor's control socket: {exc}", 1)
+        except Exception as exc:
+            if not _is_database_error(exc):
+                raise
+            from fairsched.store.database import first_line
+
+            fail(f"database error: {first_line(exc)}", 1)
     return wrapper
+
+
+def _is_database_error(exc: Exception) -> bool:
+    # A command that never imported psycopg cannot have raised one of its errors.
+    psycopg = sys.modules.get("psycopg")
+    return psycopg is not None and isinstance(exc, psycopg.Error)

@@ -9,18 +9,23 @@ from __future__ import annotations
 import json
 import sys
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from fairsched.cli import main
 from fairsched.cli.common import UsageProblem, config_option, reports_errors
 from fairsched.config import Config, load_config, resolve_config_path
-from fairsched.store.queue import Queue
 from fairsched.store.schema import MAX_PRIORITY, STATUSES
+
+if TYPE_CHECKING:
+    from fairsched.store.queue import Queue
 
 
 def open_queue(config: Config) -> Queue:
+    # Imported here: the database driver loads only for the commands that use it.
+    from fairsched.store.queue import Queue
+
     return Queue.open(config.supervisor.state_dir, config.supervisor.database)
 
 

@@ -1,27 +1,24 @@
-"""The job store: the durable queue in PostgreSQL (embedded or by URL), its schema and clients."""
+"""The job store: the durable queue in PostgreSQL (embedded or by URL), its schema and clients.
 
-from fairsched.store.aqueue import AsyncStore, Candidate, QueuedJob, retry_delay
-from fairsched.store.database import Database, open_database
-from fairsched.store.errors import (
-    DatabaseUnavailable,
-    JobNotFound,
-    JobStateError,
-    SchemaError,
-    StoreError,
-)
-from fairsched.store.queue import Queue
+The names below load their module on first use, so that importing one part (the schema's
+constants, say) does not import the database driver.
+"""
 
-__all__ = [
-    "AsyncStore",
-    "Candidate",
-    "Database",
-    "DatabaseUnavailable",
-    "JobNotFound",
-    "JobStateError",
-    "Queue",
-    "QueuedJob",
-    "SchemaError",
-    "StoreError",
-    "open_database",
-    "retry_delay",
-]
+import importlib
+
+_HOMES = {
+    "AsyncStore": "aqueue", "Candidate": "aqueue", "QueuedJob": "aqueue", "retry_delay": "aqueue",
+    "Database": "database", "open_database": "database",
+    "DatabaseUnavailable": "errors", "JobNotFound": "errors", "JobStateError": "errors",
+    "SchemaError": "errors", "StoreError": "errors",
+    "Queue": "queue",
+}
+
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name):
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{home}"), name)

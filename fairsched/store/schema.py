@@ -6,9 +6,12 @@ so several supervisors (or commands) opening the same database at once migrate i
 
 from __future__ import annotations
 
-import psycopg
+from typing import TYPE_CHECKING
 
 from fairsched.store.errors import SchemaError
+
+if TYPE_CHECKING:
+    import psycopg
 
 JOBS_CHANNEL = "fairsched_jobs"
 CANCEL_CHANNEL = "fairsched_cancel"
