@@ -15,7 +15,7 @@ saw the last one. `busy %` is how much of the machine's CPUs was busy over `wall
 per job, from /proc/stat: a contender far below 100% waits on round trips, not on the CPUs.
 Uses FAIRSCHED_DATABASE_URL when set, else an embedded PostgreSQL in
 a temporary directory. A contender whose package is missing is skipped with a note:
-pip install procrastinate pgqueuer 'typer<=0.28'. On a busy machine, --rounds 3 keeps the best
+pip install procrastinate pgqueuer asyncpg 'typer<=0.28'. On a busy machine, --rounds 3 keeps the best
 of three interleaved runs of each contender.
 """
 
@@ -56,12 +56,16 @@ STOP_TIMEOUT = 30.0
 # Peer settings: the best of a few shapes tried on a 2-core machine with 2 processes. A no-op
 # task gains nothing from concurrency; procrastinate fetches one job per query, and more
 # coroutines per worker only contend for that query (16 ran at about 60% of the rate of 2).
-# pgqueuer ran best with batches of 50 to 200 (10 and 32 were markedly slower). fairsched ran
+# pgqueuer runs on asyncpg, its first driver: its psycopg driver waits for notifications on the
+# one connection it has, holding it for up to a second (notifies(timeout=1.0)), and most runs
+# stalled that long at the start (9,400-9,700 jobs/s against 19,100-19,400 with asyncpg, both
+# batch 100). With asyncpg it ran best with batches of 500 to 1,000 (100: about 19,400; 200:
+# 21,400; 500: 24,000; 1,000: 23,100; 2,000: 22,300). fairsched ran
 # best with 512 to 1,000 slots per process (128 drained about 10% slower, 32 far slower): a
 # no-op job is done long before the claim of the next one comes back, so it takes many jobs in
 # flight to keep busy, and a larger claim costs less per job.
 PROCRASTINATE_CONCURRENCY = 2
-PGQUEUER_BATCH = 100
+PGQUEUER_BATCH = 500
 FAIRSCHED_SLOTS = 512
 FLOOR_BATCH = 32
 
@@ -128,7 +132,7 @@ class Options:
 
 class Contender:
     name = ""
-    package: str | None = None
+    packages: tuple[str, ...] = ()
     tables: tuple[str, ...] = ()
     done_sql = ""
     failed_sql = ""
@@ -187,7 +191,7 @@ class Fairsched(Contender):
 
 class Procrastinate(Contender):
     name = "procrastinate"
-    package = "procrastinate"
+    packages = ("procrastinate",)
     tables = ("procrastinate_jobs", "procrastinate_events")
     done_sql = "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'"
     failed_sql = "SELECT count(*) FROM procrastinate_jobs WHERE status = 'failed'"
@@ -212,7 +216,7 @@ class Procrastinate(Contender):
 
 class Pgqueuer(Contender):
     name = "pgqueuer"
-    package = "pgqueuer"
+    packages = ("pgqueuer", "asyncpg")
     tables = ("pgqueuer", "pgqueuer_log")
     # A finished job leaves the queue table and gets a log row, in one statement.
     done_sql = "SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'"
@@ -289,12 +293,14 @@ def consume_procrastinate(url: str, concurrency: int) -> None:
 
 
 def consume_pgqueuer(url: str, batch: int) -> None:
-    from pgqueuer import PsycopgDriver, Queries, QueueManager
+    import asyncpg
+    from pgqueuer import AsyncpgDriver, Queries, QueueManager
     from pgqueuer.types import QueueExecutionMode
 
     async def run():
-        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-            manager = QueueManager(Queries(PsycopgDriver(conn)))
+        conn = await asyncpg.connect(url)
+        try:
+            manager = QueueManager(Queries(AsyncpgDriver(conn)))
 
             @manager.entrypoint("noop")
             async def noop(job):
@@ -302,6 +308,8 @@ def consume_pgqueuer(url: str, batch: int) -> None:
 
             asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, manager.shutdown.set)
             await manager.run(batch_size=batch, mode=QueueExecutionMode.drain)
+        finally:
+            await conn.close()
     asyncio.run(run())
 
 
@@ -555,9 +563,10 @@ def main() -> int:
             print(f"PostgreSQL {version} ({kind}); {args.jobs} no-op jobs{payload} per contender,"
                   f" enqueued in batches of {ENQUEUE_BATCH}")
             for contender in list(contenders):
-                if contender.package and importlib.util.find_spec(contender.package) is None:
-                    print(f"{contender.name}: skipped, package {contender.package!r} is not"
-                          f" installed (pip install {contender.package})")
+                missing = [p for p in contender.packages if importlib.util.find_spec(p) is None]
+                if missing:
+                    print(f"{contender.name}: skipped, not installed: {', '.join(missing)}"
+                          f" (pip install {' '.join(missing)})")
                     contenders.remove(contender)
             opts = Options(args.jobs, args.processes, args.slots, folder, args.payload_bytes)
             for _ in range(args.rounds):

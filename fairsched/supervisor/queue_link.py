@@ -263,8 +263,13 @@ class QueueLink:
 
     def _forget(self, task: asyncio.Task) -> None:
         self._abandoned.discard(task)
-        if not task.cancelled():
-            task.exception()  # retrieved: it ended with the connection given up
+        if task.cancelled() or task.exception() is not None:
+            return  # it ended with the connection given up
+        late = task.result()
+        if isinstance(late, AsyncStore):  # a connection that came just too late: not wanted
+            closing = asyncio.ensure_future(late.close(deregister=False))
+            self._abandoned.add(closing)
+            closing.add_done_callback(self._forget)
 
     def _pending(self) -> bool:
         return bool(self.claims or self.fetch_wanted
