@@ -38,6 +38,7 @@ bench-all: build
 	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) scripts/bench_core.py
 	$(PY) scripts/bench_ondemand.py
+	$(PY) scripts/bench_spawn.py
 	$(PY) scripts/bench_worker.py
 	$(PY) scripts/bench_throughput.py
 	$(PY) scripts/bench_sched.py

@@ -1,12 +1,17 @@
 #!/usr/bin/env python3
-"""How fast a worker is ready: cold launch vs template spawn, crash-to-replacement, round trip.
+"""How fast a worker is ready, and how much memory it takes: cold launch vs template spawn.
 
-    .venv/bin/python scripts/bench_spawn.py [--spawns 50] [--jobs 2000]
+    .venv/bin/python scripts/bench_spawn.py [--spawns 50] [--jobs 2000] [--workers 4]
 
 Prints median and p99 of: start to hello (cold `python -m fairsched.worker` vs a fork from the
 group's template), SIGKILL of a worker to its replacement's hello (both ways), and one job's
 run -> result round trip over the socketpair. The handler imports `json`, `decimal` and
 `email.parser` (a few ms of imports) so the template's saving is visible.
+
+Then memory: --workers workers each way of a handler that builds a 200,000-entry table when
+imported (what a real one loads: a model, a font cache), each after 20 jobs that end in a full
+garbage collection (which a long-lived worker meets sooner or later). Per worker, the median
+USS (memory only it holds) and PSS (its share of what it shares), from /proc through psutil.
 """
 
 from __future__ import annotations
@@ -31,6 +36,18 @@ import decimal, email.parser, json  # noqa: F401 - a handler with some imports t
 def echo(job):
     return job.payload
 '''
+
+MEMORY_HANDLER = '''
+import gc
+
+TABLE = {f"key-{i}": [i, str(i)] for i in range(200_000)}  # loaded at import, then only read
+
+def lookup(job):
+    scratch = [{"n": n} for n in range(2000)]  # a job allocates and frees ...
+    gc.collect()  # ... and sooner or later meets a full collection
+    return len(TABLE) + len(scratch)
+'''
+MEMORY_JOBS = 20
 
 
 class Conn:
@@ -118,10 +135,35 @@ def round_trips(how, spec, count: int) -> list[float]:
     return out
 
 
+def memory(how, spec, count: int) -> tuple[list[float], list[float]]:
+    """USS and PSS (MiB) of `count` workers, each after MEMORY_JOBS jobs."""
+    import psutil
+
+    conns = [start(how, spec, n) for n in range(count)]
+    uss, pss = [], []
+    try:
+        for conn in conns:
+            for n in range(MEMORY_JOBS):
+                conn.send({"t": "run", "incarnation": f"{spec.name}.{conns.index(conn)}",
+                           "slot": 0, "job": {"id": n, "type": "lookup", "payload": None,
+                                              "priority": 0, "attempt": 1, "on_demand": True}})
+                msg = conn.recv()
+                assert msg["t"] == "result", msg
+        for conn in conns:
+            info = psutil.Process(conn.pid).memory_full_info()
+            uss.append(info.uss / 2**20)
+            pss.append(info.pss / 2**20)
+    finally:
+        for conn in conns:
+            conn.stop()
+    return uss, pss
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spawns", type=int, default=50)
     parser.add_argument("--jobs", type=int, default=2000)
+    parser.add_argument("--workers", type=int, default=4)
     args = parser.parse_args()
     if not become_subreaper():
         sys.exit("this benchmark needs Linux (PR_SET_CHILD_SUBREAPER)")
@@ -141,6 +183,24 @@ def main() -> None:
         print(f"  template spawn  {stats(replacement(template.spawn, spec, args.spawns))}")
         print(f"run -> result round trip, {args.jobs} jobs")
         print(f"  one slot        {stats(round_trips(template.spawn, spec, args.jobs))}")
+    finally:
+        template.close()
+        os.waitpid(template.pid, 0)
+    (folder / "bench_memory.py").write_text(MEMORY_HANDLER)
+    spec = LaunchSpec(name="mem-1", group="mem", types=("lookup",), slots=1,
+                      handler="bench_memory:lookup", command=None, cwd=folder,
+                      log_path=folder / "mem-1.log", env={})
+    template = Template.start(spec)
+    try:
+        template.wait_ready()
+        print(f"memory per worker, {args.workers} workers each way, after {MEMORY_JOBS} jobs"
+              " with a full collection each (MiB, median)")
+        sizes = {"cold launch": memory(launch, spec, args.workers),
+                 "template spawn": memory(template.spawn, spec, args.workers)}
+        for name, (uss, pss) in sizes.items():
+            print(f"  {name:<15} USS {statistics.median(uss):6.1f}   PSS {statistics.median(pss):6.1f}")
+        cold, forked = (statistics.median(sizes[k][0]) for k in ("cold launch", "template spawn"))
+        print(f"  a template-spawned worker holds {cold / forked:.1f}x less memory of its own")
     finally:
         template.close()
         os.waitpid(template.pid, 0)

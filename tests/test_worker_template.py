@@ -69,6 +69,22 @@ def test_template_forks_workers_that_reuse_its_imports(templates):
     assert result["imported_in"] == template.pid  # the handler module was not imported again
 
 
+def test_template_workers_leave_the_shared_imports_out_of_their_collections(templates):
+    """The handler's modules, imported once in the template, are frozen before the fork (the
+    workers' collections would otherwise write to every page they share); collection is on."""
+    template, spec = templates.start(handler="worker_handlers:gc_state")
+    forked = templates.spawn(template, spec)
+    cold = templates.cold(spec, incarnation="inc-2")
+    states = {}
+    for name, peer in (("forked", forked), ("cold", cold)):
+        peer.hello()
+        peer.run(1)
+        states[name] = peer.expect("result")["result"]
+    assert states["forked"]["enabled"] and states["cold"]["enabled"]
+    assert states["forked"]["frozen"] > 1000, states  # the runtime and the handler's imports
+    assert states["cold"]["frozen"] == 0, states
+
+
 def test_each_spawn_is_a_fresh_worker_for_its_incarnation(templates, tmp_path):
     template, spec = templates.start(name="w-1")
     first = templates.spawn(template, spec, "inc-1")

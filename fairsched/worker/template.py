@@ -4,10 +4,18 @@ Started by launch.Template with its control socket (SOCK_SEQPACKET) on fd 3. It 
 {"ready": true} (or {"error": ...} and exit 78), then serves requests, one datagram each:
 JSON {"cwd", "env"} with two descriptors attached (the worker's socket end, its log file),
 answered with {"pid": N} or {"error": ...}. EOF on the control socket ends the template.
+
+The workers share the handler's imported modules with the template, page for page, until
+they write to them. The garbage collector would: each collection updates a field in every
+object it tracks. So the template freezes what it holds before forking (gc.freeze, as the
+gc module's documentation advises for fork without exec), and the workers' collections pass
+those objects by. (Reading an object still writes its reference count: the pages of what a
+job touches are copied all the same.)
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -50,6 +58,7 @@ def main(args: list[str]) -> NoReturn:
         ctrl.setblocking(True)
         supervisor = os.getppid()
         _die_with_parent()
+        gc.disable()  # no collection leaves holes among the objects the workers will share
         handler = load_handler(os.environ.get("FAIRSCHED_HANDLER"))
     except (StartupError, OSError) as exc:
         print(f"fairsched template for {group} could not start: {exc}", file=sys.stderr)
@@ -96,6 +105,7 @@ def fork_worker(request: dict, fds: list[int], handler: Handler, ctrl: socket.so
     read_end, write_end = os.pipe()
     for stream in (sys.stdout, sys.stderr):  # or the children would write our buffers again
         stream.flush()
+    gc.freeze()  # see the module's docstring; the worker turns collection back on
     intermediate = os.fork()
     if intermediate == 0:
         code = 0
@@ -131,6 +141,7 @@ def become_worker(request: dict, fds: list[int], handler: Handler, ctrl: socket.
                   supervisor: int, intermediate: int) -> NoReturn:
     """In the forked worker: shed the template's state, take fd 3 and the log, then serve."""
     name = request["env"].get("FAIRSCHED_WORKER", "worker")
+    gc.enable()
     try:
         for sig in _DEFAULT_SIGNALS:
             signal.signal(sig, signal.SIG_DFL)

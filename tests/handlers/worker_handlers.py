@@ -18,6 +18,13 @@ def echo(job: fairsched.Job):
             "pid": os.getpid(), "imported_in": IMPORTED_IN}
 
 
+def gc_state(job: fairsched.Job):
+    """What the garbage collector looks like in the worker: on, and what it leaves alone."""
+    import gc
+
+    return {"enabled": gc.isenabled(), "frozen": gc.get_freeze_count(), "pid": os.getpid()}
+
+
 def environment(job: fairsched.Job):
     """What the launcher set up: variables, directory, session, standard input."""
     stdin = os.fstat(0)
