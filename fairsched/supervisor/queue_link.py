@@ -252,14 +252,17 @@ class QueueLink:
         try:
             return await asyncio.wait_for(asyncio.shield(task), self.answer_within)
         except TimeoutError:
-            task.cancel()
-            self._abandoned.add(task)
-            task.add_done_callback(self._forget)
+            self._abandon(task)
             raise psycopg.OperationalError(
                 f"no answer from PostgreSQL within {self.answer_within:.3g} s") from None
-        except asyncio.CancelledError:
-            task.cancel()
+        except asyncio.CancelledError:  # closing: the connection goes, the work ends with it
+            self._abandon(task)
             raise
+
+    def _abandon(self, task: asyncio.Task) -> None:
+        task.cancel()
+        self._abandoned.add(task)
+        task.add_done_callback(self._forget)
 
     def _forget(self, task: asyncio.Task) -> None:
         self._abandoned.discard(task)
