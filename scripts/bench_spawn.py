@@ -17,6 +17,7 @@ USS (memory only it holds) and PSS (its share of what it shares), from /proc thr
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import select
 import shutil
@@ -159,6 +160,24 @@ def memory(how, spec, count: int) -> tuple[list[float], list[float]]:
     return uss, pss
 
 
+@contextlib.contextmanager
+def ready_template(folder: Path, group: str, source: str, handler: str):
+    """A started template of `handler` (written from `source` into folder) and its spec; the
+    one job type is named after the handler function."""
+    module, function = handler.split(":")
+    (folder / f"{module}.py").write_text(source)
+    spec = LaunchSpec(name=f"{group}-1", group=group, types=(function,), slots=1,
+                      handler=handler, command=None, cwd=folder,
+                      log_path=folder / f"{group}-1.log", env={})
+    template = Template.start(spec)
+    try:
+        template.wait_ready()
+        yield template, spec
+    finally:
+        template.close()
+        os.waitpid(template.pid, 0)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spawns", type=int, default=50)
@@ -168,44 +187,29 @@ def main() -> None:
     if not become_subreaper():
         sys.exit("this benchmark needs Linux (PR_SET_CHILD_SUBREAPER)")
     folder = Path(tempfile.mkdtemp(prefix="fs-bench-"))
-    (folder / "bench_handler.py").write_text(HANDLER)
-    spec = LaunchSpec(name="bench-1", group="bench", types=("echo",), slots=1,
-                      handler="bench_handler:echo", command=None, cwd=folder,
-                      log_path=folder / "bench-1.log", env={})
-    template = Template.start(spec)
     try:
-        template.wait_ready()
-        print(f"start to hello, {args.spawns} spawns each")
-        print(f"  cold launch     {stats(to_hello(launch, spec, args.spawns))}")
-        print(f"  template spawn  {stats(to_hello(template.spawn, spec, args.spawns))}")
-        print(f"crash (SIGKILL) to replacement's hello, {args.spawns} each")
-        print(f"  cold launch     {stats(replacement(launch, spec, args.spawns))}")
-        print(f"  template spawn  {stats(replacement(template.spawn, spec, args.spawns))}")
-        print(f"run -> result round trip, {args.jobs} jobs")
-        print(f"  one slot        {stats(round_trips(template.spawn, spec, args.jobs))}")
+        with ready_template(folder, "bench", HANDLER, "bench_handler:echo") as (template, spec):
+            print(f"start to hello, {args.spawns} spawns each")
+            print(f"  cold launch     {stats(to_hello(launch, spec, args.spawns))}")
+            print(f"  template spawn  {stats(to_hello(template.spawn, spec, args.spawns))}")
+            print(f"crash (SIGKILL) to replacement's hello, {args.spawns} each")
+            print(f"  cold launch     {stats(replacement(launch, spec, args.spawns))}")
+            print(f"  template spawn  {stats(replacement(template.spawn, spec, args.spawns))}")
+            print(f"run -> result round trip, {args.jobs} jobs")
+            print(f"  one slot        {stats(round_trips(template.spawn, spec, args.jobs))}")
+        with ready_template(folder, "mem", MEMORY_HANDLER, "bench_memory:lookup") as (template,
+                                                                                      spec):
+            print(f"memory per worker, {args.workers} workers each way, after {MEMORY_JOBS} jobs"
+                  " with a full collection each (MiB, median)")
+            sizes = {"cold launch": memory(launch, spec, args.workers),
+                     "template spawn": memory(template.spawn, spec, args.workers)}
+            for name, (uss, pss) in sizes.items():
+                print(f"  {name:<15} USS {statistics.median(uss):6.1f}"
+                      f"   PSS {statistics.median(pss):6.1f}")
+            cold, forked = (statistics.median(sizes[k][0]) for k in sizes)
+            print(f"  a template-spawned worker holds {cold / forked:.1f}x less memory of its own")
     finally:
-        template.close()
-        os.waitpid(template.pid, 0)
-    (folder / "bench_memory.py").write_text(MEMORY_HANDLER)
-    spec = LaunchSpec(name="mem-1", group="mem", types=("lookup",), slots=1,
-                      handler="bench_memory:lookup", command=None, cwd=folder,
-                      log_path=folder / "mem-1.log", env={})
-    template = Template.start(spec)
-    try:
-        template.wait_ready()
-        print(f"memory per worker, {args.workers} workers each way, after {MEMORY_JOBS} jobs"
-              " with a full collection each (MiB, median)")
-        sizes = {"cold launch": memory(launch, spec, args.workers),
-                 "template spawn": memory(template.spawn, spec, args.workers)}
-        for name, (uss, pss) in sizes.items():
-            print(f"  {name:<15} USS {statistics.median(uss):6.1f}   PSS {statistics.median(pss):6.1f}")
-        cold, forked = (statistics.median(sizes[k][0]) for k in ("cold launch", "template spawn"))
-        print(f"  a template-spawned worker holds {cold / forked:.1f}x less memory of its own")
-    finally:
-        template.close()
-        os.waitpid(template.pid, 0)
         shutil.rmtree(folder, ignore_errors=True)
-
 
 if __name__ == "__main__":
     main()
