@@ -56,6 +56,11 @@ class Outbox:
     def __bool__(self) -> bool:
         return bool(self.completions or self.failures or self.cancels or self.releases)
 
+    def job_ids(self) -> list[int]:
+        """The jobs whose outcome waits here: still 'running' in the table until it is written."""
+        return ([c[0] for c in self.completions] + [f.job_id for f in self.failures]
+                + [c[0] for c in self.cancels] + [r[0] for r in self.releases])
+
 
 class QueueLink:
     def __init__(self, sup, config):
@@ -160,12 +165,7 @@ class QueueLink:
         held = await self.store.held()
         if not held:
             return
-        box = self.outbox
-        known = set(self.sup.running_queued_ids())
-        known.update(c[0] for c in box.completions)
-        known.update(f.job_id for f in box.failures)
-        known.update(c[0] for c in box.cancels)
-        known.update(r[0] for r in box.releases)
+        known = set(self.sup.running_queued_ids() + self.outbox.job_ids())
         ghosts = [(job_id, attempts) for job_id, attempts in held if job_id not in known]
         if ghosts:
             returned = await self.store.release(ghosts)
@@ -187,7 +187,7 @@ class QueueLink:
             await asyncio.sleep(0.01)
         if self.outbox:
             log.error("could not write %d job outcomes before exiting; their jobs return to pending "
-                      "when this supervisor's lease expires", _outbox_size(self.outbox))
+                      "when this supervisor's lease expires", len(self.outbox.job_ids()))
         self.closing = True
         tasks = (self._task, self._writer_task, self._listen_task)
         for task in tasks:
@@ -412,7 +412,3 @@ class QueueLink:
         if store is None:
             raise psycopg.OperationalError("not connected")
         return store.listen()
-
-
-def _outbox_size(box: Outbox) -> int:
-    return len(box.completions) + len(box.failures) + len(box.cancels) + len(box.releases)
