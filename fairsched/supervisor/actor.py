@@ -83,7 +83,8 @@ class Supervisor(WorkerLifecycle, WorkerPipes, JobHandling):
 
     # -- start and stop ------------------------------------------------------------------------
 
-    async def start(self) -> None:
+    async def start(self, templates: dict[str, Template] | None = None) -> None:
+        """Start the workers (adopting `templates`, see start_templates) and the database."""
         self.loop = asyncio.get_running_loop()
         self.log_dir.mkdir(parents=True, exist_ok=True)
         become_subreaper()
@@ -92,7 +93,7 @@ class Supervisor(WorkerLifecycle, WorkerPipes, JobHandling):
             self.loop.add_signal_handler(sig, self.request_shutdown, None)
         self.starting = True
         try:
-            self.spawn_workers()  # the handlers import while the database connects (or starts)
+            self.spawn_workers(templates)  # handlers import while the database connects
             await self.queue.start()
             self.observer.start(self)
         finally:

@@ -29,8 +29,10 @@ class AlreadyRunning(FairschedError):
 
 
 class ControlServer:
-    def __init__(self, sup, socket_path: Path):
-        self.sup = sup
+    """Take the lock (`lock`) before anything starts; serve (`start`) once the actor runs."""
+
+    def __init__(self, socket_path: Path):
+        self.sup = None
         self.path = socket_path
         self.folder = socket_path.parent
         self.lock_path = self.folder / "supervisor.lock"
@@ -54,7 +56,8 @@ class ControlServer:
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._lock_fd = fd
 
-    async def start(self) -> None:
+    async def start(self, sup) -> None:
+        self.sup = sup
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()  # stale: we hold the lock, so its owner is gone
         old = os.umask(0o177)

@@ -5,33 +5,37 @@ from __future__ import annotations
 import asyncio
 import logging
 
-import psycopg
-
 from fairsched.config import Config
-from fairsched.store.errors import StoreError
-from fairsched.supervisor.actor import Supervisor
 from fairsched.supervisor.control import ControlServer
+from fairsched.supervisor.workers import start_templates
 
 log = logging.getLogger("fairsched.supervisor")
 
 
 def run_supervisor(config: Config) -> int:
-    control = None
+    control = ControlServer(config.control_socket)
+    control.lock()  # raises AlreadyRunning: exit 2 before anything starts
+    templates = start_templates(config)
+    # Imported only now: the handlers import in their templates meanwhile (psycopg takes
+    # about 100 ms, as long as a typical handler's imports).
+    import psycopg
+
+    from fairsched.store.errors import StoreError
+    from fairsched.supervisor.actor import Supervisor
+
     sup = None
 
     async def main() -> int:
-        nonlocal control, sup
+        nonlocal sup
         observer = None
         if config.supervisor.metrics:
             from fairsched.supervisor.metrics import PrometheusObserver
 
             observer = PrometheusObserver(config.supervisor.metrics)
         sup = Supervisor(config, observer)
-        control = ControlServer(sup, config.control_socket)
-        control.lock()  # raises AlreadyRunning: exit 2 before anything starts
         try:
             try:
-                await sup.start()
+                await sup.start(templates)
             except psycopg.Error as exc:
                 log.error("cannot use the database: %s", str(exc).strip().splitlines()[0])
                 await sup.shutdown(0)
@@ -39,7 +43,7 @@ def run_supervisor(config: Config) -> int:
             except StoreError:  # no database at all: stop the workers, the CLI says why
                 await sup.shutdown(0)
                 raise
-            await control.start()
+            await control.start(sup)
             await sup.stopped.wait()
             return 0
         finally:

@@ -10,7 +10,9 @@ import os
 import secrets
 import signal
 import time
+from pathlib import Path
 
+from fairsched.config import Config
 from fairsched.logs import fields
 from fairsched.protocol import WORKER_MESSAGES, FrameDecoder
 from fairsched.supervisor.process import (
@@ -20,31 +22,61 @@ from fairsched.supervisor.process import (
     restart_delay,
 )
 from fairsched.supervisor.states import ProcessState
-from fairsched.worker.launch import READY_TIMEOUT, LaunchSpec, Template, launch
+from fairsched.worker.launch import (
+    READY_TIMEOUT,
+    LaunchSpec,
+    Template,
+    become_subreaper,
+    launch,
+)
 
 log = logging.getLogger("fairsched.supervisor")
 
 STOP_GRACE = 2.0  # SIGTERM to SIGKILL for a worker that is stopped or timed out
 
 
-class WorkerLifecycle:
-    def _launch_spec(self, proc: WorkerProcess) -> LaunchSpec:
-        spec = proc.spec
-        return LaunchSpec(name=proc.name, group=spec.name, types=spec.types, slots=spec.slots,
-                          handler=spec.handler, command=spec.command, cwd=spec.cwd,
-                          log_path=self.log_dir / f"{proc.name}.log", env=dict(spec.env))
+def launch_spec(proc: WorkerProcess, log_dir: Path) -> LaunchSpec:
+    spec = proc.spec
+    return LaunchSpec(name=proc.name, group=spec.name, types=spec.types, slots=spec.slots,
+                      handler=spec.handler, command=spec.command, cwd=spec.cwd,
+                      log_path=log_dir / f"{proc.name}.log", env=dict(spec.env))
 
-    def spawn_workers(self) -> None:
+
+def start_templates(config: Config) -> dict[str, Template]:
+    """Start the template of every Python handler group, by group name; returns at once.
+
+    Called before the supervisor imports the rest of itself (the database driver alone takes
+    about 100 ms), so that on a second core the handlers import meanwhile. The supervisor
+    adopts them in `spawn_workers`; a group missing here gets its template there, or starts
+    cold.
+    """
+    become_subreaper()  # before any template forks a worker
+    log_dir = config.supervisor.state_dir / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    templates = {}
+    for spec in config.workers:
+        if spec.handler is not None:
+            try:
+                templates[spec.name] = Template.start(launch_spec(WorkerProcess(spec, 1), log_dir))
+            except OSError as exc:
+                log.debug("no template for %s: %s", spec.name, exc)
+    return templates
+
+
+class WorkerLifecycle:
+    def spawn_workers(self, templates: dict[str, Template] | None = None) -> None:
         """Start every worker: one pre-loaded template per Python handler group, so that its
         workers, first and replacements alike, are forked with the handler already imported.
         The templates import in parallel and the loop goes on meanwhile (a slow import holds
-        up only its own group); a group whose template fails starts cold."""
+        up only its own group); a group whose template fails starts cold. `templates` are
+        the ones start_templates began already."""
+        templates = dict(templates or {})
         for spec in self.config.workers:
             procs = [p for p in self.procs if p.spec is spec]
-            template = None
-            if spec.handler is not None:
+            template = templates.pop(spec.name, None)
+            if template is None and spec.handler is not None:
                 try:
-                    template = Template.start(self._launch_spec(procs[0]))
+                    template = Template.start(launch_spec(procs[0], self.log_dir))
                 except OSError as exc:
                     log.debug("no template for %s: %s", spec.name, exc)
             if template is None:
@@ -145,7 +177,7 @@ class WorkerLifecycle:
         proc.generation = self.next_generation
         self.next_generation += 1
         proc.incarnation = f"{proc.name}.{proc.generation}.{secrets.token_hex(4)}"
-        spec = self._launch_spec(proc)
+        spec = launch_spec(proc, self.log_dir)
         template = None if cold else self.templates.get(proc.group)
         pid = None
         try:
