@@ -17,7 +17,7 @@ class Job:
     """
 
     __slots__ = ("id", "type", "payload", "priority", "attempt", "on_demand",
-                 "slot", "_send", "_cancel_event", "_done")
+                 "slot", "_send", "_cancel_event", "_done", "_stopped")
 
     def __init__(self, id: int | str, type: str, payload: Any = None, priority: int = 0,
                  attempt: int = 1, on_demand: bool = False, *, slot: int = 0,
@@ -32,6 +32,7 @@ class Job:
         self._send = send
         self._cancel_event = threading.Event()
         self._done = False
+        self._stopped = False  # cancelled() said True: what the handler returns is partial
 
     def progress(self, fraction: float | None = None, message: str = "") -> None:
         """Report how far the job is (0..1, or None when unknown); shows in `fairsched ps`."""
@@ -48,8 +49,15 @@ class Job:
                     "fraction": fraction, "message": message})
 
     def cancelled(self) -> bool:
-        """True once the supervisor asked to cancel this job (or the worker is stopping)."""
-        return self._cancel_event.is_set()
+        """True once the supervisor asked to cancel this job (or the worker is stopping).
+
+        A handler that saw True and then returns is taken to have stopped early: when the
+        supervisor is shutting down (or the worker restarting) the job goes back to the queue
+        instead of ending `succeeded`.
+        """
+        if self._cancel_event.is_set():
+            self._stopped = True
+        return self._stopped
 
     def _cancel(self) -> None:
         self._cancel_event.set()

@@ -190,6 +190,34 @@ def test_release_drill_sigterm_mid_run(supervisors, db, tmp_path):
     assert set(counts) == set(ids) and max(counts.values()) == 1
 
 
+def test_a_job_that_stops_early_at_shutdown_goes_back_to_the_queue(supervisors, db, tmp_path):
+    # Both handlers get the cancel of the shutdown: the one that stops early did not finish
+    # its job, which goes back to pending with its attempt unspent; the one that finishes
+    # its work anyway succeeds.
+    sup = supervisors("""
+[[worker]]
+name = "slow"
+types = ["slow"]
+handler = "sup_handlers:slow"
+slots = 2
+""", shutdown_timeout=10).start()
+    early, stubborn = enqueue(db, [
+        {"type": "slow", "payload": {"seconds": 60}},
+        {"type": "slow", "payload": {"seconds": 1.5, "ignore_cancel": True}}])
+    sup.wait_for(lambda ps: {s["job_id"] for s in ps["slots"]} == {early, stubborn},
+                 what="both jobs running")
+    sup.signal(signal.SIGTERM)
+    assert sup.wait_exit(30) == 0
+    rows = {r[0]: r for r in job_rows(db)}
+    assert rows[early][1:3] == ("pending", 0), sup.output()[-3000:]
+    assert rows[stubborn][1:3] == ("succeeded", 1), sup.output()[-3000:]
+    assert f"job {early} returned to the queue (shutdown)" in sup.output()
+    with psycopg.connect(db) as conn:
+        (result,) = conn.execute("SELECT result FROM fairsched_jobs WHERE id = %s",
+                                 (stubborn,)).fetchone()
+    assert result["slept"] == 1.5
+
+
 def test_delayed_job_starts_on_time_and_cancel_reaches_a_running_job(supervisors, db, tmp_path):
     log = tmp_path / "runs.log"
     sup = supervisors("""

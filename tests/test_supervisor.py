@@ -216,7 +216,10 @@ max_attempts = 1
     assert sup.proc.poll() is None
 
 
-def test_job_timeout_stops_the_worker_and_fails_the_attempt(supervisors):
+@pytest.mark.parametrize("ignore_cancel", [True, False], ids=["hung", "stops-early"])
+def test_job_timeout_stops_the_worker_and_fails_the_attempt(supervisors, ignore_cancel):
+    # Hung, the worker is killed under it; cooperative, the handler sees job.cancelled() when
+    # the worker is told to stop and returns early: a failed attempt all the same.
     sup = supervisors("""
 [[worker]]
 name = "pdf"
@@ -227,8 +230,8 @@ max_attempts = 1
 """).start()
     pid = sup.slots("pdf")[0]["pid"]
     result = sup.cli("submit", "pdf", "--on-demand", "--payload",
-                     '{"seconds": 30, "ignore_cancel": true}', timeout=30)
-    assert result.returncode == 1
+                     json.dumps({"seconds": 30, "ignore_cancel": ignore_cancel}), timeout=30)
+    assert result.returncode == 1, result.stdout
     assert "timed out after 0.5 s" in result.stderr
     sup.wait_for(lambda ps: ps["slots"][0]["state"] == "free" and ps["slots"][0]["pid"] != pid,
                  what="replacement")

@@ -222,7 +222,19 @@ def test_cancel_reaches_job_cancelled(start):
     assert peer.recv()["t"] == "progress"  # the handler is running
     peer.cancel(99)  # another job's id: ignored
     peer.cancel(1)
-    assert peer.expect("result")["result"] == {"cancelled": True}
+    result = peer.expect("result")
+    assert result["result"] == {"cancelled": True}
+    assert result["stopped"] is True  # it saw the cancel: what it returned is not the job done
+
+
+def test_a_job_that_never_asks_about_the_cancel_finishes_unstopped(start):
+    peer = start(handler="worker_handlers:ignores_cancel")
+    peer.hello()
+    peer.run(1)
+    assert peer.recv()["t"] == "progress"
+    peer.cancel(1)  # it runs on to the end: a success, whatever the cancel said
+    result = peer.expect("result")
+    assert result["result"] == "done" and "stopped" not in result
 
 
 def test_progress_frames_arrive_in_order_before_the_result(start):

@@ -106,7 +106,8 @@ class WorkerPipes:
                 rj.request.notify({"event": "progress", "job_id": rj.job_id,
                                    "fraction": rj.progress, "message": rj.message})
         elif kind == "result":
-            self.finish_job(rj, "succeeded", result=msg.get("result"))
+            outcome = "stopped" if msg.get("stopped") is True else "succeeded"
+            self.finish_job(rj, outcome, result=msg.get("result"))
         elif kind == "error":
             self.finish_job(rj, "failed", error=msg["error"], permanent=bool(msg.get("permanent")))
         elif kind == "refused":

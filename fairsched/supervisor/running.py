@@ -92,6 +92,11 @@ class JobHandling:
         self.pool.release(rj.slot_id)  # a no-op when the worker (and its slots) is gone
         self._changed()
         duration = time.monotonic() - rj.started_mono
+        if outcome == "stopped" and error is None:
+            # The handler saw job.cancelled() and returned early: not a success. Asked by a
+            # shutdown, restart or lost lease, the job goes back to the queue; otherwise
+            # (timeout, a SIGTERM from elsewhere) the attempt failed.
+            error = rj.failure or f"stopped early: worker {rj.proc.name} was told to stop"
         if rj.request is not None:
             self._finish_on_demand(rj, outcome, result, error, permanent, duration)
         else:

@@ -361,6 +361,8 @@ class Worker:
         return data
 
     def _result_frame(self, job: Job, head: dict, value: Any) -> bytes:
+        if job._stopped:
+            head = {**head, "stopped": True}
         try:
             return encode({"t": "result", **head, "result": value})
         except ProtocolError as exc:

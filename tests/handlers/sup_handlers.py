@@ -26,7 +26,7 @@ def slow(job: fairsched.Job):
     deadline = time.monotonic() + seconds
     job.progress(0.0, "started")
     while time.monotonic() < deadline:
-        if job.cancelled() and not stubborn:
+        if not stubborn and job.cancelled():  # asking would count as stopping early
             return {"cancelled": True}
         time.sleep(0.02)
     job.progress(1.0, "done")
@@ -72,8 +72,10 @@ def span(job: fairsched.Job):
     with open(path, "a") as f:
         f.write(f"start {job.id} {os.getpid()} {job.attempt}\n")
     deadline = time.monotonic() + float(payload["seconds"])
-    while time.monotonic() < deadline and not (job.cancelled() and not payload.get("stubborn")):
+    cancelled = False
+    while time.monotonic() < deadline and not cancelled:
+        cancelled = not payload.get("stubborn") and job.cancelled()
         time.sleep(0.02)
     with open(path, "a") as f:
         f.write(f"end {job.id} {os.getpid()}\n")
-    return {"overlaps": overlaps, "pid": os.getpid(), "cancelled": job.cancelled()}
+    return {"overlaps": overlaps, "pid": os.getpid(), "cancelled": cancelled}

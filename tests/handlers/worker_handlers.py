@@ -62,6 +62,13 @@ def steps(job: fairsched.Job):
     return "done"
 
 
+def ignores_cancel(job: fairsched.Job):
+    """Reports progress, then works on for a while without ever asking about a cancel."""
+    job.progress(0.0, "working")
+    time.sleep(0.3)
+    return "done"
+
+
 def until_cancelled(job: fairsched.Job):
     """Reports progress once, then waits for the cancel (or payload['seconds'])."""
     job.progress(0.0, "waiting for cancel")
