@@ -6,6 +6,7 @@ The messages name the file, the key and the problem, e.g.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import tomllib
@@ -107,6 +108,8 @@ class _Section:
             if isinstance(value, bool) or not isinstance(value, int | float):
                 self.fail(key, f"must be a number, got {_kind(value)}")
             value = float(value)
+            if not math.isfinite(value):  # TOML has nan and inf; no setting means either
+                self.fail(key, f"must be a finite number, got {value!r}")
         elif kind == "str":
             if not isinstance(value, str) or not value:
                 self.fail(key, f"must be a non-empty string, got {_kind(value)}")
@@ -204,17 +207,10 @@ def load_config(path: str | os.PathLike) -> Config:
         label = table.get("name") if isinstance(table, dict) else None
         where = f"[[worker]] {label!r}" if isinstance(label, str) else f"[[worker]] #{index}"
         workers.append(_load_worker(_Section(file, where, table), base))
-    process_names: set[str] = set()
-    for w in workers:
+    for w in workers:  # no name holds a '-': none can be another group's process name (pdf-1)
         if w.name in names:
             raise ConfigError(f"{file}: [[worker]] {w.name!r} key 'name' is a duplicate name")
         names.add(w.name)
-        process_names.update(w.process_names())
-    for w in workers:
-        if w.name in process_names:
-            raise ConfigError(
-                f"{file}: [[worker]] {w.name!r} key 'name' clashes with a process name of another worker"
-            )
     return Config(path=path.resolve(), supervisor=supervisor, scoring=scoring, matching=matching,
                   workers=tuple(workers))
 
@@ -222,7 +218,8 @@ def load_config(path: str | os.PathLike) -> Config:
 def _load_worker(sec: _Section, base: Path) -> WorkerSpec:
     name = sec.get("name", "str", required=True)
     if not NAME_RE.match(name):
-        sec.fail("name", f"must use letters, digits, '_' and '.', got {name!r}")
+        sec.fail("name", f"must use letters, digits, '_' and '.' ('-' is for process names"
+                 f" such as pdf-1), got {name!r}")
     types = sec.get("types", "strlist", required=True)
     if not types:
         sec.fail("types", "must not be empty")
