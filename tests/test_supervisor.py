@@ -235,6 +235,10 @@ max_attempts = 1
     assert "timed out after 0.5 s" in result.stderr
     sup.wait_for(lambda ps: ps["slots"][0]["state"] == "free" and ps["slots"][0]["pid"] != pid,
                  what="replacement")
+    # The supervisor's own kill is not taken for the kernel's OOM killer.
+    how = "killed by SIGKILL from the supervisor" if ignore_cancel else "exited with code 0"
+    assert f"worker pdf-1 {how}" in sup.output(), sup.output()
+    assert "perhaps out of memory" not in sup.output()
 
 
 def test_standalone_worker_without_fairsched(supervisors):

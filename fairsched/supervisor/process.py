@@ -49,6 +49,7 @@ class WorkerProcess:
     fatal_reason: str | None = None
     restart_timer: object | None = None
     kill_timer: object | None = None
+    signalled: set = field(default_factory=set)  # signals the supervisor sent this incarnation
     registered: bool = False
 
     @property
@@ -82,8 +83,9 @@ class WorkerProcess:
             return None
 
 
-def describe_exit(status: int) -> str:
-    """Human words for a waitpid status, e.g. 'killed by SIGKILL, perhaps out of memory'."""
+def describe_exit(status: int, sent: set | frozenset = frozenset()) -> str:
+    """Human words for a waitpid status, e.g. 'killed by SIGKILL, perhaps out of memory';
+    `sent`: the signals the supervisor itself sent the process."""
     import os
     import signal
 
@@ -93,7 +95,12 @@ def describe_exit(status: int) -> str:
             name = signal.Signals(sig).name
         except ValueError:
             name = f"signal {sig}"
-        hint = ", perhaps out of memory" if sig == signal.SIGKILL else ""
+        if sig in sent:
+            hint = " from the supervisor"
+        elif sig == signal.SIGKILL:
+            hint = ", perhaps out of memory"  # the kernel's OOM killer sends SIGKILL
+        else:
+            hint = ""
         return f"killed by {name}{hint}"
     if os.WIFEXITED(status):
         code = os.WEXITSTATUS(status)

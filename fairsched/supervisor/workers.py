@@ -177,6 +177,7 @@ class WorkerLifecycle:
         proc.generation = self.next_generation
         self.next_generation += 1
         proc.incarnation = f"{proc.name}.{proc.generation}.{secrets.token_hex(4)}"
+        proc.signalled.clear()
         spec = launch_spec(proc, self.log_dir)
         template = None if cold else self.templates.get(proc.group)
         pid = None
@@ -242,7 +243,7 @@ class WorkerLifecycle:
                     self.early_exits.pop(next(iter(self.early_exits)))
 
     def worker_exited(self, proc: WorkerProcess, status: int) -> None:
-        how = describe_exit(status)
+        how = describe_exit(status, proc.signalled)
         proc.last_exit = how
         self.unregister_worker(proc, f"worker {proc.name} {how}")
         self._cancel_timers(proc)
@@ -324,6 +325,7 @@ class WorkerLifecycle:
     def kill_worker(self, proc: WorkerProcess, sig: int, grace: float | None = None) -> None:
         if proc.pid is None:
             return
+        proc.signalled.add(sig)
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
