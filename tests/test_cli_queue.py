@@ -105,6 +105,11 @@ def test_config_comes_from_fairsched_config_or_the_current_folder(db, config):
     (["submit", "pdf", "--priority", "high"], "--priority must be an integer from 0 to 10"),
     (["submit", "pdf", "--max-attempts", "0"], "--max-attempts must be an integer"),
     (["submit", "pdf", "--delay", "-5"], "--delay must be a number of seconds"),
+    (["submit", "pdf", "--delay", "inf"], "--delay must be a number of seconds >= 0, got 'inf'"),
+    (["submit", "pdf", "--on-demand", "--timeout", "0"],
+     "--timeout must be a number of seconds > 0, got '0'"),
+    (["stop", "--timeout", "inf"], "--timeout must be a number of seconds >= 0, got 'inf'"),
+    (["stop", "--timeout", "nan"], "--timeout must be a number of seconds >= 0, got 'nan'"),
     (["jobs", "--status", "done"], "--status must be one of"),
     (["cancel", "seven"], "ID must be an integer"),
 ])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 import sys
 import traceback
 from typing import NoReturn
@@ -18,6 +19,20 @@ config_option = click.option(
 
 class UsageProblem(Exception):
     """Bad input on the command line: exit 2."""
+
+
+def parse_seconds(option: str, text: str | None, *, positive: bool = False) -> float:
+    """A duration given on the command line: finite, >= 0 (> 0 if `positive`); 0.0 if absent."""
+    if text is None:
+        return 0.0
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        bound = "> 0" if positive else ">= 0"
+        raise UsageProblem(f"{option} must be a number of seconds {bound}, got {text!r}")
+    return value
 
 
 def fail(message: str, code: int) -> NoReturn:

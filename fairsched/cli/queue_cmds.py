@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from fairsched.cli import main
-from fairsched.cli.common import UsageProblem, config_option, reports_errors
+from fairsched.cli.common import UsageProblem, config_option, parse_seconds, reports_errors
 from fairsched.config import Config, load_config, resolve_config_path
 from fairsched.store.schema import MAX_PRIORITY, STATUSES
 
@@ -50,18 +50,6 @@ def parse_int(option: str, text: str | None, low: int, high: int | None = None) 
     if value is None or value < low or (high is not None and value > high):
         bounds = f"from {low} to {high}" if high is not None else f">= {low}"
         raise UsageProblem(f"{option} must be an integer {bounds}, got {text!r}")
-    return value
-
-
-def parse_seconds(option: str, text: str | None) -> float:
-    if text is None:
-        return 0.0
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value >= 0 or value == float("inf"):
-        raise UsageProblem(f"{option} must be a number of seconds >= 0, got {text!r}")
     return value
 
 
@@ -107,9 +95,10 @@ def submit(type_name, payload, priority, max_attempts, delay, key, on_demand, ti
         if max_attempts is not None or delay is not None or key is not None:
             raise UsageProblem("--max-attempts, --delay and --key apply to queued jobs, "
                                "not to --on-demand")
-        seconds = parse_seconds("--timeout", timeout) if timeout is not None else None
+        seconds = (parse_seconds("--timeout", timeout, positive=True)
+                   if timeout is not None else None)
         sys.exit(submit_on_demand(config_path, socket_path, type_name, payload, priority,
-                                  seconds or None))
+                                  seconds))
     if timeout is not None or socket_path is not None:
         raise UsageProblem("--timeout and --socket apply to --on-demand requests only")
     max_attempts = parse_int("--max-attempts", max_attempts, 1, 2**31 - 1)

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from fairsched.cli import main
-from fairsched.cli.common import config_option, fail, reports_errors
+from fairsched.cli.common import config_option, fail, parse_seconds, reports_errors
 from fairsched.config import load_config, resolve_config_path
 from fairsched.control_client import ControlClient
 
@@ -90,11 +90,12 @@ def restart(name, config_path, socket_path):
 @main.command()
 @config_option
 @socket_option
-@click.option("--timeout", type=click.FloatRange(min=0), default=None,
+@click.option("--timeout", metavar="S",
               help="Seconds to let running jobs finish (default: shutdown_timeout).")
 @reports_errors
 def stop(config_path, socket_path, timeout):
     """Gracefully stop the running supervisor and wait until it has exited."""
+    timeout = parse_seconds("--timeout", timeout) if timeout is not None else None
     client = control_client(config_path, socket_path, timeout=None)
     replies = client.stream({"cmd": "stop", "timeout": timeout}, timeout=None)
     first = next(replies, None)
