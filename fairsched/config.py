@@ -43,6 +43,7 @@ class WorkerSpec:
     slots: int = 1
     max_attempts: int = 3
     timeout: float | None = None
+    start_timeout: float = 60.0  # seconds to import the handler and say hello
     retry_backoff: float = 1.0
     max_restarts: int = 5
     restart_window: float = 60.0
@@ -250,6 +251,7 @@ def _load_worker(sec: _Section, base: Path) -> WorkerSpec:
         slots=sec.get("slots", "int", 1, minimum=1),
         max_attempts=sec.get("max_attempts", "int", 3, minimum=1),
         timeout=timeout,
+        start_timeout=sec.get("start_timeout", "number", 60.0, above=0),
         retry_backoff=sec.get("retry_backoff", "number", 1.0, minimum=0),
         max_restarts=sec.get("max_restarts", "int", 5, minimum=0),
         restart_window=sec.get("restart_window", "number", 60.0, above=0),

@@ -76,6 +76,8 @@ BAD = [
     ("unknown scoring key", GOOD.replace("age_weight = 32", "aging = 32"), "key 'aging' is not a known setting"),
     ("name like a process name", GOOD.replace('name = "tool"', 'name = "pdf-2"'),
      "key 'name' must use letters, digits, '_' and '.' ('-' is for process names"),
+    ("zero start_timeout", GOOD.replace("timeout = 5", "timeout = 5\nstart_timeout = 0"),
+     "key 'start_timeout' must be > 0"),
     ("nan timeout", GOOD.replace("timeout = 5", "timeout = nan"),
      "key 'timeout' must be a finite number, got nan"),
     ("infinite lease", GOOD.replace("shutdown_timeout = 3", "shutdown_timeout = 3\nlease = inf"),

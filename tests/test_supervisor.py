@@ -216,6 +216,63 @@ max_attempts = 1
     assert sup.proc.poll() is None
 
 
+def test_a_worker_that_closes_its_pipe_but_lives_on_is_killed_and_replaced(supervisors):
+    script = Path(__file__).parent / "handlers" / "garbage_worker.py"
+    sup = supervisors(ECHO + f"""
+[[worker]]
+name = "quitter"
+types = ["quit"]
+command = ["{sys.executable}", "{script}", "hangup"]
+max_attempts = 1
+""").start()
+    pid = sup.slots("quitter")[0]["pid"]
+    result = sup.cli("submit", "quit", "--on-demand", timeout=30)
+    assert result.returncode == 1
+    assert "worker quitter-1 closed its pipe" in result.stderr
+    row = sup.wait_for(lambda ps: next(s for s in ps["slots"] if s["group"] == "quitter")["pid"]
+                       not in (None, pid), what="quitter replaced", timeout=20)
+    assert not alive(pid)
+    assert next(s for s in row["slots"] if s["group"] == "quitter")["restarts"] == 1
+    assert "worker quitter-1 closed its pipe but kept running; killing it" in sup.output()
+    assert "worker quitter-1 killed by SIGKILL from the supervisor" in sup.output()
+
+
+def test_a_worker_that_never_says_hello_is_killed_after_start_timeout(supervisors):
+    script = Path(__file__).parent / "handlers" / "garbage_worker.py"
+    sup = supervisors(ECHO + f"""
+[[worker]]
+name = "mute"
+types = ["mute"]
+command = ["{sys.executable}", "{script}", "mute"]
+start_timeout = 0.5
+""").start(wait=False)
+    ps = sup.wait_for(lambda ps: next(s for s in ps["slots"] if s["group"] == "mute")["restarts"]
+                      >= 1, what="a restart", timeout=20)
+    assert "worker mute-1 did not start within 0.5 s (start_timeout); killing it" in sup.output()
+    assert next(s for s in ps["slots"] if s["group"] == "pdf")["state"] == "free"
+
+
+def test_job_timeouts_restart_the_worker_without_counting_crashes(supervisors):
+    # max_restarts = 1: two crashes within the window would make it fatal; timeouts do not.
+    sup = supervisors("""
+[[worker]]
+name = "pdf"
+types = ["pdf"]
+handler = "sup_handlers:slow"
+timeout = 0.3
+max_attempts = 1
+max_restarts = 1
+""").start()
+    for _ in range(3):
+        result = sup.cli("submit", "pdf", "--on-demand", "--payload", '{"seconds": 30}',
+                         timeout=30)
+        assert result.returncode == 1 and "timed out after 0.3 s" in result.stderr
+        sup.wait_for(lambda ps: ps["slots"][0]["state"] == "free", what="the worker back")
+    row = sup.slots("pdf")[0]
+    assert row["restarts"] == 3 and row["fatal_reason"] is None
+    assert sup.output().count("after its job timed out; restarting") == 3
+
+
 @pytest.mark.parametrize("ignore_cancel", [True, False], ids=["hung", "stops-early"])
 def test_job_timeout_stops_the_worker_and_fails_the_attempt(supervisors, ignore_cancel):
     # Hung, the worker is killed under it; cooperative, the handler sees job.cancelled() when
@@ -389,3 +446,33 @@ def test_stop_while_a_template_is_still_importing(supervisors):
     while templates() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not templates()
+
+
+def test_a_template_stuck_importing_is_killed_after_start_timeout(supervisors):
+    sup = supervisors(ECHO + """
+[[worker]]
+name = "stuck"
+types = ["stuck"]
+handler = "slow_import:handle"
+start_timeout = 1
+""")
+    (sup.dir / "slow_import.py").write_text(SLOW_IMPORT.replace("time.sleep(5)", "time.sleep(600)"))
+    sup.start(wait=False)
+    ps = sup.wait_for(lambda ps: next(s for s in ps["slots"] if s["group"] == "stuck")["restarts"]
+                      >= 1, what="the cold worker killed and restarted", timeout=30)
+    out = sup.output()
+    assert ("template for stuck did not import slow_import:handle within 1 s (start_timeout);"
+            " killing it, its workers start cold") in out, out
+    assert "worker stuck-1 did not start within 1 s (start_timeout); killing it" in out, out
+    assert next(s for s in ps["slots"] if s["group"] == "pdf")["state"] == "free"
+
+    def group(p: psutil.Process) -> str | None:
+        try:
+            return p.environ().get("FAIRSCHED_GROUP")
+        except psutil.Error:
+            return None
+
+    stuck = [p for p in psutil.process_iter(["cmdline"])
+             if "--template" in (p.info["cmdline"] or []) and str(sup.dir) in p.info["cmdline"]
+             and group(p) == "stuck"]
+    assert not stuck

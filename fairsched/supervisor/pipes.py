@@ -70,6 +70,7 @@ class WorkerPipes:
             size = 0
         if not size:
             self.unregister_worker(proc, f"worker {proc.name} closed its pipe")
+            self.expect_exit(proc)
             return
         try:
             messages = proc.decoder.feed(buffer[:size])
@@ -139,6 +140,9 @@ class WorkerPipes:
             self.pool.add_slot(sid, proc.generation, type_ids)
             proc.slot_ids.append(sid)
             self.slot_owner[sid] = (proc, index)
+        if proc.hello_timer is not None:
+            proc.hello_timer.cancel()
+            proc.hello_timer = None
         proc.set_state(ProcessState.RUNNING)
         self._changed()
         log.info("worker %s ready (pid %d, %d slot%s, types %s)", proc.name, proc.pid, slots,

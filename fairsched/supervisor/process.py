@@ -49,7 +49,9 @@ class WorkerProcess:
     fatal_reason: str | None = None
     restart_timer: object | None = None
     kill_timer: object | None = None
+    hello_timer: object | None = None
     signalled: set = field(default_factory=set)  # signals the supervisor sent this incarnation
+    timed_out: bool = False  # stopped because a job ran past its timeout: not a crash
     registered: bool = False
 
     @property

@@ -71,6 +71,7 @@ class JobHandling:
         if self.running.get(rj.slot_id) is not rj:
             return
         rj.failure = f"timed out after {rj.proc.spec.timeout:g} s"
+        rj.proc.timed_out = True
         log.warning("job %s on worker %s %s; stopping the worker", rj.job_id, rj.proc.name,
                     rj.failure)
         self.kill_worker(rj.proc, signal.SIGTERM, grace=STOP_GRACE)

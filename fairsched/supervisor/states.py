@@ -27,6 +27,7 @@ TRANSITIONS: dict[ProcessState, frozenset[ProcessState]] = {
 # How a process state shows on each of its slots in `fairsched ps` (busy/free come from the pool).
 SLOT_STATE = {
     ProcessState.STARTING: "starting",
+    ProcessState.RUNNING: "stopping",  # running without slots: its pipe closed, it goes next
     ProcessState.STOPPING: "stopping",
     ProcessState.DOWN: "down",
     ProcessState.FATAL: "fatal",

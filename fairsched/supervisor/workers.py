@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import os
 import secrets
@@ -23,7 +24,6 @@ from fairsched.supervisor.process import (
 )
 from fairsched.supervisor.states import ProcessState
 from fairsched.worker.launch import (
-    READY_TIMEOUT,
     LaunchSpec,
     Template,
     become_subreaper,
@@ -33,6 +33,7 @@ from fairsched.worker.launch import (
 log = logging.getLogger("fairsched.supervisor")
 
 STOP_GRACE = 2.0  # SIGTERM to SIGKILL for a worker that is stopped or timed out
+EXIT_GRACE = 2.0  # a worker that closed its pipe gets this long to exit before SIGKILL
 
 
 def launch_spec(proc: WorkerProcess, log_dir: Path) -> LaunchSpec:
@@ -93,10 +94,17 @@ class WorkerLifecycle:
         answered = self.loop.create_future()
         self.loop.add_reader(template.fileno(), lambda: answered.done() or answered.set_result(1))
         try:
-            await asyncio.wait_for(answered, READY_TIMEOUT)
+            await asyncio.wait_for(answered, procs[0].spec.start_timeout)
             template.wait_ready(timeout=1.0)  # the answer is there: this does not block
             ready = True
-        except (OSError, TimeoutError) as exc:  # the cold path reports the real problem
+        except TimeoutError:
+            log.warning("template for %s did not import %s within %g s (start_timeout); "
+                        "killing it, its workers start cold", template.group, template.handler,
+                        procs[0].spec.start_timeout)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(template.pid, signal.SIGKILL)
+            ready = False
+        except OSError as exc:  # the cold path reports the real problem
             log.debug("no template for %s: %s", template.group, exc)
             ready = False
         finally:
@@ -148,6 +156,8 @@ class WorkerLifecycle:
             self.worker_exited(proc, status)
         elif proc.state is ProcessState.STOPPING:
             self.kill_worker(proc, signal.SIGTERM, grace=STOP_GRACE)
+        elif proc.sock is None:  # its pipe closed before the template's answer came
+            self.expect_exit(proc)
 
     def _drop_template(self, template: Template) -> None:
         if not template.closed:
@@ -178,6 +188,7 @@ class WorkerLifecycle:
         self.next_generation += 1
         proc.incarnation = f"{proc.name}.{proc.generation}.{secrets.token_hex(4)}"
         proc.signalled.clear()
+        proc.timed_out = False
         spec = launch_spec(proc, self.log_dir)
         template = None if cold else self.templates.get(proc.group)
         pid = None
@@ -207,6 +218,7 @@ class WorkerLifecycle:
         proc.started_at = time.time()
         proc.started_mono = time.monotonic()
         proc.set_state(ProcessState.STARTING)
+        proc.hello_timer = self.loop.call_later(proc.spec.start_timeout, self._no_hello, proc)
         self.loop.add_reader(proc.sock.fileno(), self._on_readable, proc)
         if pid is not None:
             self._learn_pid(proc, pid)
@@ -261,6 +273,13 @@ class WorkerLifecycle:
         if os.WIFEXITED(status) and os.WEXITSTATUS(status) == EXIT_CANNOT_START:
             self._make_fatal(proc, f"could not start ({self._last_log_line(proc)})")
             return
+        if proc.timed_out:  # stopped under a job past its timeout: the job failed, not the worker
+            log.info("worker %s %s after its job timed out; restarting", proc.name, how,
+                     extra=fields(event="worker_exited", worker=proc.name, group=proc.group,
+                                  exit=how, restart_in=0.0))
+            proc.set_state(ProcessState.DOWN)
+            self._respawn(proc)
+            return
         recent = proc.record_crash()
         if proc.crash_loop(recent):
             proc.set_state(ProcessState.DOWN)
@@ -293,8 +312,28 @@ class WorkerLifecycle:
         except OSError:
             return "no log"
 
+    def _no_hello(self, proc: WorkerProcess) -> None:
+        proc.hello_timer = None
+        if proc.state is ProcessState.STARTING:
+            log.warning("worker %s did not start within %g s (start_timeout); killing it",
+                        proc.name, proc.spec.start_timeout)
+            self.kill_worker(proc, signal.SIGKILL)
+
+    def expect_exit(self, proc: WorkerProcess) -> None:
+        """The worker's pipe is gone: it exits now (a crash, as SIGCHLD will tell), or it is
+        killed after EXIT_GRACE, having nothing more to do without its pipe."""
+        if proc.pid is None or proc.kill_timer is not None or self.shutting_down:
+            return
+        proc.kill_timer = self.loop.call_later(EXIT_GRACE, self._kill_pipeless, proc)
+
+    def _kill_pipeless(self, proc: WorkerProcess) -> None:
+        proc.kill_timer = None
+        if proc.pid is not None and proc.sock is None:
+            log.warning("worker %s closed its pipe but kept running; killing it", proc.name)
+            self.kill_worker(proc, signal.SIGKILL)
+
     def _cancel_timers(self, proc: WorkerProcess) -> None:
-        for name in ("restart_timer", "kill_timer"):
+        for name in ("restart_timer", "kill_timer", "hello_timer"):
             timer = getattr(proc, name)
             if timer is not None:
                 timer.cancel()
