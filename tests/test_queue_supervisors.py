@@ -218,6 +218,32 @@ slots = 2
     assert result["slept"] == 1.5
 
 
+def test_outcomes_postgresql_cannot_store_as_they_are_block_nothing(supervisors, db):
+    # A result with a lone surrogate (text from a broken PDF, say) cannot go into jsonb, nor
+    # one into a text column: that job fails with the reason, every other one succeeds.
+    sup = supervisors("""
+[[worker]]
+name = "awk"
+types = ["awk"]
+handler = "sup_handlers:awkward"
+slots = 4
+""").start()
+    jobs = [{"type": "awk", "payload": {"do": "plain"}} for _ in range(20)]
+    jobs[5] = {"type": "awk", "payload": {"do": "result"}}
+    jobs[9] = {"type": "awk", "payload": {"do": "error"}, "max_attempts": 1}
+    ids = enqueue(db, jobs)
+    wait_all_finished(db, 20, timeout=30, sups=[sup])
+    rows = {r[0]: r for r in job_rows(db)}
+    bad_result, bad_error = ids[5], ids[9]
+    assert {r[1] for i, r in rows.items() if i not in (bad_result, bad_error)} == {"succeeded"}
+    assert rows[bad_result][1] == "failed"
+    assert "the result could not be stored" in rows[bad_result][5]
+    assert "lone surrogate" in rows[bad_result][5]
+    assert rows[bad_error][1] == "failed"
+    assert "a broken \\ud800 pair and a NUL \\0" in rows[bad_error][5], rows[bad_error][5]
+    assert "Traceback" not in sup.output()
+
+
 def test_delayed_job_starts_on_time_and_cancel_reaches_a_running_job(supervisors, db, tmp_path):
     log = tmp_path / "runs.log"
     sup = supervisors("""

@@ -20,7 +20,7 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from fairsched.store.queue import encode_json
+from fairsched.store.queue import encode_json, storable_text
 from fairsched.store.schema import CANCEL_CHANNEL, JOBS_CHANNEL, MAX_PRIORITY
 
 # Used when a claimed job has no max_attempts and its type is missing from the defaults.
@@ -357,7 +357,7 @@ class AsyncStore:
             raise ValueError(f"retry_delay must be a number of seconds >= 0, got {retry_delay!r}")
         cur = await self.conn.execute(FAIL_SQL, {
             "me": self.supervisor_id, "id": job_id, "attempt": attempt,
-            "error": str(error)[:MAX_ERROR].replace("\x00", "\\0"), "permanent": bool(permanent),
+            "error": storable_text(str(error)[:MAX_ERROR]), "permanent": bool(permanent),
             "delay": delay})
         row = await cur.fetchone()
         return row[0] if row else None

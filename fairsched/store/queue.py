@@ -269,10 +269,29 @@ def encode_json(value: Any, what: str) -> str | None:
         return None
     try:
         text = json.dumps(value, allow_nan=False, separators=(",", ":"))
+    except RecursionError:
+        raise ValueError(f"{what} nests too deeply to be JSON") from None
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{what} is not JSON-serialisable: {exc}") from None
     if "\\u0000" in text:
         raise ValueError(f"{what} contains a NUL character, which PostgreSQL jsonb cannot store")
+    if "\\ud" in text or "\\uD" in text:  # surrogates: jsonb takes them only in valid pairs
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(f"{what} contains a lone surrogate (a broken UTF-16 pair), which "
+                             "PostgreSQL jsonb cannot store") from None
+    return text
+
+
+def storable_text(text: str) -> str:
+    """`text` as a PostgreSQL text column takes it: NUL and lone surrogates spelled out."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\\0")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     return text
 
 

@@ -321,6 +321,11 @@ class QueueLink:
                         pass
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RECONNECT_MAX)
+            except Exception:  # never expected: say so, loudly, and keep the lane alive
+                log.exception("could not write %d job outcomes; trying again in %g s",
+                              len(self.outbox.job_ids()), delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RECONNECT_MAX)
 
     async def _write_outcomes(self, store: AsyncStore) -> None:
         box = self.outbox

@@ -79,3 +79,13 @@ def span(job: fairsched.Job):
     with open(path, "a") as f:
         f.write(f"end {job.id} {os.getpid()}\n")
     return {"overlaps": overlaps, "pid": os.getpid(), "cancelled": cancelled}
+
+
+def awkward(job: fairsched.Job):
+    """Returns (payload {"do": "result"}) or raises ("error") text PostgreSQL cannot take as is."""
+    do = (job.payload or {}).get("do")
+    if do == "result":
+        return {"text": "a broken \ud800 pair"}
+    if do == "error":
+        raise RuntimeError("a broken \ud800 pair and a NUL \x00")
+    return {"ok": job.id}
