@@ -38,6 +38,8 @@ def parse_payload(text: str | None) -> Any:
         return json.loads(text)
     except ValueError as exc:
         raise UsageProblem(f"--payload is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise UsageProblem("--payload nests too deeply") from None
 
 
 def parse_int(option: str, text: str | None, low: int, high: int | None = None) -> int | None:

@@ -90,7 +90,7 @@ class ControlServer:
                 request = json.loads(line)
                 if not isinstance(request, dict) or not isinstance(request.get("cmd"), str):
                     raise ValueError("not a request object")
-            except ValueError:
+            except (ValueError, RecursionError):
                 log.warning("garbage on the control socket; closing that connection")
                 writer.write(b'{"ok": false, "error": "bad request"}\n')
                 return
