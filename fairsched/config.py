@@ -18,6 +18,7 @@ from fairsched.core.weights import Weights
 from fairsched.errors import ConfigError
 
 DEFAULT_CONFIG = "workers.toml"
+MAX_SOCKET_PATH = 107  # bytes of a Unix socket's path on Linux (sun_path less its NUL)
 NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.]*$")
 TYPE_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:/-]*$")
 
@@ -181,6 +182,10 @@ def load_config(path: str | os.PathLike) -> Config:
     if supervisor.heartbeat_interval > lease / 3:
         # A supervisor that misses its heartbeats for 60% of the lease gives its jobs back.
         sup.fail("heartbeat_interval", f"must be at most a third of lease ({lease:g} s)")
+    socket_path = os.fsencode(state_dir / "control" / "sock")
+    if len(socket_path) > MAX_SOCKET_PATH:
+        sup.fail("state_dir", f"is too deep for the control socket: {state_dir}/control/sock is "
+                              f"{len(socket_path)} bytes, Unix sockets take {MAX_SOCKET_PATH}")
     if supervisor.metrics is not None and not re.match(r"^[^:\s]*:\d+$", supervisor.metrics):
         sup.fail("metrics", f"must look like 'host:port', got {supervisor.metrics!r}")
     sup.finish()

@@ -31,6 +31,10 @@ class ControlClient:
         except PermissionError:
             sock.close()
             raise NotRunning(f"permission denied on {self.path}") from None
+        except OSError as exc:  # a file where a folder should be, a path too long, ...
+            sock.close()
+            raise NotRunning(f"cannot reach a supervisor on {self.path}: "
+                             f"{exc.strerror or exc}") from None
         return sock
 
     def stream(self, request: dict, timeout: float | None = ...) -> Iterator[dict]:

@@ -78,6 +78,8 @@ BAD = [
      "key 'name' must use letters, digits, '_' and '.' ('-' is for process names"),
     ("zero start_timeout", GOOD.replace("timeout = 5", "timeout = 5\nstart_timeout = 0"),
      "key 'start_timeout' must be > 0"),
+    ("state_dir too deep for a socket", GOOD.replace('state_dir = "state"', 'state_dir = "' + "d" * 120 + '"'),
+     "[supervisor] key 'state_dir' is too deep for the control socket"),
     ("nan timeout", GOOD.replace("timeout = 5", "timeout = nan"),
      "key 'timeout' must be a finite number, got nan"),
     ("infinite lease", GOOD.replace("shutdown_timeout = 3", "shutdown_timeout = 3\nlease = inf"),
@@ -145,3 +147,35 @@ def test_missing_config_file_names_it(tmp_path):
                            str(tmp_path / "nope.toml")], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert "nope.toml: no such file" in proc.stderr
+
+
+def test_a_state_dir_that_is_a_file_is_one_line_not_a_traceback(tmp_path):
+    path = write(tmp_path, GOOD)
+    (tmp_path / "state").write_text("not a folder")
+    for command in (["supervise"], ["ps"], ["stop"]):
+        proc = subprocess.run([sys.executable, "-m", "fairsched", *command, "--config", str(path)],
+                              capture_output=True, text=True, timeout=60)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 1 and len(lines) == 1, (command, proc.stderr)
+        assert str(tmp_path / "state") in lines[0] and "Not a directory" in lines[0], lines
+
+
+@pytest.mark.parametrize("args, message", [
+    (["bogus"], "No such command 'bogus' (see `python -m fairsched --help`)"),
+    (["jobs", "--bogus"], "No such option '--bogus' (see `python -m fairsched jobs --help`)"),
+    (["retry"], "Missing argument 'ID' (see `python -m fairsched retry --help`)"),
+    (["supervise", "--log-level", "loud"], "Invalid value for '--log-level'"),
+])
+def test_usage_errors_are_one_line_exit_2(args, message):
+    proc = subprocess.run([sys.executable, "-m", "fairsched", *args], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("fairsched: ") and message in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_help_and_version_still_exit_0():
+    for args in (["--help"], ["ps", "--help"], ["--version"]):
+        proc = subprocess.run([sys.executable, "-m", "fairsched", *args], capture_output=True,
+                              text=True, timeout=60)
+        assert proc.returncode == 0 and proc.stdout and not proc.stderr, (args, proc.stderr)

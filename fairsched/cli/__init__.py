@@ -1,11 +1,37 @@
 """The `fairsched` command line: a click group; each command module registers itself."""
 
+import sys
+
 import click
 
 from fairsched import __version__
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class Commands(click.Group):
+    """click's group, but a usage error is one line (the contract's, exit 2) like every other."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.exceptions.NoArgsIsHelpError as exc:  # plain `fairsched`: the help
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.UsageError as exc:
+            hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
+            click.echo(f"fairsched: {exc.format_message().rstrip('.')}{hint}", err=True)
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("", err=True)
+            sys.exit(130)  # Ctrl-C at a prompt
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+@click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="fairsched")
 @click.option("--debug", is_flag=True,
               help="Print the traceback of an error before its one-line message.")

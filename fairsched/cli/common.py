@@ -64,6 +64,11 @@ def reports_errors(func):
             fail(str(exc), 2)
         except (ConnectionError, TimeoutError) as exc:
             fail(f"lost the supervisor's control socket: {exc}", 1)
+        except OSError as exc:  # state_dir not writable, a file where a folder should be, ...
+            where = f"{exc.filename}: " if exc.filename else ""
+            fail(f"{where}{exc.strerror or exc}", 1)
+        except RecursionError:
+            fail("the input nests too deeply", 2)
         except Exception as exc:
             if not _is_database_error(exc):
                 raise

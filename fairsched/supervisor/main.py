@@ -43,7 +43,12 @@ def run_supervisor(config: Config) -> int:
             except StoreError:  # no database at all: stop the workers, the CLI says why
                 await sup.shutdown(0)
                 raise
-            await control.start(sup)
+            try:
+                await control.start(sup)
+            except OSError as exc:
+                log.error("cannot listen on %s: %s", control.path, exc)
+                await sup.shutdown(0)
+                return 1
             await sup.stopped.wait()
             return 0
         finally:
