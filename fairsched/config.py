@@ -77,6 +77,8 @@ class Config:
 
 def resolve_config_path(option: str | None) -> Path:
     """--config, else FAIRSCHED_CONFIG, else ./workers.toml."""
+    if option == "":
+        raise ConfigError("--config is empty: give the path of a workers.toml")
     return Path(option or os.environ.get("FAIRSCHED_CONFIG") or DEFAULT_CONFIG)
 
 

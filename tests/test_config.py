@@ -1,5 +1,6 @@
 """workers.toml: good files load, every kind of mistake exits 2 with one line naming it."""
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -165,6 +166,7 @@ def test_a_state_dir_that_is_a_file_is_one_line_not_a_traceback(tmp_path):
     (["jobs", "--bogus"], "No such option '--bogus' (see `python -m fairsched jobs --help`)"),
     (["retry"], "Missing argument 'ID' (see `python -m fairsched retry --help`)"),
     (["supervise", "--log-level", "loud"], "Invalid value for '--log-level'"),
+    (["jobs", "--config", ""], "--config is empty"),
 ])
 def test_usage_errors_are_one_line_exit_2(args, message):
     proc = subprocess.run([sys.executable, "-m", "fairsched", *args], capture_output=True,
@@ -179,3 +181,15 @@ def test_help_and_version_still_exit_0():
         proc = subprocess.run([sys.executable, "-m", "fairsched", *args], capture_output=True,
                               text=True, timeout=60)
         assert proc.returncode == 0 and proc.stdout and not proc.stderr, (args, proc.stderr)
+
+
+def test_a_database_url_that_is_not_one_is_a_configuration_error(tmp_path):
+    path = write(tmp_path, GOOD)
+    env = dict(os.environ, FAIRSCHED_DATABASE_URL="garbage://")
+    for command in (["jobs"], ["submit", "pdf"], ["supervise"]):
+        proc = subprocess.run([sys.executable, "-m", "fairsched", *command, "--config", str(path)],
+                              capture_output=True, text=True, timeout=60, env=env)
+        assert proc.returncode == 2, (command, proc.stderr)
+        last = proc.stderr.strip().splitlines()[-1]  # supervise logs its start and stop first
+        assert last.startswith("fairsched: FAIRSCHED_DATABASE_URL is not a PostgreSQL URL"), last
+        assert "Traceback" not in proc.stderr

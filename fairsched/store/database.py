@@ -23,8 +23,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psutil
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 
-from fairsched.store.errors import DatabaseUnavailable
+from fairsched.store.errors import BadDatabaseURL, DatabaseUnavailable
 from fairsched.store.schema import migrate
 
 ENV_URL = "FAIRSCHED_DATABASE_URL"
@@ -65,6 +66,12 @@ def open_database(state_dir: Path, url: str | None) -> Database:
     """FAIRSCHED_DATABASE_URL, else `url` (the `database` setting), else the embedded server."""
     chosen = os.environ.get(ENV_URL) or url
     if chosen:
+        try:
+            conninfo_to_dict(chosen)
+        except psycopg.ProgrammingError as exc:
+            source = ENV_URL if os.environ.get(ENV_URL) else "[supervisor] key 'database'"
+            raise BadDatabaseURL(f"{source} is not a PostgreSQL URL or connection string: "
+                                 f"{first_line(exc)}") from None
         database = Database(url=chosen, kind="external")
     else:
         server = _EmbeddedServer(Path(state_dir))

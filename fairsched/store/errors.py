@@ -1,6 +1,6 @@
 """Errors of the job store, each reported to users as one line."""
 
-from fairsched.errors import FairschedError
+from fairsched.errors import ConfigError, FairschedError
 
 
 class StoreError(FairschedError):
@@ -9,6 +9,10 @@ class StoreError(FairschedError):
 
 class DatabaseUnavailable(StoreError):
     """PostgreSQL could not be started or reached."""
+
+
+class BadDatabaseURL(StoreError, ConfigError):
+    """FAIRSCHED_DATABASE_URL or the `database` setting is not a connection string: exit 2."""
 
 
 class SchemaError(StoreError):
