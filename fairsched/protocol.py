@@ -17,6 +17,9 @@ MAX_FRAME = 1 << 20  # bytes of JSON in one frame, the 4-byte header not counted
 # the rest of a run frame needs room too: half a frame leaves enough.
 MAX_PAYLOAD = MAX_FRAME // 2
 READ_SIZE = 1 << 18  # bytes either side reads from its pipe at most at once
+# Levels of arrays and objects in a payload: far more than any job needs, and well within what
+# a worker's JSON decoder takes (Python's gives up near its recursion limit, about 1,000).
+MAX_DEPTH = 500
 
 WORKER_MESSAGES = frozenset({"hello", "progress", "result", "error", "refused", "fatal"})
 SUPERVISOR_MESSAGES = frozenset({"run", "cancel", "stop"})
@@ -53,10 +56,37 @@ def encode_run(incarnation: str, slot: int, job_id: int | str, job_type: str, pr
     """The "run" frame, its payload given as JSON text (jsonb as PostgreSQL prints it, or
     json_text of an on-demand payload): spliced in as it is, never parsed and encoded again
     on its way through the supervisor."""
+    if len(payload_json) > 2 * MAX_DEPTH and json_depth(payload_json) > MAX_DEPTH:
+        raise ProtocolError(f"payload nests deeper than {MAX_DEPTH} levels")
     head = _dumps({"t": "run", "incarnation": incarnation, "slot": slot,
                    "job": {"id": job_id, "type": job_type, "priority": priority,
                            "attempt": attempt, "on_demand": on_demand}})
     return _frame(f'{head[:-2]},"payload":{payload_json}}}}}'.encode())
+
+
+def json_depth(text: str) -> int:
+    """How deep arrays and objects nest in JSON `text`: exact past MAX_DEPTH; below it, an
+    upper bound (the number of brackets, counted in two quick scans)."""
+    if text.count("[") + text.count("{") <= MAX_DEPTH:
+        return min(MAX_DEPTH, text.count("[") + text.count("{"))  # an upper bound is enough
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch == "[" or ch == "{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch == "]" or ch == "}":
+            depth -= 1
+    return deepest
 
 
 def _frame(body: bytes) -> bytes:

@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fairsched.protocol import (
+    MAX_DEPTH,
     MAX_FRAME,
     MESSAGE_TYPES,
     PROTOCOL_VERSION,
@@ -18,6 +19,7 @@ from fairsched.protocol import (
     ProtocolError,
     encode,
     encode_run,
+    json_depth,
     json_text,
     validate,
 )
@@ -105,6 +107,39 @@ def test_a_run_frame_carries_its_payload_text_as_it_is(payload_json):
 def test_a_run_frame_too_large_is_refused():
     with pytest.raises(ProtocolError, match="exceeds the 1048576-byte limit"):
         encode_run("i", 0, 1, "pdf", 0, 1, False, json_text("x" * MAX_FRAME))
+
+
+def test_a_run_frame_of_a_payload_too_deep_for_a_worker_is_refused():
+    at_limit = "[" * MAX_DEPTH + "]" * MAX_DEPTH
+    (msg,) = FrameDecoder().feed(encode_run("i", 0, 1, "pdf", 0, 1, False, at_limit))
+    assert msg["job"]["payload"] == json.loads(at_limit)
+    with pytest.raises(ProtocolError, match=f"payload nests deeper than {MAX_DEPTH} levels"):
+        encode_run("i", 0, 1, "pdf", 0, 1, False, "[" + at_limit + "]")
+
+
+def _depth(value) -> int:
+    if isinstance(value, list):
+        return 1 + max(map(_depth, value), default=0)
+    if isinstance(value, dict):
+        return 1 + max(map(_depth, value.values()), default=0)
+    return 0
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(alphabet='[]{}"\\ab', max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+        st.text(alphabet='[]{}"\\ab', max_size=4), inner, max_size=3),
+    max_leaves=30)
+
+
+@given(json_values, st.integers(0, 3))
+def test_json_depth_is_exact_past_the_limit_and_a_bound_below(value, wrap):
+    # Wrapped to a depth past MAX_DEPTH, the count is exact; brackets in strings never count.
+    deep = value
+    for _ in range(MAX_DEPTH + wrap):
+        deep = [deep]
+    assert json_depth(json.dumps(deep)) == _depth(deep)
+    assert json_depth(json.dumps(value)) >= _depth(value)
 
 
 def test_encode_refuses_oversize_and_unserialisable_messages():

@@ -393,20 +393,33 @@ def test_a_supervisor_without_its_database_exits_1_and_leaves_no_worker_behind()
         sup.close()
 
 
-def test_a_payload_too_large_for_any_frame_fails_its_job_and_nothing_else(supervisors, db,
-                                                                           tmp_path):
-    """Enqueue refuses such a payload; one written by hand fails for good when claimed."""
+def test_a_payload_no_worker_could_read_fails_its_job_and_nothing_else(supervisors, db,
+                                                                        tmp_path):
+    """Enqueue refuses payloads too large for a frame or nested too deeply for a worker's
+    decoder; one written by hand fails for good when claimed, and its worker lives on."""
     log = tmp_path / "runs.log"
     sup = supervisors(RECORD.format(processes=1, slots=1)).start()
+    pid = sup.slots("rec")[0]["pid"]
     with psycopg.connect(db, autocommit=True) as conn:
         (big,) = conn.execute(
             "INSERT INTO fairsched_jobs (type, payload) VALUES ('rec', jsonb_build_object("
             "'log', %s::text, 'pad', repeat('x', 1100000))) RETURNING id", (str(log),)).fetchone()
+        (deep,) = conn.execute(
+            "INSERT INTO fairsched_jobs (type, payload) VALUES ('rec', jsonb_build_object("
+            "'log', %s::text, 'deep', %s::jsonb)) RETURNING id",
+            (str(log), "[" * 3000 + "]" * 3000)).fetchone()
     (small,) = enqueue(db, [{"type": "rec", "payload": {"log": str(log)}}])
-    wait_all_finished(db, 2, sups=[sup])
+    wait_all_finished(db, 3, sups=[sup])
     rows = {r[0]: r for r in job_rows(db)}
     assert rows[big][1] == "failed" and rows[big][2] == 1
     assert rows[big][5].startswith("the payload cannot be sent to a worker: frame of ")
+    assert rows[deep][1] == "failed" and rows[deep][2] == 1
+    assert rows[deep][5] == ("the payload cannot be sent to a worker: "
+                             "payload nests deeper than 500 levels")
     assert rows[small][1] == "succeeded"
     assert recorded(tmp_path / "runs.log") == {small: 1}
     assert sup.proc.poll() is None
+    assert sup.slots("rec")[0]["pid"] == pid
+    listing = sup.cli("jobs", "--json")  # the listing shows such a row too
+    assert listing.returncode == 0, listing.stderr
+    assert {j["id"] for j in json.loads(listing.stdout)} == {big, deep, small}

@@ -15,14 +15,17 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from fairsched.protocol import MAX_PAYLOAD
+from fairsched.protocol import MAX_DEPTH, MAX_PAYLOAD, json_depth
 from fairsched.store.database import Database, open_database
 from fairsched.store.errors import JobNotFound, JobStateError
 from fairsched.store.schema import MAX_PRIORITY, STATUSES
 
+# payload and result come as text, decoded by _job: a value nested too deeply to decode (one
+# written by hand) must not make every listing that includes it fail.
 JOB_COLUMNS = (
-    "id, type, priority, payload, status, attempts, max_attempts, created_at, run_after,"
-    " started_at, finished_at, last_error, result, claimed_by, idempotency_key, cancel_requested"
+    "id, type, priority, payload::text AS payload, status, attempts, max_attempts, created_at,"
+    " run_after, started_at, finished_at, last_error, result::text AS result, claimed_by,"
+    " idempotency_key, cancel_requested"
 )
 JOB_FIELDS = frozenset({"type", "payload", "priority", "max_attempts", "delay", "key"})
 INT4_MAX = 2**31 - 1
@@ -163,13 +166,15 @@ class Queue:
         sql += " ORDER BY id DESC LIMIT %s"
         params.append(limit)
         with self.conn.cursor(row_factory=dict_row) as cur:
-            return cur.execute(sql, params).fetchall()
+            return [_job(row) for row in cur.execute(sql, params)]
 
     def get_job(self, id: int) -> dict | None:
+        """One job by id (payload and result decoded; one too deep to decode stays JSON text)."""
         _check_id(id)
         with self.conn.cursor(row_factory=dict_row) as cur:
-            return cur.execute(
+            row = cur.execute(
                 f"SELECT {JOB_COLUMNS} FROM fairsched_jobs WHERE id = %s", (id,)).fetchone()
+        return _job(row) if row is not None else None
 
     # -- manage -------------------------------------------------------------------------------
 
@@ -260,6 +265,8 @@ def job_row(job: Mapping[str, Any], index: int = 0) -> tuple:
     if payload is not None and len(payload) > MAX_PAYLOAD:
         raise ValueError(f"payload is {len(payload)} bytes of JSON; at most {MAX_PAYLOAD} fit in"
                          " the frame that takes a job to its worker (pass a path or a URL instead)")
+    if payload is not None and json_depth(payload) > MAX_DEPTH:
+        raise ValueError(f"payload nests deeper than {MAX_DEPTH} levels")
     return (type_, priority, payload, max_attempts, float(delay), key)
 
 
@@ -293,6 +300,16 @@ def storable_text(text: str) -> str:
     except UnicodeEncodeError:
         text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     return text
+
+
+def _job(row: dict) -> dict:
+    for column in ("payload", "result"):
+        if row[column] is not None:
+            try:
+                row[column] = json.loads(row[column])
+            except RecursionError:
+                pass  # shown as the JSON text it is
+    return row
 
 
 def _check_id(id: Any) -> None:
