@@ -244,6 +244,29 @@ slots = 4
     assert "Traceback" not in sup.output()
 
 
+def test_a_timeout_costs_the_jobs_beside_it_no_attempt(supervisors, db):
+    # Two slots in one worker: the hung job's timeout stops the worker, and the job beside it
+    # (cooperative, it stops early) goes back to the queue and succeeds on the next worker.
+    sup = supervisors("""
+[[worker]]
+name = "slow"
+types = ["slow"]
+handler = "sup_handlers:slow"
+slots = 2
+timeout = 2
+max_attempts = 1
+""").start()
+    (hung,) = enqueue(db, [{"type": "slow", "payload": {"seconds": 30, "ignore_cancel": True}}])
+    sup.wait_for(lambda ps: any(s["job_id"] == hung for s in ps["slots"]), what="hung job")
+    time.sleep(0.8)
+    (beside,) = enqueue(db, [{"type": "slow", "payload": {"seconds": 1.5}}])
+    wait_all_finished(db, 2, timeout=30, sups=[sup])
+    rows = {r[0]: r for r in job_rows(db)}
+    assert rows[hung][1] == "failed" and rows[hung][5] == "timed out after 2 s"
+    assert rows[beside][1:3] == ("succeeded", 1), sup.output()[-3000:]
+    assert f"job {beside} returned to the queue (restart)" in sup.output()
+
+
 def test_delayed_job_starts_on_time_and_cancel_reaches_a_running_job(supervisors, db, tmp_path):
     log = tmp_path / "runs.log"
     sup = supervisors("""

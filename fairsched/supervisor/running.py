@@ -74,6 +74,9 @@ class JobHandling:
         rj.proc.timed_out = True
         log.warning("job %s on worker %s %s; stopping the worker", rj.job_id, rj.proc.name,
                     rj.failure)
+        for other in self.running.values():
+            if other.proc is rj.proc and other is not rj and other.cancel_reason is None:
+                other.cancel_reason = "restart"  # not theirs to pay for: run again, attempt unspent
         self.kill_worker(rj.proc, signal.SIGTERM, grace=STOP_GRACE)
 
     def cancel_job(self, rj: RunningJob, reason: str) -> None:
