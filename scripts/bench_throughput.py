@@ -46,8 +46,8 @@ from psycopg.conninfo import make_conninfo
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-CONTENDERS = ("fairsched", "procrastinate", "pgqueuer", "floor")
-PEERS = ("procrastinate", "pgqueuer")
+CONTENDERS = ("fairsched", "procrastinate", "pgqueuer", "pgqueuer-default", "floor")
+PEERS = ("procrastinate", "pgqueuer", "pgqueuer-default")
 ENQUEUE_BATCH = 1000
 POLL_INTERVAL = 0.02
 STALL_TIMEOUT = 30.0  # seconds without a single completion: the contender is stuck
@@ -63,9 +63,11 @@ STOP_TIMEOUT = 30.0
 # 21,400; 500: 24,000; 1,000: 23,100; 2,000: 22,300). fairsched ran
 # best with 512 to 1,000 slots per process (128 drained about 10% slower, 32 far slower): a
 # no-op job is done long before the claim of the next one comes back, so it takes many jobs in
-# flight to keep busy, and a larger claim costs less per job.
+# flight to keep busy, and a larger claim costs less per job. pgqueuer-default is pgqueuer as
+# shipped (batch 10, its QueueManager.run default) beside it; "vs best peer" takes the best.
 PROCRASTINATE_CONCURRENCY = 2
 PGQUEUER_BATCH = 500
+PGQUEUER_DEFAULT_BATCH = 10  # QueueManager.run's default: pgqueuer as most users run it
 FAIRSCHED_SLOTS = 512
 FLOOR_BATCH = 32
 
@@ -243,6 +245,16 @@ class Pgqueuer(Contender):
         return spawn_consumers(self.name, url, opts, PGQUEUER_BATCH)
 
 
+class PgqueuerDefault(Pgqueuer):
+    name = "pgqueuer-default"
+
+    def setup(self, opts):
+        return f"{opts.processes} proc x batch {PGQUEUER_DEFAULT_BATCH} (default)"
+
+    def start(self, url, opts):
+        return spawn_consumers(self.name, url, opts, PGQUEUER_DEFAULT_BATCH)
+
+
 class Floor(Contender):
     name = "floor"
     tables = ("fairsched_jobs",)
@@ -324,7 +336,7 @@ def consume_floor(url: str, batch: int) -> None:
 
 
 CONSUMERS = {"procrastinate": consume_procrastinate, "pgqueuer": consume_pgqueuer,
-             "floor": consume_floor}
+             "pgqueuer-default": consume_pgqueuer, "floor": consume_floor}
 
 
 def spawn_consumers(name: str, url: str, opts: Options, setting: int) -> list[subprocess.Popen]:
@@ -498,7 +510,7 @@ def print_table(runs: dict[str, list[Result]]) -> None:
     best_peer = max(peers) if peers else None
     floor = best["floor"].rate if "floor" in best else None
     rounds = max(len(results) for results in runs.values())
-    print(f"{'contender':14s} {'setup':26s} {'jobs':>7s} {'seconds':>8s} {'jobs/s':>8s}"
+    print(f"{'contender':16s} {'setup':30s} {'jobs':>7s} {'seconds':>8s} {'jobs/s':>8s}"
           f" {'vs best peer':>12s} {'vs floor':>9s} {'first s':>8s} {'drain/s':>8s} {'wall s':>7s}"
           f" {'busy %':>7s} {'cpu us/job':>11s}"
           + ("   jobs/s of each round" if rounds > 1 else ""))
@@ -510,7 +522,7 @@ def print_table(runs: dict[str, list[Result]]) -> None:
         per_job = f"{r.cpu_seconds / r.jobs * 1e6:.0f}" if r.cpu_seconds is not None else "-"
         drained = r.seconds - r.first
         drain = f"{(r.jobs - 1) / drained:.0f}" if drained > 0 else "-"
-        print(f"{r.name:14s} {r.setup:26s} {r.jobs:7d} {r.seconds:8.2f} {r.rate:8.0f}"
+        print(f"{r.name:16s} {r.setup:30s} {r.jobs:7d} {r.seconds:8.2f} {r.rate:8.0f}"
               f" {vs_peer:>12s} {vs_floor:>9s} {r.first:8.2f} {drain:>8s} {r.wall:7.2f}"
               f" {busy:>7s} {per_job:>11s}{each}")
 
@@ -550,7 +562,7 @@ def main() -> int:
     # Stopped from outside, still stop the consumers and the server on the way out.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
 
-    contenders = [c for c in (Fairsched(), Procrastinate(), Pgqueuer(), Floor())
+    contenders = [c for c in (Fairsched(), Procrastinate(), Pgqueuer(), PgqueuerDefault(), Floor())
                   if not args.only or c.name in args.only]
     t_start = time.monotonic()
     folder = Path(tempfile.mkdtemp(prefix="fsbt-", dir="/tmp"))
@@ -572,7 +584,8 @@ def main() -> int:
             for _ in range(args.rounds):
                 for contender in list(contenders):
                     try:
-                        with fresh_database(server, f"bench_{contender.name}") as url:
+                        database = "bench_" + contender.name.replace("-", "_")
+                        with fresh_database(server, database) as url:
                             result = measure(contender, url, opts)
                     except Exception as exc:  # one contender's failure must not stop the others
                         detail = one_line(exc)
