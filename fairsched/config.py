@@ -155,6 +155,23 @@ def _kind(value: Any) -> str:
     return type(value).__name__
 
 
+def control_socket_of(path: str | os.PathLike) -> Path:
+    """Where the supervisor started from the config at `path` listens. A file broken since then
+    (a typo in a new worker) still tells its state_dir, so `ps` and `stop` go on working."""
+    try:
+        return load_config(path).control_socket
+    except ConfigError as exc:
+        error = exc
+    try:
+        raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        state_dir = raw.get("supervisor", {}).get("state_dir", ".fairsched")
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, AttributeError):
+        raise error from None
+    if not isinstance(state_dir, str) or not state_dir:
+        raise error
+    return Path(path).resolve().parent / state_dir / "control" / "sock"
+
+
 def load_config(path: str | os.PathLike) -> Config:
     path = Path(path)
     file = str(path)

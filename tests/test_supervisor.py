@@ -478,3 +478,15 @@ start_timeout = 1
              if "--template" in (p.info["cmdline"] or []) and str(sup.dir) in p.info["cmdline"]
              and group(p) == "stuck"]
     assert not stuck
+
+
+def test_ps_and_stop_still_reach_a_supervisor_whose_config_broke_since(supervisors):
+    sup = supervisors(ECHO).start()
+    sup.config.write_text(sup.config.read_text() + "\n[[worker]]\nname = \"typo\"\n")
+    assert sup.cli("jobs").returncode == 2  # commands that need the workers still refuse it
+    ps = sup.cli("ps", "--json")
+    assert ps.returncode == 0, ps.stderr
+    assert [s["state"] for s in json.loads(ps.stdout)["slots"]] == ["free"]
+    stopped = sup.cli("stop")
+    assert stopped.returncode == 0, stopped.stderr
+    assert sup.wait_exit(10) == 0

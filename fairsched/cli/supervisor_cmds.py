@@ -11,7 +11,7 @@ import click
 
 from fairsched.cli import main
 from fairsched.cli.common import config_option, fail, parse_seconds, reports_errors
-from fairsched.config import load_config, resolve_config_path
+from fairsched.config import control_socket_of, load_config, resolve_config_path
 from fairsched.control_client import ControlClient
 
 socket_option = click.option(
@@ -22,7 +22,7 @@ def control_client(config_path: str | None, socket_path: str | None,
                    timeout: float | None = 30.0) -> ControlClient:
     if socket_path:
         return ControlClient(Path(socket_path), timeout)
-    return ControlClient(load_config(resolve_config_path(config_path)).control_socket, timeout)
+    return ControlClient(control_socket_of(resolve_config_path(config_path)), timeout)
 
 
 @main.command()
