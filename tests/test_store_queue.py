@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
 import psycopg
@@ -101,7 +102,10 @@ def test_keys_inside_one_batch_and_against_the_table(queue):
     ({"payload": float("inf")}, "payload is not JSON-serialisable"),
     ({"payload": "nul\x00"}, "payload contains a NUL character"),
     ({"payload": "x" * (1 << 19)}, "payload is 524290 bytes of JSON; at most 524288 fit"),
-    ({"key": ""}, "key must be a non-empty string"),
+    ({"key": ""}, "key must be non-empty text"),
+    ({"key": "\udcff"}, "key must be non-empty text (UTF-8, no NUL), got '\\udcff'"),
+    ({"payload": "\ud800"}, "payload contains a lone surrogate"),
+    ({"payload": json.loads("[" * 501 + "]" * 501)}, "payload nests deeper than 500 levels"),
 ])
 def test_bad_arguments_are_one_line_value_errors_and_write_nothing(queue, kwargs, message):
     with pytest.raises(ValueError) as err:
@@ -114,7 +118,7 @@ def test_bad_arguments_are_one_line_value_errors_and_write_nothing(queue, kwargs
 def test_one_bad_job_rejects_the_whole_batch(queue):
     with pytest.raises(ValueError, match="unknown field 'prio'"):
         queue.enqueue_many([{"type": "a"}, {"type": "b", "prio": 3}])
-    with pytest.raises(ValueError, match="job type must be a non-empty string"):
+    with pytest.raises(ValueError, match="job type must be non-empty text"):
         queue.enqueue_many([{"type": "a"}, {"type": ""}])
     with pytest.raises(ValueError, match="'type' is required"):
         queue.enqueue_many([{"payload": 1}])

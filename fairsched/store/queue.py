@@ -149,8 +149,8 @@ class Queue:
         """The newest jobs first, optionally of one status and one type."""
         if status is not None and status not in STATUSES:
             raise ValueError(f"status must be one of {', '.join(STATUSES)}, got {status!r}")
-        if type is not None and (not isinstance(type, str) or not type):
-            raise ValueError(f"type must be a non-empty string, got {type!r}")
+        if type is not None and not _is_text(type):
+            raise ValueError(f"type must be non-empty text (UTF-8, no NUL), got {type!r}")
         if not _is_int(limit) or limit < 1:
             raise ValueError(f"limit must be an integer >= 1, got {limit!r}")
         where, params = [], []
@@ -244,8 +244,8 @@ def job_row(job: Mapping[str, Any], index: int = 0) -> tuple:
     if "type" not in job:
         raise ValueError(f"job {index}: 'type' is required")
     type_ = job["type"]
-    if not isinstance(type_, str) or not type_ or "\x00" in type_:
-        raise ValueError(f"job type must be a non-empty string, got {type_!r}")
+    if not _is_text(type_):
+        raise ValueError(f"job type must be non-empty text (UTF-8, no NUL), got {type_!r}")
     priority = job.get("priority", 0)
     if not _is_int(priority) or not 0 <= priority <= MAX_PRIORITY:
         raise ValueError(f"priority must be an integer from 0 to {MAX_PRIORITY}, got {priority!r}")
@@ -259,8 +259,8 @@ def job_row(job: Mapping[str, Any], index: int = 0) -> tuple:
         raise ValueError(f"delay must be a number of seconds from 0 to {MAX_DELAY:.0f},"
                          f" got {delay!r}")
     key = job.get("key")
-    if key is not None and (not isinstance(key, str) or not key or "\x00" in key):
-        raise ValueError(f"key must be a non-empty string, got {key!r}")
+    if key is not None and not _is_text(key):
+        raise ValueError(f"key must be non-empty text (UTF-8, no NUL), got {key!r}")
     payload = encode_json(job.get("payload"), "payload")
     if payload is not None and len(payload) > MAX_PAYLOAD:
         raise ValueError(f"payload is {len(payload)} bytes of JSON; at most {MAX_PAYLOAD} fit in"
@@ -315,6 +315,17 @@ def _job(row: dict) -> dict:
 def _check_id(id: Any) -> None:
     if not _is_int(id) or id < 1:
         raise ValueError(f"job id must be a positive integer, got {id!r}")
+
+
+def _is_text(value: Any) -> bool:
+    """A non-empty string a PostgreSQL text column takes as it is (no NUL, valid UTF-8)."""
+    if not isinstance(value, str) or not value or "\x00" in value:
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate, e.g. from an argument that was not UTF-8
+        return False
+    return True
 
 
 def _is_int(value: Any) -> bool:
