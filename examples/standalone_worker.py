@@ -8,7 +8,7 @@ permanently. One slot, jobs run one after another. Use it as a `command` worker:
     [[worker]]
     name = "echo"
     types = ["echo"]
-    command = ["python3", "examples/standalone_worker.py"]
+    command = ["python3", "standalone_worker.py"]   # runs in the folder of workers.toml
 """
 
 import json
