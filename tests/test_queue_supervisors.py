@@ -267,6 +267,23 @@ max_attempts = 1
     assert f"job {beside} returned to the queue (restart)" in sup.output()
 
 
+def test_a_cancel_too_late_to_stop_a_job_leaves_it_succeeded(supervisors, db):
+    sup = supervisors("""
+[[worker]]
+name = "slow"
+types = ["slow"]
+handler = "sup_handlers:slow"
+""").start()
+    (job,) = enqueue(db, [{"type": "slow", "payload": {"seconds": 1, "ignore_cancel": True}}])
+    sup.wait_for(lambda ps: ps["slots"][0]["job_id"] == job, what="the job running")
+    assert sup.cli("cancel", str(job)).returncode == 0
+    wait_all_finished(db, 1, timeout=30, sups=[sup])
+    with psycopg.connect(db) as conn:
+        status, result = conn.execute("SELECT status, result FROM fairsched_jobs WHERE id = %s",
+                                      (job,)).fetchone()
+    assert status == "succeeded" and result["slept"] == 1  # the work was done: not thrown away
+
+
 def test_delayed_job_starts_on_time_and_cancel_reaches_a_running_job(supervisors, db, tmp_path):
     log = tmp_path / "runs.log"
     sup = supervisors("""

@@ -347,6 +347,24 @@ def test_garbage_on_control_socket_closes_only_that_connection(supervisors):
     assert "Traceback" not in sup.output()
 
 
+def test_an_on_demand_job_that_finishes_through_a_restart_keeps_its_result(supervisors):
+    sup = supervisors("""
+[[worker]]
+name = "pdf"
+types = ["pdf"]
+handler = "sup_handlers:slow"
+""").start()
+    pid = sup.slots("pdf")[0]["pid"]
+    caller = sup.spawn_cli("submit", "pdf", "--on-demand", "--payload",
+                           '{"seconds": 1, "ignore_cancel": true}')
+    sup.wait_for(lambda ps: ps["slots"][0]["state"] == "busy", what="the job running")
+    assert sup.cli("restart", "pdf").returncode == 0  # the worker finishes the job, then exits
+    out, err = caller.communicate(timeout=30)
+    assert caller.returncode == 0, err
+    assert json.loads(out)["pid"] == pid  # the first run's result, not a second run's
+    assert sup.output().count("started: type pdf") == 1
+
+
 def test_restart_a_running_worker_by_name(supervisors):
     sup = supervisors(ECHO.replace('name = "pdf"', 'name = "pdf"\nprocesses = 2')).start()
     before = {s["worker"]: s["pid"] for s in sup.slots()}

@@ -108,17 +108,18 @@ class JobHandling:
         self.schedule()
 
     def _finish_queued(self, rj, outcome, result, error, permanent, duration) -> None:
-        if rj.cancel_reason == "user":
-            self._record(rj, "cancelled", duration)
-            self.queue.cancel_finish(rj.job_id, rj.attempt)
-            log.info("job %s cancelled: %s, %.3f s", rj.job_id, where(rj), duration,
-                     extra=job_fields(rj, "cancelled", duration))
-        elif outcome == "succeeded":
+        # A job that did its work succeeded, whatever cancel came too late to stop it.
+        if outcome == "succeeded":
             self._record(rj, "succeeded", duration)
             self.queue.complete(rj.job_id, rj.attempt, result)
             if log.isEnabledFor(logging.INFO):
                 log.info("job %s succeeded: %s, %.3f s", rj.job_id, where(rj), duration,
                          extra=job_fields(rj, "succeeded", duration))
+        elif rj.cancel_reason == "user":
+            self._record(rj, "cancelled", duration)
+            self.queue.cancel_finish(rj.job_id, rj.attempt)
+            log.info("job %s cancelled: %s, %.3f s", rj.job_id, where(rj), duration,
+                     extra=job_fields(rj, "cancelled", duration))
         elif outcome == "refused" or rj.cancel_reason in ("shutdown", "restart", "lease"):
             self._record(rj, "returned", duration)
             self.queue.release(rj.job_id, rj.attempt)
@@ -141,7 +142,7 @@ class JobHandling:
 
     def _finish_on_demand(self, rj, outcome, result, error, permanent, duration) -> None:
         req = rj.request
-        if outcome == "succeeded" and rj.cancel_reason is None:
+        if outcome == "succeeded" and rj.cancel_reason in (None, "restart") and not req.cancelled:
             self._record(rj, "succeeded", duration)
             if log.isEnabledFor(logging.INFO):
                 log.info("job %s succeeded: %s, %.3f s", rj.job_id, where(rj), duration,
