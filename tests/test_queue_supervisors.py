@@ -391,6 +391,40 @@ def test_a_supervisor_cut_off_from_postgres_gives_its_jobs_back_before_its_lease
         proxy.close()
 
 
+def test_after_an_outage_longer_than_the_lease_no_supervisor_takes_the_others_for_dead(
+        db, tmp_path):
+    # Both supervisors lose PostgreSQL for longer than their lease, while their jobs finish.
+    # The first one back must not hand the other's jobs back to the queue before that one has
+    # had the time to return and record them: they would run a second time.
+    from tests.pg_proxy import PgProxy
+
+    log = tmp_path / "runs.log"
+    settings = "lease = 6\nheartbeat_interval = 1\n"
+    proxy = PgProxy(db)
+    sups = [Supervisor(proxy.url_through, RECORD.format(processes=1, slots=4),
+                       supervisor=settings) for _ in range(2)]
+    try:
+        for sup in sups:
+            sup.start()
+        enqueue(db, [{"type": "rec", "payload": {"log": str(log), "seconds": 1.5}}
+                     for _ in range(8)])
+        for sup in sups:
+            sup.wait_for(lambda ps: all(s["state"] == "busy" for s in ps["slots"]),
+                         what="every slot busy")
+        proxy.cut()  # the jobs finish while both are cut off: their outcomes wait
+        time.sleep(8)
+        proxy.heal()
+        wait_all_finished(db, 8, timeout=60, sups=sups)
+        counts = recorded(log)
+        assert len(counts) == 8 and max(counts.values()) == 1, (
+            counts, sups[0].output()[-2000:], sups[1].output()[-2000:])
+        assert {r[1] for r in job_rows(db)} == {"succeeded"}
+    finally:
+        for sup in sups:
+            sup.close()
+        proxy.close()
+
+
 def test_a_claim_whose_answer_was_lost_goes_back_to_the_queue(supervisors, db, tmp_path):
     """A claim that committed after its connection was given up leaves a row running under a
     live supervisor that none of its workers runs, which no rescue would ever touch: its next

@@ -125,6 +125,25 @@ async def test_a_stale_attempt_cannot_complete(db):
 
 
 @run_async
+async def test_a_late_write_for_a_handed_back_claim_misses_the_next_claim(db):
+    # Handed back, a job keeps its attempt count: the next claim has the same attempts, but
+    # not the same claim number, and a write meant for the first claim (sent again after a
+    # lost answer, say) leaves the second alone.
+    (job_id,) = enqueue(db, {"type": "pdf"})
+    async with stores(db) as (a,):
+        (first,) = await a.claim([job_id], {"pdf": 3})
+        assert await a.release([(job_id, first.claim)]) == [job_id]
+        (second,) = await a.claim([job_id], {"pdf": 3})
+        assert (second.attempts, second.claim) == (first.attempts, first.claim + 1)
+        assert await a.release([(job_id, first.claim)]) == []
+        assert await a.complete([(job_id, first.claim, "stale")]) == []
+        assert await a.fail(job_id, first.claim, "stale", permanent=True, retry_delay=0) is None
+        assert job(db, job_id)["status"] == "running"
+        assert await a.complete([(job_id, second.claim, "done")]) == [job_id]
+    assert (job(db, job_id)["status"], job(db, job_id)["attempts"]) == ("succeeded", 1)
+
+
+@run_async
 async def test_complete_writes_a_batch_in_one_call(db):
     ids = enqueue(db, *[{"type": "pdf"}] * 5)
     async with stores(db) as (store,):
@@ -235,8 +254,8 @@ def test_claims_and_outcomes_find_their_rows_by_primary_key(db, plan_mode, batch
         conn.execute("ANALYZE fairsched_jobs")
         me = conn.execute("INSERT INTO fairsched_supervisors (host, pid, lease)"
                           " VALUES ('here', 1, 15) RETURNING id").fetchone()[0]
-        conn.execute("UPDATE fairsched_jobs SET status = 'running', claimed_by = %s, attempts = 1"
-                     " WHERE id <= 5000", (me,))
+        conn.execute("UPDATE fairsched_jobs SET status = 'running', claimed_by = %s, attempts = 1,"
+                     " claims = 1 WHERE id <= 5000", (me,))
         conn.execute(f"SET plan_cache_mode = {plan_mode}")
         running, pending = list(range(1, batch + 1)), list(range(9000, 9000 + batch))
         statements = {
@@ -244,10 +263,10 @@ def test_claims_and_outcomes_find_their_rows_by_primary_key(db, plan_mode, batch
             "complete": (COMPLETE_SQL, {"me": me, "ids": running,
                                         "done": _keyed_by_id((i, "[1,null]") for i in running)}),
             "release": (RELEASE_SQL, {"me": me, "ids": running,
-                                      "attempts": _keyed_by_id((i, "1") for i in running)}),
-            "fail": (FAIL_SQL, {"me": me, "id": running[-1], "attempt": 1, "error": "boom",
+                                      "claims": _keyed_by_id((i, "1") for i in running)}),
+            "fail": (FAIL_SQL, {"me": me, "id": running[-1], "claim": 1, "error": "boom",
                                 "permanent": False, "delay": 1.0}),
-            "cancel": (CANCEL_FINISH_SQL, {"me": me, "id": running[-1], "attempt": 1}),
+            "cancel": (CANCEL_FINISH_SQL, {"me": me, "id": running[-1], "claim": 1}),
         }
         for name, (statement, params) in statements.items():
             with conn.transaction(force_rollback=True):

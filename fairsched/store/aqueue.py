@@ -1,8 +1,9 @@
 """The supervisor's asynchronous side of the job table: fetch, claim, finish, heartbeat, rescue.
 
 Claims are optimistic (one UPDATE ... WHERE status = 'pending' per batch) and every later write
-is fenced on (claimed_by, attempts): a supervisor that lost a job, to a rescue after its lease
-expired or to a retry, can no longer change it. Errors from a lost connection surface as
+is fenced on (claimed_by, claims), `claims` counting every claim of the job: a supervisor that
+lost a job, to a rescue after its lease expired, to a retry or to a hand-back and a new claim,
+can no longer change it. Errors from a lost connection surface as
 psycopg.OperationalError; the caller reconnects.
 """
 
@@ -61,7 +62,7 @@ SELECT c.id, c.type, c.priority, extract(epoch FROM c.run_after)::float8
 # Outcomes join nothing. Those same statistics say no row has claimed_by set, so the planner
 # believes `claimed_by = me` leaves one row and puts the table on the outer side of a nested
 # loop over the batch: rows x batch comparisons, over a second for 512 outcomes. Instead the
-# rows come from `id = ANY(ids)` through the primary key, and each one's attempt (and result)
+# rows come from `id = ANY(ids)` through the primary key, and each one's claim (and result)
 # is looked up in a jsonb object keyed by job id: linear in the batch whatever the estimates.
 # The claim names its ids on the table's side of its join too, or a large batch is hashed
 # against a scan of the whole table.
@@ -72,7 +73,7 @@ def _fence(status: str) -> str:
 # SKIP LOCKED: a row another supervisor is claiming right now is a lost claim, not a wait.
 CLAIM_SQL = f"""
 UPDATE fairsched_jobs AS j
-   SET status = 'running', attempts = j.attempts + 1, claimed_by = %(me)s,
+   SET status = 'running', attempts = j.attempts + 1, claims = j.claims + 1, claimed_by = %(me)s,
        started_at = now(), finished_at = NULL, cancel_requested = false,
        max_attempts = coalesce(j.max_attempts, (%(defaults)s::jsonb ->> j.type)::integer,
                                %(fallback)s)
@@ -82,7 +83,7 @@ UPDATE fairsched_jobs AS j
          ORDER BY p.id FOR UPDATE OF p SKIP LOCKED) AS won
  WHERE j.id = won.id AND j.id = ANY(%(ids)s::bigint[])
 RETURNING j.id, j.type, j.priority, extract(epoch FROM j.run_after)::float8,
-          j.payload::text, j.attempts, j.max_attempts
+          j.payload::text, j.attempts, j.max_attempts, j.claims
 """
 
 COMPLETE_SQL = f"""
@@ -91,7 +92,7 @@ UPDATE fairsched_jobs AS j
        finished_at = now(), cancel_requested = false
   FROM {_fence("running")}
  WHERE j.id = ANY(%(ids)s::bigint[]) AND j.status = fence.status AND j.claimed_by = %(me)s
-   AND j.attempts = (%(done)s::jsonb -> j.id::text ->> 0)::integer
+   AND j.claims = (%(done)s::jsonb -> j.id::text ->> 0)::integer
 RETURNING j.id
 """
 
@@ -115,7 +116,7 @@ WITH failed AS (
         cancel_requested = false
       FROM {_fence("running")}
      WHERE j.id = %(id)s AND j.status = fence.status
-       AND j.claimed_by = %(me)s AND j.attempts = %(attempt)s
+       AND j.claimed_by = %(me)s AND j.claims = %(claim)s
     RETURNING j.type, j.status)
 SELECT status, CASE WHEN status = 'pending' THEN pg_notify('fairsched_jobs', type) END
   FROM failed
@@ -126,7 +127,7 @@ UPDATE fairsched_jobs AS j
    SET status = 'cancelled', finished_at = now(), cancel_requested = false
   FROM {_fence("running")}
  WHERE j.id = %(id)s AND j.status = fence.status
-   AND j.claimed_by = %(me)s AND j.attempts = %(attempt)s
+   AND j.claimed_by = %(me)s AND j.claims = %(claim)s
 RETURNING j.status
 """
 
@@ -141,7 +142,7 @@ WITH released AS (
         cancel_requested = false
       FROM {_fence("running")}
      WHERE j.id = ANY(%(ids)s::bigint[]) AND j.status = fence.status AND j.claimed_by = %(me)s
-       AND j.attempts = (%(attempts)s::jsonb ->> j.id::text)::integer
+       AND j.claims = (%(claims)s::jsonb ->> j.id::text)::integer
     RETURNING j.id, j.type, j.status)
 SELECT id, CASE WHEN status = 'pending' THEN pg_notify('fairsched_jobs', type) END
   FROM released
@@ -225,6 +226,7 @@ class QueuedJob(Candidate):
     payload_json: str | None  # the payload's JSON text as stored; None for SQL NULL
     attempts: int
     max_attempts: int | None
+    claim: int  # this claim's number: what its outcome is fenced on
 
 
 class AsyncStore:
@@ -326,29 +328,30 @@ class AsyncStore:
         return [won[i] for i in dict.fromkeys(ids) if i in won]
 
     async def complete(self, items: Iterable[tuple[int, int, Any]]) -> list[int]:
-        """Mark jobs succeeded, fenced on this claim; return the ids that changed.
+        """Mark jobs succeeded, items (id, claim, result) fenced on that claim (QueuedJob.claim);
+        return the ids that changed.
 
         A result jsonb cannot hold (NaN, a NUL character) fails its job for good instead,
         with the reason in last_error, so one bad result never blocks the batch.
         """
         storable, unstorable = [], []
-        for job_id, attempt, result in items:
+        for job_id, claim, result in items:
             try:
-                storable.append((job_id, attempt, encode_json(result, "result")))
+                storable.append((job_id, claim, encode_json(result, "result")))
             except ValueError as exc:
-                unstorable.append((job_id, attempt, f"the result could not be stored: {exc}"))
-        for job_id, attempt, error in unstorable:
-            await self.fail(job_id, attempt, error, permanent=True, retry_delay=0)
+                unstorable.append((job_id, claim, f"the result could not be stored: {exc}"))
+        for job_id, claim, error in unstorable:
+            await self.fail(job_id, claim, error, permanent=True, retry_delay=0)
         if not storable:
             return []
         cur = await self.conn.execute(COMPLETE_SQL, {
             "me": self.supervisor_id, "ids": [job_id for job_id, _, _ in storable],
-            "done": _keyed_by_id((job_id, f"[{attempt},{result or 'null'}]")
-                                 for job_id, attempt, result in storable),
+            "done": _keyed_by_id((job_id, f"[{claim},{result or 'null'}]")
+                                 for job_id, claim, result in storable),
         })
         return [row[0] for row in await cur.fetchall()]
 
-    async def fail(self, job_id: int, attempt: int, error: str, *, permanent: bool,
+    async def fail(self, job_id: int, claim: int, error: str, *, permanent: bool,
                    retry_delay: float) -> str | None:
         """Record a failed attempt: 'pending' (retried after retry_delay), 'failed' (permanent
         or attempts used up), 'cancelled' (a cancel was requested); None if no longer ours."""
@@ -356,33 +359,34 @@ class AsyncStore:
         if not math.isfinite(delay) or delay < 0:
             raise ValueError(f"retry_delay must be a number of seconds >= 0, got {retry_delay!r}")
         cur = await self.conn.execute(FAIL_SQL, {
-            "me": self.supervisor_id, "id": job_id, "attempt": attempt,
+            "me": self.supervisor_id, "id": job_id, "claim": claim,
             "error": storable_text(str(error)[:MAX_ERROR]), "permanent": bool(permanent),
             "delay": delay})
         row = await cur.fetchone()
         return row[0] if row else None
 
-    async def cancel_finish(self, job_id: int, attempt: int) -> str | None:
+    async def cancel_finish(self, job_id: int, claim: int) -> str | None:
         """End a job cancelled; None if no longer ours."""
         cur = await self.conn.execute(CANCEL_FINISH_SQL, {
-            "me": self.supervisor_id, "id": job_id, "attempt": attempt})
+            "me": self.supervisor_id, "id": job_id, "claim": claim})
         row = await cur.fetchone()
         return row[0] if row else None
 
     async def release(self, items: Iterable[tuple[int, int]]) -> list[int]:
-        """Put unfinished jobs back to pending without spending their attempt (shutdown)."""
+        """Put unfinished jobs, items (id, claim), back to pending without spending their
+        attempt (shutdown, restart, lost lease)."""
         items = list(items)
         if not items:
             return []
         cur = await self.conn.execute(RELEASE_SQL, {
             "me": self.supervisor_id, "ids": [job_id for job_id, _ in items],
-            "attempts": _keyed_by_id((job_id, str(attempt)) for job_id, attempt in items)})
+            "claims": _keyed_by_id((job_id, str(claim)) for job_id, claim in items)})
         return [row[0] for row in await cur.fetchall()]
 
     async def held(self) -> list[tuple[int, int]]:
-        """(id, attempts) of the jobs running under this supervisor's claim, by the table."""
+        """(id, claim) of the jobs running under this supervisor's claim, by the table."""
         cur = await self.conn.execute(
-            "SELECT id, attempts FROM fairsched_jobs WHERE status = 'running' AND claimed_by = %s",
+            "SELECT id, claims FROM fairsched_jobs WHERE status = 'running' AND claimed_by = %s",
             (self.supervisor_id,))
         return await cur.fetchall()
 

@@ -57,7 +57,7 @@ async def bench_one_by_one(url: str, jobs: int) -> float:
         start = time.perf_counter()
         for job in candidates:
             (won,) = await store.claim([job.id], {TYPE: 3})
-            await store.complete([(won.id, won.attempts, None)])
+            await store.complete([(won.id, won.claim, None)])
         return len(candidates) / (time.perf_counter() - start)
     finally:
         await store.close()
@@ -73,7 +73,7 @@ async def bench_batched(url: str, jobs: int, free: int = 16) -> float:
             if not candidates:
                 break
             won = await store.claim([j.id for j in candidates], {TYPE: 3})
-            await store.complete([(j.id, j.attempts, None) for j in won])
+            await store.complete([(j.id, j.claim, None) for j in won])
             done += len(won)
         return done / (time.perf_counter() - start)
     finally:

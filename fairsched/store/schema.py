@@ -90,6 +90,12 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             FOR EACH STATEMENT EXECUTE FUNCTION fairsched_notify_jobs()
         """,
     ]),
+    # Outcomes were fenced on (claimed_by, attempts); a job handed back without spending its
+    # attempt and claimed again had the same pair, and a late write meant for the first claim
+    # could land on the second. Every claim now counts, and outcomes are fenced on the count.
+    (2, "a claim counter to fence outcomes on", [
+        "ALTER TABLE fairsched_jobs ADD COLUMN claims integer NOT NULL DEFAULT 0",
+    ]),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]

@@ -281,7 +281,7 @@ class Supervisor(WorkerLifecycle, WorkerPipes, JobHandling):
                     or self.lease.fenced or not self.pool.is_busy(slot_id)):
                 # The slot's worker died or is stopping while the claim was in flight, or
                 # this supervisor is giving its jobs back.
-                self.queue.release(job.id, job.attempts)
+                self.queue.release(job.id, job.claim)
                 self.pool.release(slot_id)
                 continue
             self.start_job(job, slot_id, attempt=job.attempts)

@@ -46,6 +46,7 @@ class RunningJob:
     slot_id: int
     slot_index: int
     eligible_at: float
+    claim: int = 0  # a queued job's claim number, which its outcome is fenced on
     request: Request | None = None
     started_mono: float = field(default_factory=time.monotonic)
     started_wall: float = field(default_factory=time.time)

@@ -39,7 +39,7 @@ ANSWER_WITHIN = 1 / 3
 @dataclass
 class Failure:
     job_id: int
-    attempt: int
+    claim: int  # the claim the failed attempt ran under (QueuedJob.claim)
     error: str
     permanent: bool
     retry_delay: float
@@ -86,6 +86,7 @@ class QueueLink:
         self._writer_task: asyncio.Task | None = None
         self._listen_task: asyncio.Task | None = None
         self._next_heartbeat = 0.0
+        self._in_touch_since = 0.0  # monotonic time of the claim lane's last (re)connection
         self._next_poll = 0.0
         self.claim_losses = 0
         self.answer_within = self.settings.lease * ANSWER_WITHIN
@@ -109,20 +110,20 @@ class QueueLink:
         self.claims.extend(pairs)
         self.wake()
 
-    def complete(self, job_id: int, attempt: int, result: Any) -> None:
-        self.outbox.completions.append((job_id, attempt, result))
+    def complete(self, job_id: int, claim: int, result: Any) -> None:
+        self.outbox.completions.append((job_id, claim, result))
         self._outbox_wake.set()
 
     def fail(self, failure: Failure) -> None:
         self.outbox.failures.append(failure)
         self._outbox_wake.set()
 
-    def cancel_finish(self, job_id: int, attempt: int) -> None:
-        self.outbox.cancels.append((job_id, attempt))
+    def cancel_finish(self, job_id: int, claim: int) -> None:
+        self.outbox.cancels.append((job_id, claim))
         self._outbox_wake.set()
 
-    def release(self, job_id: int, attempt: int) -> None:
-        self.outbox.releases.append((job_id, attempt))
+    def release(self, job_id: int, claim: int) -> None:
+        self.outbox.releases.append((job_id, claim))
         self._outbox_wake.set()
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -145,6 +146,7 @@ class QueueLink:
         self.store = store
         self.supervisor_id = store.supervisor_id
         self.connected = True
+        self._in_touch_since = time.monotonic()
         if store.lease_lost:
             self._lease_lost()
         self.sup.lease.renewed(sent_at)
@@ -166,7 +168,7 @@ class QueueLink:
         if not held:
             return
         known = set(self.sup.running_queued_ids() + self.outbox.job_ids())
-        ghosts = [(job_id, attempts) for job_id, attempts in held if job_id not in known]
+        ghosts = [(job_id, claim) for job_id, claim in held if job_id not in known]
         if ghosts:
             returned = await self.store.release(ghosts)
             if returned:
@@ -335,14 +337,14 @@ class QueueLink:
             del box.completions[:len(batch)]
         while box.failures:
             f = box.failures[0]
-            status = await store.fail(f.job_id, f.attempt, f.error, permanent=f.permanent,
+            status = await store.fail(f.job_id, f.claim, f.error, permanent=f.permanent,
                                       retry_delay=f.retry_delay)
             box.failures.pop(0)
             if f.done is not None:
                 f.done(status)
         while box.cancels:
-            job_id, attempt = box.cancels[0]
-            await store.cancel_finish(job_id, attempt)
+            job_id, claim = box.cancels[0]
+            await store.cancel_finish(job_id, claim)
             box.cancels.pop(0)
         if box.releases:
             batch = box.releases[:]
@@ -357,10 +359,16 @@ class QueueLink:
             if not await store.heartbeat():
                 self._lease_lost()
             self.sup.lease.renewed(sent_at)
-            rescued = await store.rescue_expired()
-            if rescued:
-                log.warning("returned %d running jobs of dead supervisors to the queue", rescued)
-                self.fetch_wanted = True
+            # Judge others dead only after a whole lease in touch: when the database itself was
+            # out of reach (or frozen) past the lease, every supervisor's heartbeat is old, and
+            # the first back must give the others the time to come back and write what their
+            # jobs did before taking those jobs for dead.
+            if now - self._in_touch_since >= self.settings.lease:
+                rescued = await store.rescue_expired()
+                if rescued:
+                    log.warning("returned %d running jobs of dead supervisors to the queue",
+                                rescued)
+                    self.fetch_wanted = True
             await self._reconcile()
             self._next_heartbeat = now + self.settings.heartbeat_interval
         if now >= self._next_poll:

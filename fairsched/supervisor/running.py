@@ -43,7 +43,7 @@ class JobHandling:
                             payload_json=entry.payload_json or "null", attempt=attempt,
                             max_attempts=entry.max_attempts or proc.spec.max_attempts,
                             proc=proc, slot_id=slot_id, slot_index=index,
-                            eligible_at=entry.eligible_at)
+                            eligible_at=entry.eligible_at, claim=entry.claim)
         self.running[slot_id] = rj
         self.running_by_job[rj.job_id] = rj
         if proc.spec.timeout is not None:
@@ -111,18 +111,18 @@ class JobHandling:
         # A job that did its work succeeded, whatever cancel came too late to stop it.
         if outcome == "succeeded":
             self._record(rj, "succeeded", duration)
-            self.queue.complete(rj.job_id, rj.attempt, result)
+            self.queue.complete(rj.job_id, rj.claim, result)
             if log.isEnabledFor(logging.INFO):
                 log.info("job %s succeeded: %s, %.3f s", rj.job_id, where(rj), duration,
                          extra=job_fields(rj, "succeeded", duration))
         elif rj.cancel_reason == "user":
             self._record(rj, "cancelled", duration)
-            self.queue.cancel_finish(rj.job_id, rj.attempt)
+            self.queue.cancel_finish(rj.job_id, rj.claim)
             log.info("job %s cancelled: %s, %.3f s", rj.job_id, where(rj), duration,
                      extra=job_fields(rj, "cancelled", duration))
         elif outcome == "refused" or rj.cancel_reason in ("shutdown", "restart", "lease"):
             self._record(rj, "returned", duration)
-            self.queue.release(rj.job_id, rj.attempt)
+            self.queue.release(rj.job_id, rj.claim)
             log.info("job %s returned to the queue (%s): %s", rj.job_id,
                      rj.cancel_reason or "refused", where(rj),
                      extra=job_fields(rj, "returned", duration))
@@ -138,7 +138,7 @@ class JobHandling:
                             duration, error, delay,
                             extra=job_fields(rj, "retried", duration, error=error,
                                              retry_in=round(delay, 3)))
-            self.queue.fail(Failure(rj.job_id, rj.attempt, error or outcome, permanent, delay))
+            self.queue.fail(Failure(rj.job_id, rj.claim, error or outcome, permanent, delay))
 
     def _finish_on_demand(self, rj, outcome, result, error, permanent, duration) -> None:
         req = rj.request
