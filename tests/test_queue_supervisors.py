@@ -425,6 +425,32 @@ def test_after_an_outage_longer_than_the_lease_no_supervisor_takes_the_others_fo
         proxy.close()
 
 
+def test_a_frozen_supervisor_says_which_outcomes_it_could_not_record(supervisors, db,
+                                                                      tmp_path):
+    # Frozen past its lease (SIGSTOP: a paused VM, say), a supervisor's job is handed back
+    # and run by another; the first one's late result is refused, and its log says so.
+    settings = "lease = 2\nheartbeat_interval = 0.5\n"
+    log = tmp_path / "runs.log"
+    frozen = supervisors(RECORD.format(processes=1, slots=1), supervisor=settings).start()
+    (job,) = enqueue(db, [{"type": "rec", "payload": {"log": str(log), "seconds": 2}}])
+    frozen.wait_for(lambda ps: ps["slots"][0]["job_id"] == job, what="the job running")
+    other = supervisors(RECORD.format(processes=1, slots=1), supervisor=settings).start()
+    frozen.signal(signal.SIGSTOP)
+    try:
+        deadline = time.monotonic() + 30
+        while recorded(log)[job] < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        frozen.signal(signal.SIGCONT)
+    assert recorded(log)[job] == 2  # the documented limit: a frozen supervisor's job ran on
+    wait_all_finished(db, 1, sups=[other])
+    deadline = time.monotonic() + 10
+    while "was not recorded" not in frozen.output() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert (f"the outcome of 1 jobs was not recorded: they are no longer this supervisor's"
+            f" (its lease expired while they ran): {job}") in frozen.output(), frozen.output()
+
+
 def test_a_claim_whose_answer_was_lost_goes_back_to_the_queue(supervisors, db, tmp_path):
     """A claim that committed after its connection was given up leaves a row running under a
     live supervisor that none of its workers runs, which no rescue would ever touch: its next

@@ -340,16 +340,16 @@ class AsyncStore:
                 storable.append((job_id, claim, encode_json(result, "result")))
             except ValueError as exc:
                 unstorable.append((job_id, claim, f"the result could not be stored: {exc}"))
-        for job_id, claim, error in unstorable:
-            await self.fail(job_id, claim, error, permanent=True, retry_delay=0)
+        failed = [job_id for job_id, claim, error in unstorable
+                  if await self.fail(job_id, claim, error, permanent=True, retry_delay=0)]
         if not storable:
-            return []
+            return failed
         cur = await self.conn.execute(COMPLETE_SQL, {
             "me": self.supervisor_id, "ids": [job_id for job_id, _, _ in storable],
             "done": _keyed_by_id((job_id, f"[{claim},{result or 'null'}]")
                                  for job_id, claim, result in storable),
         })
-        return [row[0] for row in await cur.fetchall()]
+        return failed + [row[0] for row in await cur.fetchall()]
 
     async def fail(self, job_id: int, claim: int, error: str, *, permanent: bool,
                    retry_delay: float) -> str | None:

@@ -331,17 +331,28 @@ class QueueLink:
 
     async def _write_outcomes(self, store: AsyncStore) -> None:
         box = self.outbox
+        refused = []
         if box.completions:
             batch = box.completions[:]
-            await store.complete(batch)
+            changed = set(await store.complete(batch))
+            refused += [job_id for job_id, _, _ in batch if job_id not in changed]
             del box.completions[:len(batch)]
         while box.failures:
             f = box.failures[0]
             status = await store.fail(f.job_id, f.claim, f.error, permanent=f.permanent,
                                       retry_delay=f.retry_delay)
             box.failures.pop(0)
+            if status is None:
+                refused.append(f.job_id)
             if f.done is not None:
                 f.done(status)
+        if refused:
+            # The row moved on without us: handed back to the queue after this supervisor's
+            # lease expired, and perhaps run again elsewhere. The log said "succeeded" or
+            # "failed" for what the worker reported; the table keeps what happened since.
+            log.warning("the outcome of %d jobs was not recorded: they are no longer this "
+                        "supervisor's (its lease expired while they ran): %s", len(refused),
+                        ", ".join(map(str, refused[:10])) + (" ..." if len(refused) > 10 else ""))
         while box.cancels:
             job_id, claim = box.cancels[0]
             await store.cancel_finish(job_id, claim)
