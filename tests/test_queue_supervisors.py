@@ -451,6 +451,24 @@ def test_a_frozen_supervisor_says_which_outcomes_it_could_not_record(supervisors
             f" (its lease expired while they ran): {job}") in frozen.output(), frozen.output()
 
 
+def test_a_job_whose_worker_was_killed_says_how(supervisors, db):
+    sup = supervisors("""
+[[worker]]
+name = "slow"
+types = ["slow"]
+handler = "sup_handlers:slow"
+max_attempts = 1
+""").start()
+    for done in range(1, 4):
+        (job,) = enqueue(db, [{"type": "slow", "payload": {"seconds": 30}}])
+        ps = sup.wait_for(lambda ps, job=job: ps["slots"][0]["job_id"] == job, what="the job running")
+        os.kill(ps["slots"][0]["pid"], signal.SIGKILL)
+        wait_all_finished(db, done, timeout=30, sups=[sup])
+        (row,) = job_rows(db, {job})
+        assert row[1:3] == ("failed", 1)
+        assert row[5] == "worker slow-1 killed by SIGKILL, perhaps out of memory", row[5]
+
+
 def test_a_claim_whose_answer_was_lost_goes_back_to_the_queue(supervisors, db, tmp_path):
     """A claim that committed after its connection was given up leaves a row running under a
     live supervisor that none of its workers runs, which no rescue would ever touch: its next

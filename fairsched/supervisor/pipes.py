@@ -69,8 +69,9 @@ class WorkerPipes:
         except OSError:
             size = 0
         if not size:
-            self.unregister_worker(proc, f"worker {proc.name} closed its pipe")
-            self.expect_exit(proc)
+            if not self.reap_worker(proc):  # exited: its jobs learn how (a signal, a code)
+                self.unregister_worker(proc, f"worker {proc.name} closed its pipe")
+                self.expect_exit(proc)
             return
         try:
             messages = proc.decoder.feed(buffer[:size])

@@ -34,6 +34,7 @@ log = logging.getLogger("fairsched.supervisor")
 
 STOP_GRACE = 2.0  # SIGTERM to SIGKILL for a worker that is stopped or timed out
 EXIT_GRACE = 2.0  # a worker that closed its pipe gets this long to exit before SIGKILL
+REAP_WAIT = 0.002  # seconds the loop waits, at most, for a worker whose pipe closed to exit
 
 
 def launch_spec(proc: WorkerProcess, log_dir: Path) -> LaunchSpec:
@@ -253,6 +254,30 @@ class WorkerLifecycle:
                 self.early_exits[pid] = status
                 while len(self.early_exits) > 256:
                     self.early_exits.pop(next(iter(self.early_exits)))
+
+    def reap_worker(self, proc: WorkerProcess) -> bool:
+        """Reap `proc`, whose pipe just closed, if it exits within REAP_WAIT; whether it did.
+
+        A dying process closes its files a moment before it can be reaped: waiting that
+        moment out tells its running jobs how it ended ("killed by SIGKILL, perhaps out of
+        memory") instead of only that its pipe closed.
+        """
+        if proc.pid is None or self.by_pid.get(proc.pid) is not proc:
+            return False
+        deadline = time.monotonic() + REAP_WAIT
+        while True:
+            try:
+                pid, status = os.waitpid(proc.pid, os.WNOHANG)
+            except ChildProcessError:  # not (yet) this process's child: SIGCHLD will tell
+                return False
+            if pid:
+                break
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.0001)
+        del self.by_pid[pid]
+        self.worker_exited(proc, status)
+        return True
 
     def worker_exited(self, proc: WorkerProcess, status: int) -> None:
         how = describe_exit(status, proc.signalled)
