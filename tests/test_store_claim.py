@@ -75,8 +75,10 @@ async def test_each_job_is_won_by_exactly_one_of_two_racing_supervisors(db):
     assert sorted(won_a + won_b) == ids
     assert len(won_a) == len(set(won_a))
     owners = dict(sql(db, "SELECT id, claimed_by FROM fairsched_jobs"))
-    assert {owners[i] for i in won_a} == {a.supervisor_id}
-    assert {owners[i] for i in won_b} == {b.supervisor_id}
+    # Which one wins how many depends on timing (one may even win them all); each row is
+    # owned by the one that won it.
+    assert all(owners[i] == a.supervisor_id for i in won_a)
+    assert all(owners[i] == b.supervisor_id for i in won_b)
 
 
 @run_async
