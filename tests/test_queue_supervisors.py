@@ -469,6 +469,27 @@ max_attempts = 1
         assert row[5] == "worker slow-1 killed by SIGKILL, perhaps out of memory", row[5]
 
 
+def test_a_worker_stopped_from_outside_takes_no_more_work_and_comes_back(supervisors, db):
+    # SIGTERM from someone else: the worker finishes its job and refuses new ones. The job it
+    # refuses must not bounce between it and the queue until it exits.
+    sup = supervisors("""
+[[worker]]
+name = "slow"
+types = ["slow"]
+handler = "sup_handlers:slow"
+slots = 2
+""").start()
+    (first,) = enqueue(db, [{"type": "slow", "payload": {"seconds": 2, "ignore_cancel": True}}])
+    ps = sup.wait_for(lambda ps: any(s["job_id"] == first for s in ps["slots"]), what="running")
+    os.kill(ps["slots"][0]["pid"], signal.SIGTERM)
+    time.sleep(0.3)
+    (second,) = enqueue(db, [{"type": "slow", "payload": {"seconds": 0.1}}])
+    wait_all_finished(db, 2, timeout=30, sups=[sup])
+    assert {r[0]: r[1:3] for r in job_rows(db)} == {first: ("succeeded", 1),
+                                                    second: ("succeeded", 1)}
+    assert sup.output().count(f"refused job {second}") <= 1, sup.output()[-3000:]
+
+
 def test_a_claim_whose_answer_was_lost_goes_back_to_the_queue(supervisors, db, tmp_path):
     """A claim that committed after its connection was given up leaves a row running under a
     live supervisor that none of its workers runs, which no rescue would ever touch: its next

@@ -114,6 +114,11 @@ class WorkerPipes:
             self.finish_job(rj, "failed", error=msg["error"], permanent=bool(msg.get("permanent")))
         elif kind == "refused":
             log.error("worker %s refused job %s: %s", proc.name, rj.job_id, msg.get("reason"))
+            if proc.state is not ProcessState.STOPPING:
+                # Stopping (told so by someone else) or out of step with us: either way its
+                # slots must take no more work, or the job would bounce back and forth.
+                log.warning("worker %s refuses work; restarting it", proc.name)
+                self.stop_worker(proc)
             self.finish_job(rj, "refused", error=f"refused by {proc.name}: {msg.get('reason')}")
 
     def register_worker(self, proc: WorkerProcess, hello: dict) -> None:

@@ -5,7 +5,6 @@ Supervisor (actor.py)."""
 from __future__ import annotations
 
 import logging
-import signal
 import time
 
 from fairsched.logs import fields
@@ -13,7 +12,6 @@ from fairsched.protocol import ProtocolError, encode_run
 from fairsched.store.aqueue import retry_delay
 from fairsched.supervisor.jobs import Request, RunningJob
 from fairsched.supervisor.queue_link import Failure
-from fairsched.supervisor.workers import STOP_GRACE
 
 log = logging.getLogger("fairsched.supervisor")
 
@@ -77,7 +75,7 @@ class JobHandling:
         for other in self.running.values():
             if other.proc is rj.proc and other is not rj and other.cancel_reason is None:
                 other.cancel_reason = "restart"  # not theirs to pay for: run again, attempt unspent
-        self.kill_worker(rj.proc, signal.SIGTERM, grace=STOP_GRACE)
+        self.stop_worker(rj.proc)  # its free slots take no more work
 
     def cancel_job(self, rj: RunningJob, reason: str) -> None:
         if rj.cancel_reason is None or reason == "user":

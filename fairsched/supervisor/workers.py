@@ -290,20 +290,20 @@ class WorkerLifecycle:
             proc.set_state(ProcessState.STOPPED)
             log.info("worker %s stopped (%s)", proc.name, how)
             return
-        if proc.state is ProcessState.STOPPING:  # an operator's restart
-            log.info("worker %s %s; restarting", proc.name, how)
-            proc.set_state(ProcessState.DOWN)
-            self._respawn(proc)
-            return
-        if os.WIFEXITED(status) and os.WEXITSTATUS(status) == EXIT_CANNOT_START:
-            self._make_fatal(proc, f"could not start ({self._last_log_line(proc)})")
-            return
         if proc.timed_out:  # stopped under a job past its timeout: the job failed, not the worker
             log.info("worker %s %s after its job timed out; restarting", proc.name, how,
                      extra=fields(event="worker_exited", worker=proc.name, group=proc.group,
                                   exit=how, restart_in=0.0))
             proc.set_state(ProcessState.DOWN)
             self._respawn(proc)
+            return
+        if proc.state is ProcessState.STOPPING:  # an operator's restart, or a refusing worker
+            log.info("worker %s %s; restarting", proc.name, how)
+            proc.set_state(ProcessState.DOWN)
+            self._respawn(proc)
+            return
+        if os.WIFEXITED(status) and os.WEXITSTATUS(status) == EXIT_CANNOT_START:
+            self._make_fatal(proc, f"could not start ({self._last_log_line(proc)})")
             return
         recent = proc.record_crash()
         if proc.crash_loop(recent):
