@@ -253,16 +253,18 @@ name = "slow"
 types = ["slow"]
 handler = "sup_handlers:slow"
 slots = 2
-timeout = 2
+timeout = 3
 max_attempts = 1
 """).start()
     (hung,) = enqueue(db, [{"type": "slow", "payload": {"seconds": 30, "ignore_cancel": True}}])
     sup.wait_for(lambda ps: any(s["job_id"] == hung for s in ps["slots"]), what="hung job")
     time.sleep(0.8)
-    (beside,) = enqueue(db, [{"type": "slow", "payload": {"seconds": 1.5}}])
+    (beside,) = enqueue(db, [{"type": "slow", "payload": {"seconds": 2.5}}])
+    sup.wait_for(lambda ps: {s["job_id"] for s in ps["slots"]} == {hung, beside},
+                 what="both jobs running")
     wait_all_finished(db, 2, timeout=30, sups=[sup])
     rows = {r[0]: r for r in job_rows(db)}
-    assert rows[hung][1] == "failed" and rows[hung][5] == "timed out after 2 s"
+    assert rows[hung][1] == "failed" and rows[hung][5] == "timed out after 3 s"
     assert rows[beside][1:3] == ("succeeded", 1), sup.output()[-3000:]
     assert f"job {beside} returned to the queue (restart)" in sup.output()
 
@@ -406,7 +408,7 @@ def test_after_an_outage_longer_than_the_lease_no_supervisor_takes_the_others_fo
     try:
         for sup in sups:
             sup.start()
-        enqueue(db, [{"type": "rec", "payload": {"log": str(log), "seconds": 1.5}}
+        enqueue(db, [{"type": "rec", "payload": {"log": str(log), "seconds": 3}}
                      for _ in range(8)])
         for sup in sups:
             sup.wait_for(lambda ps: all(s["state"] == "busy" for s in ps["slots"]),
