@@ -449,8 +449,8 @@ def test_a_frozen_supervisor_says_which_outcomes_it_could_not_record(supervisors
     deadline = time.monotonic() + 10
     while "was not recorded" not in frozen.output() and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert (f"the outcome of 1 jobs was not recorded: they are no longer this supervisor's"
-            f" (its lease expired while they ran): {job}") in frozen.output(), frozen.output()
+    assert (f"the outcome of 1 job was not recorded: no longer this supervisor's"
+            f" (its lease expired while it ran): {job}") in frozen.output(), frozen.output()
 
 
 def test_a_job_whose_worker_was_killed_says_how(supervisors, db):

@@ -350,8 +350,9 @@ class QueueLink:
             # The row moved on without us: handed back to the queue after this supervisor's
             # lease expired, and perhaps run again elsewhere. The log said "succeeded" or
             # "failed" for what the worker reported; the table keeps what happened since.
-            log.warning("the outcome of %d jobs was not recorded: they are no longer this "
-                        "supervisor's (its lease expired while they ran): %s", len(refused),
+            log.warning("the outcome of %d job%s was not recorded: no longer this supervisor's"
+                        " (its lease expired while it ran): %s", len(refused),
+                        "" if len(refused) == 1 else "s",
                         ", ".join(map(str, refused[:10])) + (" ..." if len(refused) > 10 else ""))
         while box.cancels:
             job_id, claim = box.cancels[0]
