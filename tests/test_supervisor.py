@@ -195,18 +195,23 @@ processes = 2
     assert all(not alive(p) for p in pids)
 
 
+def misbehaving(supervisors, name: str, mode: str, settings: str = ""):
+    """ECHO's pdf worker and a command worker `name` (of type `name`) that misbehaves as
+    tests/handlers/garbage_worker.py `mode` says."""
+    script = Path(__file__).parent / "handlers" / "garbage_worker.py"
+    return supervisors(ECHO + f"""
+[[worker]]
+name = "{name}"
+types = ["{name}"]
+command = ["{sys.executable}", "{script}", "{mode}"]
+{settings}""")
+
+
 @pytest.mark.parametrize("mode", ["garbage", "oversized"])
 def test_bad_frames_kill_that_worker_only(supervisors, mode):
-    script = Path(__file__).parent / "handlers" / "garbage_worker.py"
-    sup = supervisors(ECHO + f"""
-[[worker]]
-name = "liar"
-types = ["lie"]
-command = ["{sys.executable}", "{script}", "{mode}"]
-max_attempts = 1
-""").start()
+    sup = misbehaving(supervisors, "liar", mode, "max_attempts = 1").start()
     liar_pid = sup.slots("liar")[0]["pid"]
-    result = sup.cli("submit", "lie", "--on-demand", timeout=30)
+    result = sup.cli("submit", "liar", "--on-demand", timeout=30)
     assert result.returncode == 1
     assert "bad frame" in result.stderr
     sup.wait_for(lambda ps: next(s for s in ps["slots"] if s["group"] == "liar")["pid"] != liar_pid,
@@ -217,16 +222,9 @@ max_attempts = 1
 
 
 def test_a_worker_that_closes_its_pipe_but_lives_on_is_killed_and_replaced(supervisors):
-    script = Path(__file__).parent / "handlers" / "garbage_worker.py"
-    sup = supervisors(ECHO + f"""
-[[worker]]
-name = "quitter"
-types = ["quit"]
-command = ["{sys.executable}", "{script}", "hangup"]
-max_attempts = 1
-""").start()
+    sup = misbehaving(supervisors, "quitter", "hangup", "max_attempts = 1").start()
     pid = sup.slots("quitter")[0]["pid"]
-    result = sup.cli("submit", "quit", "--on-demand", timeout=30)
+    result = sup.cli("submit", "quitter", "--on-demand", timeout=30)
     assert result.returncode == 1
     assert "worker quitter-1 closed its pipe" in result.stderr
     row = sup.wait_for(lambda ps: next(s for s in ps["slots"] if s["group"] == "quitter")["pid"]
@@ -238,14 +236,7 @@ max_attempts = 1
 
 
 def test_a_worker_that_never_says_hello_is_killed_after_start_timeout(supervisors):
-    script = Path(__file__).parent / "handlers" / "garbage_worker.py"
-    sup = supervisors(ECHO + f"""
-[[worker]]
-name = "mute"
-types = ["mute"]
-command = ["{sys.executable}", "{script}", "mute"]
-start_timeout = 0.5
-""").start(wait=False)
+    sup = misbehaving(supervisors, "mute", "mute", "start_timeout = 0.5").start(wait=False)
     ps = sup.wait_for(lambda ps: next(s for s in ps["slots"] if s["group"] == "mute")["restarts"]
                       >= 1, what="a restart", timeout=20)
     assert "worker mute-1 did not start within 0.5 s (start_timeout); killing it" in sup.output()
