@@ -286,6 +286,29 @@ handler = "sup_handlers:slow"
     assert status == "succeeded" and result["slept"] == 1  # the work was done: not thrown away
 
 
+def test_two_jobs_timing_out_on_one_worker_both_fail_their_attempt(supervisors, db):
+    # The second one times out while the worker stops for the first: it is not one of the
+    # bystanders a timeout hands back, or the two would come back and time out for ever.
+    sup = supervisors("""
+[[worker]]
+name = "slow"
+types = ["slow"]
+handler = "sup_handlers:slow"
+slots = 2
+timeout = 2
+max_attempts = 1
+""").start()
+    stubborn = {"type": "slow", "payload": {"seconds": 30, "ignore_cancel": True}}
+    (first,) = enqueue(db, [stubborn])
+    sup.wait_for(lambda ps: any(s["job_id"] == first for s in ps["slots"]), what="first job")
+    time.sleep(1)
+    (second,) = enqueue(db, [stubborn])
+    wait_all_finished(db, 2, timeout=30, sups=[sup])
+    rows = {r[0]: r[1:3] + (r[5],) for r in job_rows(db)}
+    assert rows == {first: ("failed", 1, "timed out after 2 s"),
+                    second: ("failed", 1, "timed out after 2 s")}, sup.output()[-3000:]
+
+
 def test_delayed_job_starts_on_time_and_cancel_reaches_a_running_job(supervisors, db, tmp_path):
     log = tmp_path / "runs.log"
     sup = supervisors("""

@@ -73,7 +73,8 @@ class JobHandling:
         log.warning("job %s on worker %s %s; stopping the worker", rj.job_id, rj.proc.name,
                     rj.failure)
         for other in self.running.values():
-            if other.proc is rj.proc and other is not rj and other.cancel_reason is None:
+            if (other.proc is rj.proc and other is not rj and other.cancel_reason is None
+                    and other.failure is None):
                 other.cancel_reason = "restart"  # not theirs to pay for: run again, attempt unspent
         self.stop_worker(rj.proc)  # its free slots take no more work
 
@@ -118,7 +119,10 @@ class JobHandling:
             self.queue.cancel_finish(rj.job_id, rj.claim)
             log.info("job %s cancelled: %s, %.3f s", rj.job_id, where(rj), duration,
                      extra=job_fields(rj, "cancelled", duration))
-        elif outcome == "refused" or rj.cancel_reason in ("shutdown", "restart", "lease"):
+        elif rj.failure is None and (outcome == "refused"
+                                     or rj.cancel_reason in ("shutdown", "restart", "lease")):
+            # Not the job's doing: back to the queue, its attempt unspent. A job that ran past
+            # its own timeout meanwhile (rj.failure) has failed its attempt all the same.
             self._record(rj, "returned", duration)
             self.queue.release(rj.job_id, rj.claim)
             log.info("job %s returned to the queue (%s): %s", rj.job_id,
@@ -147,7 +151,8 @@ class JobHandling:
                          extra=job_fields(rj, "succeeded", duration))
             self._finish_request(req, {"event": "result", "job_id": req.job_id, "result": result})
             return
-        if rj.cancel_reason is not None or req.cancelled:
+        timed_out_anyway = rj.cancel_reason == "restart" and rj.failure is not None
+        if (rj.cancel_reason is not None and not timed_out_anyway) or req.cancelled:
             self._record(rj, "cancelled", duration)
             reason = {"shutdown": "the supervisor is shutting down",
                       "restart": "the worker was restarted"}.get(rj.cancel_reason, "cancelled")
