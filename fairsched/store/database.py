@@ -62,8 +62,9 @@ class Database:
         self.close()
 
 
-def open_database(state_dir: Path, url: str | None) -> Database:
-    """FAIRSCHED_DATABASE_URL, else `url` (the `database` setting), else the embedded server."""
+def chosen_url(url: str | None) -> str | None:
+    """FAIRSCHED_DATABASE_URL, else `url` (the `database` setting): checked, or None for the
+    embedded server. BadDatabaseURL names the one that is not a connection string."""
     chosen = os.environ.get(ENV_URL) or url
     if chosen:
         try:
@@ -72,6 +73,13 @@ def open_database(state_dir: Path, url: str | None) -> Database:
             source = ENV_URL if os.environ.get(ENV_URL) else "[supervisor] key 'database'"
             raise BadDatabaseURL(f"{source} is not a PostgreSQL URL or connection string: "
                                  f"{first_line(exc)}") from None
+    return chosen
+
+
+def open_database(state_dir: Path, url: str | None) -> Database:
+    """FAIRSCHED_DATABASE_URL, else `url` (the `database` setting), else the embedded server."""
+    chosen = chosen_url(url)
+    if chosen:
         database = Database(url=chosen, kind="external")
     else:
         server = _EmbeddedServer(Path(state_dir))

@@ -20,8 +20,11 @@ def run_supervisor(config: Config) -> int:
     # about 100 ms, as long as a typical handler's imports).
     import psycopg
 
+    from fairsched.store.database import chosen_url
     from fairsched.store.errors import StoreError
     from fairsched.supervisor.actor import Supervisor
+
+    chosen_url(config.supervisor.database)  # a URL that is not one: exit 2, no worker started
 
     sup = None
 
