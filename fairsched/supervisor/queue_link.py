@@ -336,6 +336,8 @@ class QueueLink:
             batch = box.completions[:]
             changed = set(await store.complete(batch))
             refused += [job_id for job_id, _, _ in batch if job_id not in changed]
+            for job_id, why in store.unstorable:  # logged "succeeded" by the actor already
+                log.warning("job %s failed for good after all: %s", job_id, why)
             del box.completions[:len(batch)]
         while box.failures:
             f = box.failures[0]
