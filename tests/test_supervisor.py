@@ -356,6 +356,25 @@ handler = "sup_handlers:slow"
     assert sup.output().count("started: type pdf") == 1
 
 
+def test_an_on_demand_job_its_restart_stops_runs_again_on_the_new_worker(supervisors):
+    sup = supervisors("""
+[[worker]]
+name = "pdf"
+types = ["pdf"]
+handler = "sup_handlers:slow"
+""").start()
+    pid = sup.slots("pdf")[0]["pid"]
+    caller = sup.spawn_cli("submit", "pdf", "--on-demand", "--payload", '{"seconds": 1}')
+    busy = sup.wait_for(lambda ps: ps["slots"][0]["state"] == "busy", what="the job running")
+    job_id = busy["slots"][0]["job_id"]
+    assert sup.cli("restart", "pdf").returncode == 0  # the job stops early: not its fault
+    out, err = caller.communicate(timeout=30)
+    assert caller.returncode == 0, err
+    result = json.loads(out)
+    assert result["pid"] != pid and result["attempt"] == 1
+    assert f"job {job_id} runs again (its worker restarted)" in sup.output()
+
+
 def test_restart_a_running_worker_by_name(supervisors):
     sup = supervisors(ECHO.replace('name = "pdf"', 'name = "pdf"\nprocesses = 2')).start()
     before = {s["worker"]: s["pid"] for s in sup.slots()}

@@ -153,13 +153,16 @@ class JobHandling:
             return
         timed_out_anyway = rj.cancel_reason == "restart" and rj.failure is not None
         if (rj.cancel_reason is not None and not timed_out_anyway) or req.cancelled:
+            if rj.cancel_reason == "restart" and not req.cancelled:
+                self._record(rj, "returned", duration)
+                self.requests[req.number] = req  # not the job's fault: run it elsewhere
+                req.attempts -= 1
+                log.info("job %s runs again (its worker restarted): %s", rj.job_id, where(rj),
+                         extra=job_fields(rj, "returned", duration))
+                return
             self._record(rj, "cancelled", duration)
             reason = {"shutdown": "the supervisor is shutting down",
                       "restart": "the worker was restarted"}.get(rj.cancel_reason, "cancelled")
-            if rj.cancel_reason == "restart" and not req.cancelled:
-                self.requests[req.number] = req  # not the job's fault: run it elsewhere
-                req.attempts -= 1
-                return
             self._finish_request(req, {"event": "error", "job_id": req.job_id, "error": reason})
             return
         if outcome == "refused":
