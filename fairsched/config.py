@@ -18,6 +18,7 @@ from fairsched.core.weights import Weights
 from fairsched.errors import ConfigError
 
 DEFAULT_CONFIG = "workers.toml"
+DEFAULT_STATE_DIR = ".fairsched"  # beside workers.toml
 MAX_SOCKET_PATH = 107  # bytes of a Unix socket's path on Linux (sun_path less its NUL)
 NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.]*$")
 TYPE_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:/-]*$")
@@ -164,7 +165,7 @@ def control_socket_of(path: str | os.PathLike) -> Path:
         error = exc
     try:
         raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-        state_dir = raw.get("supervisor", {}).get("state_dir", ".fairsched")
+        state_dir = raw.get("supervisor", {}).get("state_dir", DEFAULT_STATE_DIR)
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, AttributeError):
         raise error from None
     if not isinstance(state_dir, str) or not state_dir:
@@ -187,7 +188,7 @@ def load_config(path: str | os.PathLike) -> Config:
 
     top = _Section(file, "top level", raw)
     sup = _Section(file, "[supervisor]", top.get("supervisor", "table", {}))
-    state_dir = base / sup.get("state_dir", "str", ".fairsched")
+    state_dir = base / sup.get("state_dir", "str", DEFAULT_STATE_DIR)
     lease = sup.get("lease", "number", 15.0, above=0)
     supervisor = SupervisorSettings(
         state_dir=state_dir,

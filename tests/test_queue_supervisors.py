@@ -25,6 +25,12 @@ retry_backoff = 0.05
 """
 
 
+SLOW = """
+[[worker]]
+name = "slow"
+types = ["slow"]
+handler = "sup_handlers:slow"
+"""  # one process, one slot; settings may follow
 
 
 def enqueue(url, jobs):
@@ -194,11 +200,7 @@ def test_a_job_that_stops_early_at_shutdown_goes_back_to_the_queue(supervisors, 
     # Both handlers get the cancel of the shutdown: the one that stops early did not finish
     # its job, which goes back to pending with its attempt unspent; the one that finishes
     # its work anyway succeeds.
-    sup = supervisors("""
-[[worker]]
-name = "slow"
-types = ["slow"]
-handler = "sup_handlers:slow"
+    sup = supervisors(SLOW + """\
 slots = 2
 """, shutdown_timeout=10).start()
     early, stubborn = enqueue(db, [
@@ -249,11 +251,7 @@ slots = 4
 def test_a_timeout_costs_the_jobs_beside_it_no_attempt(supervisors, db):
     # Two slots in one worker: the hung job's timeout stops the worker, and the job beside it
     # (cooperative, it stops early) goes back to the queue and succeeds on the next worker.
-    sup = supervisors("""
-[[worker]]
-name = "slow"
-types = ["slow"]
-handler = "sup_handlers:slow"
+    sup = supervisors(SLOW + """\
 slots = 2
 timeout = 3
 max_attempts = 1
@@ -272,12 +270,7 @@ max_attempts = 1
 
 
 def test_a_cancel_too_late_to_stop_a_job_leaves_it_succeeded(supervisors, db):
-    sup = supervisors("""
-[[worker]]
-name = "slow"
-types = ["slow"]
-handler = "sup_handlers:slow"
-""").start()
+    sup = supervisors(SLOW).start()
     (job,) = enqueue(db, [{"type": "slow", "payload": {"seconds": 1, "ignore_cancel": True}}])
     sup.wait_for(lambda ps: ps["slots"][0]["job_id"] == job, what="the job running")
     assert sup.cli("cancel", str(job)).returncode == 0
@@ -291,11 +284,7 @@ handler = "sup_handlers:slow"
 def test_two_jobs_timing_out_on_one_worker_both_fail_their_attempt(supervisors, db):
     # The second one times out while the worker stops for the first: it is not one of the
     # bystanders a timeout hands back, or the two would come back and time out for ever.
-    sup = supervisors("""
-[[worker]]
-name = "slow"
-types = ["slow"]
-handler = "sup_handlers:slow"
+    sup = supervisors(SLOW + """\
 slots = 2
 timeout = 2
 max_attempts = 1
@@ -313,12 +302,7 @@ max_attempts = 1
 
 def test_delayed_job_starts_on_time_and_cancel_reaches_a_running_job(supervisors, db, tmp_path):
     log = tmp_path / "runs.log"
-    sup = supervisors("""
-[[worker]]
-name = "slow"
-types = ["slow"]
-handler = "sup_handlers:slow"
-""" + RECORD.format(processes=1, slots=1)).start()
+    sup = supervisors(SLOW + RECORD.format(processes=1, slots=1)).start()
     delayed = sup.cli("submit", "rec", "--delay", "1.5", "--payload",
                       json.dumps({"log": str(log)}))
     assert delayed.returncode == 0, delayed.stderr
@@ -479,11 +463,7 @@ def test_a_frozen_supervisor_says_which_outcomes_it_could_not_record(supervisors
 
 
 def test_a_job_whose_worker_was_killed_says_how(supervisors, db):
-    sup = supervisors("""
-[[worker]]
-name = "slow"
-types = ["slow"]
-handler = "sup_handlers:slow"
+    sup = supervisors(SLOW + """\
 max_attempts = 1
 """).start()
     for done in range(1, 4):
@@ -499,11 +479,7 @@ max_attempts = 1
 def test_a_worker_stopped_from_outside_takes_no_more_work_and_comes_back(supervisors, db):
     # SIGTERM from someone else: the worker finishes its job and refuses new ones. The job it
     # refuses must not bounce between it and the queue until it exits.
-    sup = supervisors("""
-[[worker]]
-name = "slow"
-types = ["slow"]
-handler = "sup_handlers:slow"
+    sup = supervisors(SLOW + """\
 slots = 2
 """).start()
     (first,) = enqueue(db, [{"type": "slow", "payload": {"seconds": 2, "ignore_cancel": True}}])

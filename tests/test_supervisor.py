@@ -21,6 +21,12 @@ handler = "sup_handlers:echo"
 """
 
 
+SLOW_PDF = """
+[[worker]]
+name = "pdf"
+types = ["pdf"]
+handler = "sup_handlers:slow"
+"""  # one process, one slot; settings may follow
 
 
 def test_on_demand_result_error_and_unknown_type(supervisors):
@@ -77,11 +83,7 @@ def test_many_concurrent_on_demand_callers(supervisors):
 
 
 def test_kill_9_busy_worker_is_replaced_and_job_retried(supervisors, tmp_path):
-    sup = supervisors("""
-[[worker]]
-name = "pdf"
-types = ["pdf"]
-handler = "sup_handlers:slow"
+    sup = supervisors(SLOW_PDF + """\
 max_attempts = 2
 """).start()
     old_pid = sup.slots("pdf")[0]["pid"]
@@ -155,12 +157,7 @@ handler = "sup_handlers:slow"
 
 
 def test_sigterm_honours_shutdown_timeout_and_leaves_no_orphans(supervisors):
-    sup = supervisors("""
-[[worker]]
-name = "pdf"
-types = ["pdf"]
-handler = "sup_handlers:slow"
-""", shutdown_timeout=1).start()
+    sup = supervisors(SLOW_PDF, shutdown_timeout=1).start()
     pid = sup.slots("pdf")[0]["pid"]
     caller = sup.spawn_cli("submit", "pdf", "--on-demand", "--payload",
                            '{"seconds": 30, "ignore_cancel": true}')
@@ -176,11 +173,7 @@ handler = "sup_handlers:slow"
 
 
 def test_stop_command_cancels_cooperative_jobs_quickly(supervisors):
-    sup = supervisors("""
-[[worker]]
-name = "pdf"
-types = ["pdf"]
-handler = "sup_handlers:slow"
+    sup = supervisors(SLOW_PDF + """\
 processes = 2
 """).start()
     pids = [s["pid"] for s in sup.slots("pdf")]
@@ -245,11 +238,7 @@ def test_a_worker_that_never_says_hello_is_killed_after_start_timeout(supervisor
 
 def test_job_timeouts_restart_the_worker_without_counting_crashes(supervisors):
     # max_restarts = 1: two crashes within the window would make it fatal; timeouts do not.
-    sup = supervisors("""
-[[worker]]
-name = "pdf"
-types = ["pdf"]
-handler = "sup_handlers:slow"
+    sup = supervisors(SLOW_PDF + """\
 timeout = 0.3
 max_attempts = 1
 max_restarts = 1
@@ -268,11 +257,7 @@ max_restarts = 1
 def test_job_timeout_stops_the_worker_and_fails_the_attempt(supervisors, ignore_cancel):
     # Hung, the worker is killed under it; cooperative, the handler sees job.cancelled() when
     # the worker is told to stop and returns early: a failed attempt all the same.
-    sup = supervisors("""
-[[worker]]
-name = "pdf"
-types = ["pdf"]
-handler = "sup_handlers:slow"
+    sup = supervisors(SLOW_PDF + """\
 timeout = 0.5
 max_attempts = 1
 """).start()
@@ -339,12 +324,7 @@ def test_garbage_on_control_socket_closes_only_that_connection(supervisors):
 
 
 def test_an_on_demand_job_that_finishes_through_a_restart_keeps_its_result(supervisors):
-    sup = supervisors("""
-[[worker]]
-name = "pdf"
-types = ["pdf"]
-handler = "sup_handlers:slow"
-""").start()
+    sup = supervisors(SLOW_PDF).start()
     pid = sup.slots("pdf")[0]["pid"]
     caller = sup.spawn_cli("submit", "pdf", "--on-demand", "--payload",
                            '{"seconds": 1, "ignore_cancel": true}')
@@ -357,12 +337,7 @@ handler = "sup_handlers:slow"
 
 
 def test_an_on_demand_job_its_restart_stops_runs_again_on_the_new_worker(supervisors):
-    sup = supervisors("""
-[[worker]]
-name = "pdf"
-types = ["pdf"]
-handler = "sup_handlers:slow"
-""").start()
+    sup = supervisors(SLOW_PDF).start()
     pid = sup.slots("pdf")[0]["pid"]
     caller = sup.spawn_cli("submit", "pdf", "--on-demand", "--payload", '{"seconds": 1}')
     busy = sup.wait_for(lambda ps: ps["slots"][0]["state"] == "busy", what="the job running")
@@ -387,12 +362,7 @@ def test_restart_a_running_worker_by_name(supervisors):
 
 
 def test_ps_human_table_and_progress(supervisors):
-    sup = supervisors("""
-[[worker]]
-name = "pdf"
-types = ["pdf"]
-handler = "sup_handlers:slow"
-""").start()
+    sup = supervisors(SLOW_PDF).start()
     caller = sup.spawn_cli("submit", "pdf", "--on-demand", "--payload", '{"seconds": 2}')
     sup.wait_for(lambda ps: ps["slots"][0]["message"] == "started", what="progress")
     table = sup.cli("ps").stdout.splitlines()
