@@ -150,6 +150,9 @@ class WorkerPipes:
             proc.hello_timer.cancel()
             proc.hello_timer = None
         proc.set_state(ProcessState.RUNNING)
+        proc.takes_leases = hello.get("leases") is True
+        if proc.takes_leases:
+            self.lease.pass_on(proc)
         self._changed()
         log.info("worker %s ready (pid %d, %d slot%s, types %s)", proc.name, proc.pid, slots,
                  "" if slots == 1 else "s",

@@ -16,10 +16,12 @@ from pathlib import Path
 from fairsched.config import Config
 from fairsched.logs import fields
 from fairsched.protocol import WORKER_MESSAGES, FrameDecoder
+from fairsched.supervisor.lease import WORKER_AT
 from fairsched.supervisor.process import (
     EXIT_CANNOT_START,
     WorkerProcess,
     describe_exit,
+    ended_by_lease,
     restart_delay,
 )
 from fairsched.supervisor.states import ProcessState
@@ -190,6 +192,7 @@ class WorkerLifecycle:
         proc.incarnation = f"{proc.name}.{proc.generation}.{secrets.token_hex(4)}"
         proc.signalled.clear()
         proc.timed_out = False
+        proc.takes_leases = False
         spec = launch_spec(proc, self.log_dir)
         template = None if cold else self.templates.get(proc.group)
         pid = None
@@ -282,6 +285,9 @@ class WorkerLifecycle:
     def worker_exited(self, proc: WorkerProcess, status: int) -> None:
         how = describe_exit(status, proc.signalled)
         proc.last_exit = how
+        lease_ran_out = ended_by_lease(status, proc.signalled)
+        if lease_ran_out:
+            self._lease_ran_out(proc)
         self.unregister_worker(proc, f"worker {proc.name} {how}")
         self._cancel_timers(proc)
         proc.pid = None
@@ -289,6 +295,13 @@ class WorkerLifecycle:
         if self.shutting_down:
             proc.set_state(ProcessState.STOPPED)
             log.info("worker %s stopped (%s)", proc.name, how)
+            return
+        if lease_ran_out:  # this supervisor stalled, not the worker: back at once
+            log.warning("worker %s %s; restarting", proc.name, how,
+                        extra=fields(event="worker_exited", worker=proc.name, group=proc.group,
+                                     exit=how, restart_in=0.0))
+            proc.set_state(ProcessState.DOWN)
+            self._respawn(proc)
             return
         if proc.timed_out:  # stopped under a job past its timeout: the job failed, not the worker
             log.info("worker %s %s after its job timed out; restarting", proc.name, how,
@@ -320,6 +333,20 @@ class WorkerLifecycle:
             self._respawn(proc)
         else:
             proc.restart_timer = self.loop.call_later(delay, self._respawn, proc)
+
+    def _lease_ran_out(self, proc: WorkerProcess) -> None:
+        """`proc` ended itself at the end of the lease it was given: the job that made it do so
+        may be running elsewhere by now. Its jobs go back to the queue unspent (a release that
+        fails if another supervisor took them), its on-demand jobs run again, and whatever its
+        jobs started in its process group goes with it."""
+        log.error("worker %s ended its queued jobs itself: this supervisor did not renew its "
+                  "lease for %g s (stalled or stopped?)", proc.name,
+                  self.lease.lease * WORKER_AT)
+        for rj in self.running.values():
+            if rj.proc is proc and rj.cancel_reason is None:
+                rj.cancel_reason = "lease" if rj.request is None else "restart"
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
 
     def _respawn(self, proc: WorkerProcess) -> None:
         proc.restarts += 1

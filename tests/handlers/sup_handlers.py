@@ -53,6 +53,15 @@ def record(job: fairsched.Job):
     return {"id": job.id}
 
 
+def _running(pid: int) -> bool:
+    """Whether process `pid` exists and has not ended (a zombie waiting to be reaped has)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 def span(job: fairsched.Job):
     """Runs payload['seconds'] (ignoring cancel if told to), logging start and end lines to
     payload['log']; returns the earlier runs of the same job still going when it started."""
@@ -64,11 +73,8 @@ def span(job: fairsched.Job):
     for line in lines:
         word, job_id, pid = line.split()[:3]
         if word == "start" and job_id == str(job.id) and (job_id, pid) not in ended:
-            try:
-                os.kill(int(pid), 0)
+            if _running(int(pid)):
                 overlaps.append(int(pid))  # that run's process is still alive: it still runs
-            except ProcessLookupError:
-                pass
     with open(path, "a") as f:
         f.write(f"start {job.id} {os.getpid()} {job.attempt}\n")
     deadline = time.monotonic() + float(payload["seconds"])
