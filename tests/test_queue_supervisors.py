@@ -444,6 +444,15 @@ handler = "sup_handlers:span"
 """  # one process, one slot; settings may follow
 
 
+def running(pid: int) -> bool:
+    """Whether process `pid` exists and has not ended (a zombie waiting to be reaped has)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 def span_lines(log: Path, job: int) -> list[list[str]]:
     if not log.exists():
         return []
@@ -502,6 +511,27 @@ max_attempts = 1
         (row,) = job_rows(db, {job})
         assert row[1:3] == ("failed", 1)
         assert row[5] == "worker slow-1 killed by SIGKILL, perhaps out of memory", row[5]
+
+
+def test_what_a_killed_worker_started_dies_with_it(supervisors, db, tmp_path):
+    sup = supervisors("""
+[[worker]]
+name = "parent"
+types = ["parent"]
+handler = "sup_handlers:with_child"
+max_attempts = 1
+""").start()
+    pidfile = tmp_path / "child.pid"
+    (job,) = enqueue(db, [{"type": "parent", "payload": {"pidfile": str(pidfile)}}])
+    ps = sup.wait_for(lambda ps: ps["slots"][0]["job_id"] == job and pidfile.exists()
+                      and pidfile.read_text(), what="the job's child running")
+    child = int(pidfile.read_text())
+    os.kill(ps["slots"][0]["pid"], signal.SIGKILL)  # the worker alone, as the OOM killer does
+    wait_all_finished(db, 1, timeout=30, sups=[sup])
+    deadline = time.monotonic() + 10
+    while running(child):
+        assert time.monotonic() < deadline, f"the job's child {child} outlived its worker"
+        time.sleep(0.05)
 
 
 def test_a_worker_stopped_from_outside_takes_no_more_work_and_comes_back(supervisors, db):

@@ -285,6 +285,10 @@ class WorkerLifecycle:
     def worker_exited(self, proc: WorkerProcess, status: int) -> None:
         how = describe_exit(status, proc.signalled)
         proc.last_exit = how
+        # Whatever its jobs started in its process group (a converter's subprocess, say) goes
+        # with it: those jobs may run again elsewhere, and nothing outlives its worker.
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
         lease_ran_out = ended_by_lease(status, proc.signalled)
         if lease_ran_out:
             self._lease_ran_out(proc)
@@ -337,16 +341,13 @@ class WorkerLifecycle:
     def _lease_ran_out(self, proc: WorkerProcess) -> None:
         """`proc` ended itself at the end of the lease it was given: the job that made it do so
         may be running elsewhere by now. Its jobs go back to the queue unspent (a release that
-        fails if another supervisor took them), its on-demand jobs run again, and whatever its
-        jobs started in its process group goes with it."""
+        fails if another supervisor took them), and its on-demand jobs run again."""
         log.error("worker %s ended its queued jobs itself: this supervisor did not renew its "
                   "lease for %g s (stalled or stopped?)", proc.name,
                   self.lease.lease * WORKER_AT)
         for rj in self.running.values():
             if rj.proc is proc and rj.cancel_reason is None:
                 rj.cancel_reason = "lease" if rj.request is None else "restart"
-        with contextlib.suppress(OSError):
-            os.killpg(proc.pid, signal.SIGKILL)
 
     def _respawn(self, proc: WorkerProcess) -> None:
         proc.restarts += 1

@@ -1,6 +1,7 @@
 """Handlers for the supervisor tests; copied beside each test's workers.toml."""
 
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -31,6 +32,15 @@ def slow(job: fairsched.Job):
         time.sleep(0.02)
     job.progress(1.0, "done")
     return {"slept": seconds, "pid": os.getpid(), "attempt": job.attempt}
+
+
+def with_child(job: fairsched.Job):
+    """Starts a long `sleep` (in the worker's process group, as subprocesses are), writes its
+    pid to payload['pidfile'], and waits for it."""
+    child = subprocess.Popen(["sleep", "60"])
+    Path(job.payload["pidfile"]).write_text(str(child.pid))
+    child.wait()
+    return {"child": child.pid}
 
 
 def fail(job: fairsched.Job):
