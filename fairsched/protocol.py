@@ -7,7 +7,6 @@ object with a string field "t". docs/protocol.md is the full description.
 from __future__ import annotations
 
 import json
-import math
 import struct
 from collections.abc import Collection
 
@@ -23,7 +22,7 @@ READ_SIZE = 1 << 18  # bytes either side reads from its pipe at most at once
 MAX_DEPTH = 500
 
 WORKER_MESSAGES = frozenset({"hello", "progress", "result", "error", "refused", "fatal"})
-SUPERVISOR_MESSAGES = frozenset({"run", "cancel", "stop", "lease"})
+SUPERVISOR_MESSAGES = frozenset({"run", "cancel", "stop"})
 MESSAGE_TYPES = WORKER_MESSAGES | SUPERVISOR_MESSAGES
 
 _HEADER = struct.Struct(">I")
@@ -225,7 +224,6 @@ def _v_hello(msg: dict) -> None:
     types = msg.get("types")
     _check(isinstance(types, list) and bool(types) and all(isinstance(t, str) for t in types),
            "hello", "types", "a non-empty array of strings", msg)
-    _check(isinstance(msg.get("leases", False), bool), "hello", "leases", "a boolean", msg)
 
 
 def _v_progress(msg: dict) -> None:
@@ -280,16 +278,9 @@ def _v_stop(msg: dict) -> None:
     pass
 
 
-def _v_lease(msg: dict) -> None:
-    seconds = msg.get("seconds")
-    _check(_is_number(seconds) and 0 <= seconds < math.inf, "lease", "seconds",
-           "a number >= 0", msg)
-
-
 _VALIDATORS = {
     "hello": _v_hello, "progress": _v_progress, "result": _v_result, "error": _v_error,
     "refused": _v_refused, "fatal": _v_fatal, "run": _v_run, "cancel": _v_cancel, "stop": _v_stop,
-    "lease": _v_lease,
 }
 
 

@@ -9,6 +9,7 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
 import psycopg
 
 from fairsched.store.queue import Queue
@@ -461,13 +462,14 @@ def span_lines(log: Path, job: int) -> list[list[str]]:
 
 def test_a_frozen_supervisors_worker_ends_its_job_before_another_takes_it_over(
         supervisors, db, tmp_path):
-    # Frozen past its lease (SIGSTOP; a swapping host or a paused VM, say), a supervisor
-    # cannot fence; its worker counts the lease down itself and ends before the job is
-    # handed to another supervisor, so the job never runs in two places at once.
+    # Frozen past its lease (SIGSTOP; a swapping host, say), a supervisor cannot fence; its
+    # lease watchdog kills the worker, and what the job started, before the job is handed to
+    # another supervisor, so the job never runs in two places at once.
     settings = "lease = 2\nheartbeat_interval = 0.5\n"
     log = tmp_path / "spans.log"
     frozen = supervisors(SPAN, supervisor=settings).start()
-    (job,) = enqueue(db, [{"type": "span", "payload": {"log": str(log), "seconds": 6}}])
+    (job,) = enqueue(db, [{"type": "span",
+                           "payload": {"log": str(log), "seconds": 6, "child": True}}])
     frozen.wait_for(lambda ps: ps["slots"][0]["job_id"] == job, what="the job running")
     first_pid = frozen.ps()["slots"][0]["pid"]
     other = supervisors(SPAN, supervisor=settings).start()
@@ -477,12 +479,14 @@ def test_a_frozen_supervisors_worker_ends_its_job_before_another_takes_it_over(
         while len([ln for ln in span_lines(log, job) if ln[0] == "start"]) < 2:
             assert time.monotonic() < deadline, log.read_text()
             time.sleep(0.05)
+        first_child = int([ln for ln in span_lines(log, job) if ln[0] == "child"][0][2])
+        assert not running(first_child)  # the first run's helper went with its worker
         wait_all_finished(db, 1, sups=[other])
     finally:
         frozen.signal(signal.SIGCONT)
     lines = span_lines(log, job)
-    assert [ln[:3] for ln in lines if ln[2] == str(first_pid)] == [["start", str(job),
-                                                                     str(first_pid)]]
+    assert [ln[:3] for ln in lines if ln[0] != "child" and ln[2] == str(first_pid)] == [
+        ["start", str(job), str(first_pid)]]
     with psycopg.connect(db) as conn:
         status, result = conn.execute("SELECT status, result FROM fairsched_jobs WHERE id = %s",
                                       (job,)).fetchone()
@@ -490,9 +494,9 @@ def test_a_frozen_supervisors_worker_ends_its_job_before_another_takes_it_over(
     assert result["overlaps"] == []  # the first run had ended when the second started
     frozen.wait_for(lambda ps: ps["slots"][0]["state"] == "free", what="its worker back")
     out = frozen.output()
-    assert ("worker span-1 ended its queued jobs itself: this supervisor did not renew its"
+    assert ("worker span-1 was killed by the lease watchdog: this supervisor did not renew its"
             " lease for 1.8 s (stalled or stopped?)") in out, out
-    assert "killed by SIGALRM at the end of its lease" in out, out
+    assert "worker span-1 killed by the lease watchdog; restarting" in out, out
     assert "lease had expired" in out, out
     with psycopg.connect(db) as conn:  # nothing the frozen one did later changed the row
         assert conn.execute("SELECT status, attempts FROM fairsched_jobs WHERE id = %s",
@@ -511,6 +515,45 @@ max_attempts = 1
         (row,) = job_rows(db, {job})
         assert row[1:3] == ("failed", 1)
         assert row[5] == "worker slow-1 killed by SIGKILL, perhaps out of memory", row[5]
+
+
+def test_a_job_that_holds_the_gil_past_the_lease_runs_to_its_end(supervisors, db):
+    # The lease is the supervisor's to keep, not the worker's: a busy worker is not mistaken
+    # for a stalled supervisor.
+    sup = supervisors("""
+[[worker]]
+name = "gil"
+types = ["gil"]
+handler = "sup_handlers:hold_gil"
+""", supervisor="lease = 2\nheartbeat_interval = 0.5\n").start()
+    (job,) = enqueue(db, [{"type": "gil", "payload": {"seconds": 3}}])
+    wait_all_finished(db, 1, timeout=60, sups=[sup])
+    (row,) = job_rows(db, {job})
+    assert row[1:3] == ("succeeded", 1), row
+    assert "watchdog" not in sup.output()
+
+
+def test_a_lease_watchdog_that_dies_is_started_again(supervisors, db):
+    sup = supervisors(SLOW).start()
+    parent = psutil.Process(sup.proc.pid)
+
+    def watchdogs():
+        return [p for p in parent.children()
+                if "fairsched.supervisor.watchdog" in " ".join(p.cmdline())]
+
+    deadline = time.monotonic() + 10
+    while not watchdogs():
+        assert time.monotonic() < deadline, "no lease watchdog"
+        time.sleep(0.05)
+    (first,) = watchdogs()
+    first.kill()
+    deadline = time.monotonic() + 10
+    while not [p for p in watchdogs() if p.pid != first.pid]:
+        assert time.monotonic() < deadline, sup.output()
+        time.sleep(0.05)
+    assert "the lease watchdog ended (killed by SIGKILL" in sup.output(), sup.output()
+    (job,) = enqueue(db, [{"type": "slow", "payload": {"seconds": 0.1}}])
+    wait_all_finished(db, 1, sups=[sup])  # and the supervisor works on
 
 
 def test_what_a_killed_worker_started_dies_with_it(supervisors, db, tmp_path):

@@ -39,7 +39,7 @@ def test_hello_comes_first_and_describes_the_worker(start):
     peer = start(types=("echo", "other"), slots=2)
     hello = peer.hello()
     assert hello == {"t": "hello", "protocol": 1, "pid": peer.pid, "incarnation": "inc-1",
-                     "slots": 2, "types": ["echo", "other"], "leases": True}
+                     "slots": 2, "types": ["echo", "other"]}
 
 
 def test_run_returns_the_handlers_result_with_the_job_fields(start):
@@ -283,59 +283,6 @@ def test_sigterm_is_like_stop(start):
     os.kill(peer.pid, signal.SIGTERM)
     assert peer.expect("result")["result"] == {"cancelled": True}
     assert peer.wait_exit() == 0
-
-
-def test_a_queued_job_outliving_the_lease_ends_its_worker(start):
-    peer = start(handler="worker_handlers:until_cancelled")
-    peer.hello()
-    peer.send({"t": "lease", "seconds": 0.3})
-    peer.run(1)
-    peer.expect("progress")
-    assert peer.wait_exit() == -signal.SIGALRM  # no renewal came: it must not run on
-
-
-def test_renewals_keep_a_queued_job_going_and_an_idle_worker_waits_without_them(start):
-    peer = start(handler="worker_handlers:until_cancelled")
-    peer.hello()
-    peer.send({"t": "lease", "seconds": 0.3})
-    peer.run(1)
-    peer.expect("progress")
-    for _ in range(10):  # a second in all, more than three leases' worth
-        peer.send({"t": "lease", "seconds": 0.3})
-        time.sleep(0.1)
-    peer.cancel(1)
-    assert peer.expect("result")["result"] == {"cancelled": True}
-    time.sleep(0.6)  # no queued job runs, so the lease's end concerns nobody
-    peer.send({"t": "lease", "seconds": 0.3})
-    peer.run(2)
-    peer.expect("progress")
-    peer.cancel(2)
-    assert peer.expect("result")["job_id"] == 2
-    peer.send({"t": "stop"})
-    assert peer.wait_exit() == 0
-
-
-def test_the_lease_concerns_queued_jobs_only(start):
-    peer = start(handler="worker_handlers:until_cancelled", slots=2)
-    peer.hello()
-    peer.send({"t": "lease", "seconds": 0.2})
-    peer.run("od-1", on_demand=True)
-    peer.expect("progress")
-    time.sleep(0.5)
-    peer.cancel("od-1")
-    assert peer.expect("result")["job_id"] == "od-1"  # still there
-    peer.run(2, slot=1)
-    assert peer.wait_exit() == -signal.SIGALRM
-
-
-def test_a_handler_holding_the_gil_cannot_put_off_the_lease_end(start):
-    peer = start(handler="worker_handlers:hold_gil")
-    peer.hello()
-    peer.send({"t": "lease", "seconds": 0.2})
-    peer.run(1, payload={"seconds": 3})
-    peer.expect("progress")
-    assert peer.wait_exit() == -signal.SIGALRM
-    assert not peer.inbox and peer.sock.recv(1 << 16) == b""  # no result: it never finished
 
 
 def test_stop_when_idle_exits_0_at_once(start):

@@ -62,8 +62,7 @@ def test_template_forks_workers_that_reuse_its_imports(templates):
     template, spec = templates.start()
     peer = templates.spawn(template, spec)
     assert peer.hello() == {"t": "hello", "protocol": 1, "pid": peer.pid,
-                            "incarnation": "inc-1", "slots": 1, "types": ["echo"],
-                            "leases": True}
+                            "incarnation": "inc-1", "slots": 1, "types": ["echo"]}
     peer.run(1, payload=[1, 2])
     result = peer.expect("result")["result"]
     assert result["pid"] == peer.pid != template.pid

@@ -26,6 +26,7 @@ from fairsched.supervisor.process import WorkerProcess
 from fairsched.supervisor.queue_link import QueueLink
 from fairsched.supervisor.running import JobHandling
 from fairsched.supervisor.states import ProcessState
+from fairsched.supervisor.watchdog import Watchdog
 from fairsched.supervisor.workers import STOP_GRACE, WorkerLifecycle
 from fairsched.worker.launch import Template, become_subreaper
 
@@ -57,6 +58,7 @@ class Supervisor(WorkerLifecycle, WorkerPipes, JobHandling):
         self.losses_in_row = 0
         self.queue = QueueLink(self, config)
         self.lease = LeaseGuard(self, config.supervisor.lease)
+        self.watchdog: Watchdog | None = None
         self.templates: dict[str, Template] = {}
         self.template_pids: dict[int, str] = {}
         self.warming: dict[str, Template] = {}  # templates still importing their handler
@@ -91,6 +93,8 @@ class Supervisor(WorkerLifecycle, WorkerPipes, JobHandling):
         self.loop.add_signal_handler(signal.SIGCHLD, self.reap_workers)
         for sig in (signal.SIGTERM, signal.SIGINT):
             self.loop.add_signal_handler(sig, self.request_shutdown, None)
+        self.watchdog = Watchdog(self.loop, self.log_dir / "watchdog.log", self.busy_pids)
+        self.watchdog.start()
         self.starting = True
         try:
             self.spawn_workers(templates)  # handlers import while the database connects
@@ -116,6 +120,10 @@ class Supervisor(WorkerLifecycle, WorkerPipes, JobHandling):
             self.loop.remove_signal_handler(sig)
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, signal.SIG_IGN)  # shutdown has already begun or finished
+
+    def busy_pids(self) -> list[int]:
+        """The workers running queued jobs now, for the lease watchdog."""
+        return [p.pid for p in self.procs if p.queued_jobs and p.pid is not None]
 
     def request_shutdown(self, timeout: float | None) -> None:
         if self.starting:
@@ -155,6 +163,11 @@ class Supervisor(WorkerLifecycle, WorkerPipes, JobHandling):
         deadline = time.monotonic() + STOP_GRACE + 1.0
         while self.by_pid and time.monotonic() < deadline:
             await self._wait_changed(deadline - time.monotonic())
+        if self.watchdog is not None:
+            self.watchdog.close()  # it exits when its socket closes
+            deadline = time.monotonic() + STOP_GRACE
+            while self.watchdog.pid is not None and time.monotonic() < deadline:
+                await self._wait_changed(deadline - time.monotonic())
         self.reap_workers()
         for template in [*self.templates.values(), *self.warming.values()]:
             self._drop_template(template)

@@ -12,11 +12,10 @@ counting from the moment the last successful heartbeat was sent:
 - at KILL_AT of the lease it kills the workers still running one of those jobs;
 - a renewed lease lifts the fence: claiming starts again.
 
-All of that needs a running event loop. A supervisor that is itself stalled (SIGSTOP, a
-swapping host) cannot fence, so every renewal is also passed on to the workers that take it
-(their hello says "leases": true) as a "lease" frame: at WORKER_AT of the lease, a worker
-still running a queued job ends itself (docs/protocol.md). The rest of the lease covers the
-frame's way to the worker.
+All of that needs a running event loop. A supervisor that is itself stalled (stopped,
+swapping) cannot fence, so every renewal also goes to the lease watchdog (watchdog.py), a
+process of its own that kills the workers still running queued jobs at WATCHDOG_AT of the lease.
+The rest of the lease covers the moments a kill takes.
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ log = logging.getLogger("fairsched.supervisor")
 
 CANCEL_AT = 0.6
 KILL_AT = 0.8  # the rest of the lease covers a late timer and the moments a kill takes
-WORKER_AT = 0.9
+WATCHDOG_AT = 0.9
 
 
 class LeaseGuard:
@@ -46,10 +45,8 @@ class LeaseGuard:
     def renewed(self, sent_at: float) -> None:
         """A heartbeat (or registration) sent at loop time `sent_at` succeeded."""
         loop = self.sup.loop
-        self.workers_until = sent_at + self.lease * WORKER_AT
-        for proc in self.sup.procs:
-            if proc.takes_leases:
-                self.pass_on(proc)
+        self.workers_until = sent_at + self.lease * WATCHDOG_AT
+        self.sup.watchdog.lease(self.workers_until)
         self._cancel_timers()
         self._cancel_timer = loop.call_at(sent_at + self.lease * CANCEL_AT, self._running_out)
         self._kill_timer = loop.call_at(sent_at + self.lease * KILL_AT, self._kill_stragglers)
@@ -57,12 +54,6 @@ class LeaseGuard:
             self.fenced = False
             log.warning("lease renewed: claiming queued jobs again")
             self.sup.schedule()
-
-    def pass_on(self, proc) -> None:
-        """Tell a worker (that takes leases) how long its queued jobs may run unless renewed."""
-        if self.workers_until is not None:
-            ms = int((self.workers_until - self.sup.loop.time()) * 1000)  # rounded down
-            self.sup.send(proc, {"t": "lease", "seconds": max(0, ms) / 1000})
 
     def expired(self) -> None:
         """The lease had already run out: the jobs may be running elsewhere now."""

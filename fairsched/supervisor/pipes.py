@@ -69,6 +69,7 @@ class WorkerPipes:
         except OSError:
             size = 0
         if not size:
+            self.killed_by_watchdog(proc)
             if not self.reap_worker(proc):  # exited: its jobs learn how (a signal, a code)
                 self.unregister_worker(proc, f"worker {proc.name} closed its pipe")
                 self.expect_exit(proc)
@@ -150,9 +151,6 @@ class WorkerPipes:
             proc.hello_timer.cancel()
             proc.hello_timer = None
         proc.set_state(ProcessState.RUNNING)
-        proc.takes_leases = hello.get("leases") is True
-        if proc.takes_leases:
-            self.lease.pass_on(proc)
         self._changed()
         log.info("worker %s ready (pid %d, %d slot%s, types %s)", proc.name, proc.pid, slots,
                  "" if slots == 1 else "s",

@@ -52,7 +52,8 @@ class WorkerProcess:
     hello_timer: object | None = None
     signalled: set = field(default_factory=set)  # signals the supervisor sent this incarnation
     timed_out: bool = False  # stopped because a job ran past its timeout: not a crash
-    takes_leases: bool = False  # its hello said "leases": true (docs/protocol.md)
+    queued_jobs: int = 0  # queued (not on-demand) jobs running on it: the lease watchdog's
+    lease_killed: bool = False  # the lease watchdog killed it (watchdog.py)
 
     @property
     def name(self) -> str:
@@ -85,16 +86,6 @@ class WorkerProcess:
             return None
 
 
-def ended_by_lease(status: int, sent: set | frozenset = frozenset()) -> bool:
-    """Whether a worker ended itself because the supervisor's lease ran out under a queued
-    job (docs/protocol.md: the Python runtime's SIGALRM)."""
-    import os
-    import signal
-
-    return (os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGALRM
-            and signal.SIGALRM not in sent)
-
-
 def describe_exit(status: int, sent: set | frozenset = frozenset()) -> str:
     """Human words for a waitpid status, e.g. 'killed by SIGKILL, perhaps out of memory';
     `sent`: the signals the supervisor itself sent the process."""
@@ -111,8 +102,6 @@ def describe_exit(status: int, sent: set | frozenset = frozenset()) -> str:
             hint = " from the supervisor"
         elif sig == signal.SIGKILL:
             hint = ", perhaps out of memory"  # the kernel's OOM killer sends SIGKILL
-        elif sig == signal.SIGALRM:
-            hint = " at the end of its lease (the supervisor did not renew it in time)"
         else:
             hint = ""
         return f"killed by {name}{hint}"

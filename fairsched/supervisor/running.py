@@ -44,6 +44,10 @@ class JobHandling:
                             eligible_at=entry.eligible_at, claim=entry.claim)
         self.running[slot_id] = rj
         self.running_by_job[rj.job_id] = rj
+        if rj.request is None:
+            proc.queued_jobs += 1
+            if proc.queued_jobs == 1:
+                self.watchdog.changed()
         if proc.spec.timeout is not None:
             rj.timer = self.loop.call_later(proc.spec.timeout, self._on_job_timeout, rj)
         waited = max(0.0, time.time() - rj.eligible_at)
@@ -90,6 +94,10 @@ class JobHandling:
             return
         del self.running[rj.slot_id]
         self.running_by_job.pop(rj.job_id, None)
+        if rj.request is None:
+            rj.proc.queued_jobs -= 1
+            if not rj.proc.queued_jobs:
+                self.watchdog.changed()
         if rj.timer is not None:
             rj.timer.cancel()
         self.pool.release(rj.slot_id)  # a no-op when the worker (and its slots) is gone

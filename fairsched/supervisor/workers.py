@@ -16,12 +16,11 @@ from pathlib import Path
 from fairsched.config import Config
 from fairsched.logs import fields
 from fairsched.protocol import WORKER_MESSAGES, FrameDecoder
-from fairsched.supervisor.lease import WORKER_AT
+from fairsched.supervisor.lease import WATCHDOG_AT
 from fairsched.supervisor.process import (
     EXIT_CANNOT_START,
     WorkerProcess,
     describe_exit,
-    ended_by_lease,
     restart_delay,
 )
 from fairsched.supervisor.states import ProcessState
@@ -192,7 +191,7 @@ class WorkerLifecycle:
         proc.incarnation = f"{proc.name}.{proc.generation}.{secrets.token_hex(4)}"
         proc.signalled.clear()
         proc.timed_out = False
-        proc.takes_leases = False
+        proc.lease_killed = False
         spec = launch_spec(proc, self.log_dir)
         template = None if cold else self.templates.get(proc.group)
         pid = None
@@ -247,6 +246,9 @@ class WorkerLifecycle:
             proc = self.by_pid.pop(pid, None)
             if proc is not None:
                 self.worker_exited(proc, status)
+            elif self.watchdog is not None and pid == self.watchdog.pid:
+                self.watchdog.exited(status)
+                self._changed()
             elif pid in self.template_pids:
                 group = self.template_pids.pop(pid)
                 template = self.templates.get(group)
@@ -283,15 +285,14 @@ class WorkerLifecycle:
         return True
 
     def worker_exited(self, proc: WorkerProcess, status: int) -> None:
-        how = describe_exit(status, proc.signalled)
-        proc.last_exit = how
         # Whatever its jobs started in its process group (a converter's subprocess, say) goes
         # with it: those jobs may run again elsewhere, and nothing outlives its worker.
         with contextlib.suppress(OSError):
             os.killpg(proc.pid, signal.SIGKILL)
-        lease_ran_out = ended_by_lease(status, proc.signalled)
-        if lease_ran_out:
-            self._lease_ran_out(proc)
+        lease_ran_out = self.killed_by_watchdog(proc)
+        how = ("killed by the lease watchdog" if lease_ran_out
+               else describe_exit(status, proc.signalled))
+        proc.last_exit = how
         self.unregister_worker(proc, f"worker {proc.name} {how}")
         self._cancel_timers(proc)
         proc.pid = None
@@ -338,16 +339,23 @@ class WorkerLifecycle:
         else:
             proc.restart_timer = self.loop.call_later(delay, self._respawn, proc)
 
-    def _lease_ran_out(self, proc: WorkerProcess) -> None:
-        """`proc` ended itself at the end of the lease it was given: the job that made it do so
-        may be running elsewhere by now. Its jobs go back to the queue unspent (a release that
-        fails if another supervisor took them), and its on-demand jobs run again."""
-        log.error("worker %s ended its queued jobs itself: this supervisor did not renew its "
-                  "lease for %g s (stalled or stopped?)", proc.name,
-                  self.lease.lease * WORKER_AT)
+    def killed_by_watchdog(self, proc: WorkerProcess) -> bool:
+        """Whether the lease watchdog killed `proc` because this supervisor stalled past its
+        lease. The jobs that made it do so may be running elsewhere by now: they go back to
+        the queue unspent (a release that changes nothing if another supervisor took them),
+        and its on-demand jobs run again."""
+        if proc.lease_killed:
+            return True
+        if self.watchdog is None or not self.watchdog.took(proc.pid):
+            return False
+        proc.lease_killed = True
+        log.error("worker %s was killed by the lease watchdog: this supervisor did not renew "
+                  "its lease for %g s (stalled or stopped?)", proc.name,
+                  self.lease.lease * WATCHDOG_AT)
         for rj in self.running.values():
             if rj.proc is proc and rj.cancel_reason is None:
                 rj.cancel_reason = "lease" if rj.request is None else "restart"
+        return True
 
     def _respawn(self, proc: WorkerProcess) -> None:
         proc.restarts += 1

@@ -173,6 +173,12 @@ def launch(spec: LaunchSpec, incarnation: str) -> Launched:
     return _start(argv, env, spec.log_path, socket.SOCK_STREAM)
 
 
+def start_helper(argv: list[str], log_path: Path) -> Launched:
+    """Start one of the supervisor's own helpers (the lease watchdog) the way workers start:
+    its own session, the socketpair's other end as fd 3, output appended to `log_path`."""
+    return _start(argv, dict(os.environ), log_path, socket.SOCK_STREAM)
+
+
 def _hand_over(kind: int, log_path: Path, give):
     """Make the worker's socketpair and open its log; `give(child_fd, log_fd)` passes both on.
 

@@ -17,7 +17,6 @@ import socket
 import stat
 import sys
 import threading
-import time
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -39,7 +38,6 @@ from fairsched.worker._linux import set_parent_death_signal
 EXIT_CANNOT_START = 78  # EX_CONFIG: the handler or the environment is wrong; do not restart
 EXIT_PROTOCOL = 76  # EX_PROTOCOL: the supervisor sent something this worker cannot read
 MAX_ERROR = 65536  # characters of an error text sent back; the log keeps the whole traceback
-MIN_ALARM = 0.001  # seconds: a lease already run out still arms the timer (0 would disarm it)
 
 HANDLER_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
@@ -186,11 +184,6 @@ class Worker:
         # in its next write: one system call (and one wakeup of the supervisor) per burst.
         self._results: list[bytes] = []
         self._flushing = False
-        # The supervisor's lease, which queued jobs run under (see lease()): when it runs out,
-        # as time.monotonic() goes, once the supervisor has said; and how many queued (not
-        # on-demand) jobs run now, the only ones it concerns.
-        self._lease_until: float | None = None
-        self._queued = 0
 
     # -- output ---------------------------------------------------------------------------------
 
@@ -213,11 +206,9 @@ class Worker:
         signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, _ignore_signal)  # the wakeup pipe carries it to the loop
-        signal.signal(signal.SIGALRM, signal.SIG_DFL)  # the lease's end: see lease()
         s = self.settings
         self.send({"t": "hello", "protocol": PROTOCOL_VERSION, "pid": os.getpid(),
-                   "incarnation": s.incarnation, "slots": s.slots, "types": list(s.types),
-                   "leases": True})
+                   "incarnation": s.incarnation, "slots": s.slots, "types": list(s.types)})
         decoder = FrameDecoder(SUPERVISOR_MESSAGES)
         fd = self.sock.fileno()
         buffer = memoryview(bytearray(READ_SIZE))  # reused: no large allocation per read
@@ -248,8 +239,6 @@ class Worker:
             self.start_job(msg)
         elif kind == "cancel":
             self.cancel_job(msg)
-        elif kind == "lease":
-            self.lease(msg["seconds"])
         else:
             self.stop()
 
@@ -265,10 +254,6 @@ class Worker:
                       spec["attempt"], spec["on_demand"], slot=slot, send=self.send)
             self.jobs[slot] = job
             self._ready.append(job)
-            if not job.on_demand:
-                self._queued += 1
-                if self._queued == 1 and self._lease_until is not None:
-                    self._arm()
             call = self._call_thread()
         if call is not None:
             call()
@@ -343,25 +328,6 @@ class Worker:
             if job is not None and job.id == msg["job_id"]:
                 job._cancel()
 
-    def lease(self, seconds: float) -> None:
-        """The supervisor renewed its lease in PostgreSQL: queued jobs may run `seconds` more.
-
-        Past that the supervisor has stalled (or lost its database) for most of its lease, and
-        another supervisor may soon start its jobs again. So while a queued job runs, a kernel
-        timer is set to the lease's end, and SIGALRM ends this worker if no renewal comes
-        first. Its default action is used, no Python handler: nothing a job does, not even a
-        C call that holds the GIL, can put it off. On-demand jobs are in no table and run on.
-        """
-        with self._state_lock:
-            self._lease_until = time.monotonic() + seconds
-            if self._queued:
-                self._arm()
-
-    def _arm(self) -> None:
-        """Under the state lock: SIGALRM at the lease's end."""
-        remaining = self._lease_until - time.monotonic()
-        signal.setitimer(signal.ITIMER_REAL, max(remaining, MIN_ALARM))
-
     def stop(self) -> None:
         """Cancel everything running; exit 0 once the handlers have returned."""
         with self._state_lock:
@@ -410,10 +376,6 @@ class Worker:
         with self._state_lock:
             job._done = True
             self.jobs[job.slot] = None  # from here the slot may get its next job...
-            if not job.on_demand:
-                self._queued -= 1
-                if not self._queued and self._lease_until is not None:
-                    signal.setitimer(signal.ITIMER_REAL, 0)  # no queued job left to stop
             self._returning += 1  # ...which this thread takes unless another one is free
             self._results.append(data)
             if self._flushing:

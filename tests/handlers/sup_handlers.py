@@ -43,6 +43,16 @@ def with_child(job: fairsched.Job):
     return {"child": child.pid}
 
 
+def hold_gil(job: fairsched.Job):
+    """Spends about payload['seconds'] in one C call that keeps the GIL: no other thread of the
+    worker, its reader of the supervisor's frames included, runs meanwhile."""
+    started = time.perf_counter()
+    sum(range(10**6))
+    per_million = time.perf_counter() - started
+    sum(range(int(10**6 * float(job.payload["seconds"]) / max(per_million, 1e-6))))
+    return {"held": time.perf_counter() - started}
+
+
 def fail(job: fairsched.Job):
     raise RuntimeError(f"failing on purpose (attempt {job.attempt})")
 
@@ -74,7 +84,8 @@ def _running(pid: int) -> bool:
 
 def span(job: fairsched.Job):
     """Runs payload['seconds'] (ignoring cancel if told to), logging start and end lines to
-    payload['log']; returns the earlier runs of the same job still going when it started."""
+    payload['log']; returns the earlier runs of the same job still going when it started.
+    With payload['child'] it runs a `sleep` beside it meanwhile, logged as a child line."""
     payload = job.payload
     path = Path(payload["log"])
     lines = path.read_text().splitlines() if path.exists() else []
@@ -85,13 +96,19 @@ def span(job: fairsched.Job):
         if word == "start" and job_id == str(job.id) and (job_id, pid) not in ended:
             if _running(int(pid)):
                 overlaps.append(int(pid))  # that run's process is still alive: it still runs
+    child = subprocess.Popen(["sleep", "60"]) if payload.get("child") else None
     with open(path, "a") as f:
         f.write(f"start {job.id} {os.getpid()} {job.attempt}\n")
+        if child is not None:
+            f.write(f"child {job.id} {child.pid}\n")
     deadline = time.monotonic() + float(payload["seconds"])
     cancelled = False
     while time.monotonic() < deadline and not cancelled:
         cancelled = not payload.get("stubborn") and job.cancelled()
         time.sleep(0.02)
+    if child is not None:
+        child.kill()
+        child.wait()
     with open(path, "a") as f:
         f.write(f"end {job.id} {os.getpid()}\n")
     return {"overlaps": overlaps, "pid": os.getpid(), "cancelled": cancelled}

@@ -80,17 +80,6 @@ def until_cancelled(job: fairsched.Job):
     return {"cancelled": False}
 
 
-def hold_gil(job: fairsched.Job):
-    """Reports progress, then spends about payload['seconds'] in one C call that keeps the GIL
-    (no other thread of the worker runs meanwhile)."""
-    job.progress(0.0, "holding the GIL")
-    started = time.perf_counter()
-    sum(range(10**6))
-    per_million = time.perf_counter() - started
-    sum(range(int(10**6 * float(job.payload["seconds"]) / max(per_million, 1e-6))))
-    return {"held": time.perf_counter() - started}
-
-
 def rendezvous(job: fairsched.Job):
     """Marks itself arrived, then waits for its partner: only concurrent jobs both succeed."""
     folder = Path(job.payload["dir"])
