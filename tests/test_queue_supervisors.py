@@ -517,6 +517,36 @@ max_attempts = 1
         assert row[5] == "worker slow-1 killed by SIGKILL, perhaps out of memory", row[5]
 
 
+def test_a_job_that_finished_while_its_supervisor_was_stalled_succeeds(supervisors, db,
+                                                                       tmp_path):
+    # One job finishes while the supervisor is stopped; then the lease watchdog kills the
+    # worker over the other one. Back, the supervisor reads the result the worker wrote before
+    # it died, rather than failing the job for the broken pipe or killing the worker over it.
+    log = tmp_path / "spans.log"
+    sup = supervisors(SPAN + "slots = 2\n", supervisor="lease = 3\nheartbeat_interval = 1\n"
+                      ).start()
+    long_job, short_job = enqueue(db, [
+        {"type": "span", "payload": {"log": str(log), "seconds": 60}},
+        {"type": "span", "payload": {"log": str(log), "seconds": 0.8}}])
+    sup.wait_for(lambda ps: {s["job_id"] for s in ps["slots"]} == {long_job, short_job},
+                 what="both jobs running")
+    sup.signal(signal.SIGSTOP)
+    try:
+        deadline = time.monotonic() + 10
+        while not [ln for ln in span_lines(log, short_job) if ln[0] == "end"]:
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        time.sleep(3)  # past the watchdog's 90% of the lease
+    finally:
+        sup.signal(signal.SIGCONT)
+    sup.wait_for(lambda ps: ps["supervisor"]["counters"]["succeeded"] == 1, what="the result")
+    (row,) = job_rows(db, {short_job})
+    assert row[1:3] == ("succeeded", 1) and row[5] is None, row
+    out = sup.output()
+    assert f"job {short_job} succeeded" in out and "pipe closed" not in out, out
+    assert "worker span-1 was killed by the lease watchdog" in out, out
+
+
 def test_a_job_that_holds_the_gil_past_the_lease_runs_to_its_end(supervisors, db):
     # The lease is the supervisor's to keep, not the worker's: a busy worker is not mistaken
     # for a stalled supervisor.

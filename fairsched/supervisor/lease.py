@@ -74,6 +74,7 @@ class LeaseGuard:
         self._cancel_timer = None
         if self.sup.shutting_down:
             return
+        self.sup.read_pending()  # late after a stall: jobs may have finished meanwhile
         self.fenced = True
         self.sup.cache.clear()
         jobs = [rj for rj in self.sup.running.values() if rj.request is None]
@@ -88,6 +89,7 @@ class LeaseGuard:
         self._kill_timer = None
         if not self.fenced or self.sup.shutting_down:
             return
+        self.sup.read_pending()
         procs = {rj.proc for rj in self.sup.running.values() if rj.cancel_reason == "lease"}
         for proc in procs:
             log.error("worker %s is still running a job of the expiring lease; killing it",

@@ -9,6 +9,7 @@ import signal
 from fairsched.protocol import ProtocolError, encode, validate
 from fairsched.supervisor.process import WorkerProcess
 from fairsched.supervisor.states import ProcessState
+from fairsched.supervisor.workers import EXIT_GRACE
 
 log = logging.getLogger("fairsched.supervisor")
 
@@ -17,7 +18,7 @@ class WorkerPipes:
     def send(self, proc: WorkerProcess, msg: dict | bytes, *, defer: bool = False) -> bool:
         """Frame `msg` (or send a frame already encoded) to the worker; with defer, it leaves
         with the cycle's other frames."""
-        if proc.sock is None:
+        if proc.sock is None or proc.write_failed:
             return False
         proc.outbox += msg if isinstance(msg, bytes) else encode(msg)
         if defer:
@@ -26,7 +27,7 @@ class WorkerPipes:
         return self._flush(proc)
 
     def _flush(self, proc: WorkerProcess) -> bool:
-        if proc.sock is None:
+        if proc.sock is None or proc.write_failed:
             return False
         if proc.writing:  # a partial write is pending: the writer callback carries on
             return True
@@ -35,7 +36,7 @@ class WorkerPipes:
         except BlockingIOError:
             sent = 0
         except OSError as exc:  # EPIPE/ECONNRESET: the worker is gone
-            self.unregister_worker(proc, f"worker {proc.name} pipe closed ({exc.strerror})")
+            self._write_failed(proc, exc)
             return False
         del proc.outbox[:sent]
         if proc.outbox:
@@ -53,19 +54,43 @@ class WorkerPipes:
         except BlockingIOError:
             return
         except OSError as exc:
-            self.unregister_worker(proc, f"worker {proc.name} pipe closed ({exc.strerror})")
+            self._write_failed(proc, exc)
             return
         del proc.outbox[:sent]
         if not proc.outbox:
             proc.writing = False
             self.loop.remove_writer(proc.sock.fileno())
 
-    def _on_readable(self, proc: WorkerProcess) -> None:
+    def _write_failed(self, proc: WorkerProcess, exc: OSError) -> None:
+        """The worker is gone (EPIPE) or going. What it wrote before it went still counts (a
+        result that crossed our frame on the wire), so the reader, which reads that and then
+        the end of the pipe, drops the worker; or this does, if the pipe stays silent."""
+        if proc.writing:
+            self.loop.remove_writer(proc.sock.fileno())
+            proc.writing = False
+        proc.outbox.clear()
+        proc.write_failed = f"worker {proc.name} pipe closed ({exc.strerror})"
+        self.loop.call_later(EXIT_GRACE, self._drop_if_silent, proc, proc.incarnation)
+
+    def _drop_if_silent(self, proc: WorkerProcess, incarnation: str) -> None:
+        if proc.incarnation == incarnation and proc.sock is not None:
+            self.unregister_worker(proc, proc.write_failed)
+            self.expect_exit(proc)
+
+    def read_pending(self) -> None:
+        """Read all that the workers have written so far: what finished while this supervisor
+        was stalled counts before it acts on the stall."""
+        for proc in self.procs:
+            while proc.sock is not None and self._on_readable(proc):
+                pass
+
+    def _on_readable(self, proc: WorkerProcess) -> bool:
+        """Read from the worker once and act on it; whether there was anything to read."""
         buffer = self.read_buffer
         try:
             size = proc.sock.recv_into(buffer)
         except BlockingIOError:
-            return
+            return False
         except OSError:
             size = 0
         if not size:
@@ -73,18 +98,19 @@ class WorkerPipes:
             if not self.reap_worker(proc):  # exited: its jobs learn how (a signal, a code)
                 self.unregister_worker(proc, f"worker {proc.name} closed its pipe")
                 self.expect_exit(proc)
-            return
+            return True
         try:
             messages = proc.decoder.feed(buffer[:size])
             for msg in messages:
                 validate(msg)
                 self.handle_message(proc, msg)
                 if proc.sock is None:
-                    return
+                    return True
         except ProtocolError as exc:
             log.error("worker %s sent a bad frame: %s; killing it", proc.name, exc)
             self.kill_worker(proc, signal.SIGKILL)
             self.unregister_worker(proc, f"worker {proc.name} sent a bad frame: {exc}")
+        return True
 
     def handle_message(self, proc: WorkerProcess, msg: dict) -> None:
         kind = msg["t"]

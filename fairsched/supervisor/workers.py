@@ -192,6 +192,7 @@ class WorkerLifecycle:
         proc.signalled.clear()
         proc.timed_out = False
         proc.lease_killed = False
+        proc.write_failed = None
         spec = launch_spec(proc, self.log_dir)
         template = None if cold else self.templates.get(proc.group)
         pid = None
