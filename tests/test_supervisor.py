@@ -228,6 +228,23 @@ def test_a_worker_that_closes_its_pipe_but_lives_on_is_killed_and_replaced(super
     assert "worker quitter-1 killed by SIGKILL from the supervisor" in sup.output()
 
 
+def test_a_worker_that_refuses_all_work_backs_off_and_ends_fatal(supervisors):
+    sup = misbehaving(supervisors, "nay", "refuse", "max_restarts = 2").start()
+    caller = sup.spawn_cli("submit", "nay", "--on-demand", "--timeout", "60")
+    try:
+        ps = sup.wait_for(lambda ps: next(s for s in ps["slots"] if s["group"] == "nay")
+                          ["process_state"] == "fatal", what="nay fatal", timeout=30)
+    finally:
+        caller.kill()
+        caller.communicate()
+    nay = next(s for s in ps["slots"] if s["group"] == "nay")
+    assert nay["restarts"] == 2, nay
+    out = sup.output()
+    assert out.count("worker nay-1 refuses work; restarting it") == 3, out
+    assert "from the supervisor after refusing work; restarting in 0.1 s" in out, out
+    assert "crashed 3 times within" in out, out
+
+
 def test_a_worker_that_never_says_hello_is_killed_after_start_timeout(supervisors):
     sup = misbehaving(supervisors, "mute", "mute", "start_timeout = 0.5").start(wait=False)
     ps = sup.wait_for(lambda ps: next(s for s in ps["slots"] if s["group"] == "mute")["restarts"]

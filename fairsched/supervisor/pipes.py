@@ -145,7 +145,8 @@ class WorkerPipes:
                 # Stopping (told so by someone else) or out of step with us: either way its
                 # slots must take no more work, or the job would bounce back and forth.
                 log.warning("worker %s refuses work; restarting it", proc.name)
-                self.stop_worker(proc)
+                proc.refused_work = True  # counted as a crash: a worker that always refuses
+                self.stop_worker(proc)     # backs off and ends fatal
             self.finish_job(rj, "refused", error=f"refused by {proc.name}: {msg.get('reason')}")
 
     def register_worker(self, proc: WorkerProcess, hello: dict) -> None:

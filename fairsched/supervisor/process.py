@@ -55,6 +55,7 @@ class WorkerProcess:
     queued_jobs: int = 0  # queued (not on-demand) jobs running on it: the lease watchdog's
     lease_killed: bool = False  # the lease watchdog killed it (watchdog.py)
     write_failed: str | None = None  # why the last write to it failed (it is gone)
+    refused_work: bool = False  # stopped for refusing a job: out of step with its config
 
     @property
     def name(self) -> str:

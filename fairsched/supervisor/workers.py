@@ -193,6 +193,7 @@ class WorkerLifecycle:
         proc.timed_out = False
         proc.lease_killed = False
         proc.write_failed = None
+        proc.refused_work = False
         spec = launch_spec(proc, self.log_dir)
         template = None if cold else self.templates.get(proc.group)
         pid = None
@@ -293,6 +294,8 @@ class WorkerLifecycle:
         lease_ran_out = self.killed_by_watchdog(proc)
         how = ("killed by the lease watchdog" if lease_ran_out
                else describe_exit(status, proc.signalled))
+        if proc.refused_work:
+            how += " after refusing work"
         proc.last_exit = how
         self.unregister_worker(proc, f"worker {proc.name} {how}")
         self._cancel_timers(proc)
@@ -316,7 +319,7 @@ class WorkerLifecycle:
             proc.set_state(ProcessState.DOWN)
             self._respawn(proc)
             return
-        if proc.state is ProcessState.STOPPING:  # an operator's restart, or a refusing worker
+        if proc.state is ProcessState.STOPPING and not proc.refused_work:  # an operator's restart
             log.info("worker %s %s; restarting", proc.name, how)
             proc.set_state(ProcessState.DOWN)
             self._respawn(proc)

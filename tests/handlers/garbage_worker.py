@@ -1,5 +1,6 @@
 """A worker that misbehaves as argv[1] says: `garbage` or `oversized` frames when given work,
-`hangup` (closes its pipe when given work, then lives on) or `mute` (never says hello)."""
+`hangup` (closes its pipe when given work, then lives on), `mute` (never says hello) or
+`refuse` (refuses every job it is given, exits 0 when told to stop)."""
 
 import json
 import os
@@ -22,6 +23,21 @@ if mode == "mute":
 send({"t": "hello", "protocol": 1, "pid": os.getpid(),
       "incarnation": os.environ["FAIRSCHED_INCARNATION"],
       "slots": int(os.environ["FAIRSCHED_SLOTS"]), "types": os.environ["FAIRSCHED_TYPES"].split(",")})
+if mode == "refuse":
+    buffer = b""
+    while True:
+        data = sock.recv(65536)
+        if not data:
+            sys.exit(0)
+        buffer += data
+        while len(buffer) >= 4 and len(buffer) >= 4 + struct.unpack(">I", buffer[:4])[0]:
+            size = struct.unpack(">I", buffer[:4])[0]
+            msg, buffer = json.loads(buffer[4:4 + size]), buffer[4 + size:]
+            if msg["t"] == "stop":
+                sys.exit(0)
+            if msg["t"] == "run":
+                send({"t": "refused", "slot": msg["slot"], "job_id": msg["job"]["id"],
+                      "reason": "not today"})
 sock.recv(65536)  # the first run frame
 if mode == "oversized":
     sock.sendall(struct.pack(">I", 0x7FFFFFFF) + b"x" * 100)
