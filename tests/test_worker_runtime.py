@@ -102,6 +102,8 @@ def test_permanent_error_is_marked_permanent(start):
 @pytest.mark.parametrize(("handler", "words"), [
     ("worker_handlers:unserialisable", "result is not JSON-serialisable: TypeError"),
     ("worker_handlers:huge", "result is too large: frame of"),
+    ("worker_handlers:unreadable",
+     "result is not JSON-serialisable: RuntimeError: this mapping cannot be read"),
 ])
 def test_result_that_cannot_be_sent_is_a_permanent_error_not_a_crash(start, handler, words):
     peer = start(handler=handler)

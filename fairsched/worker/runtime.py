@@ -342,7 +342,16 @@ class Worker:
     # -- one job --------------------------------------------------------------------------------
 
     def run_job(self, job: Job) -> bytes:
-        """Call the handler; the frame that reports how it went."""
+        """Call the handler; the frame that reports how it went. Never raises: a job thread
+        that died here would leave its slot taken and the state lock held."""
+        try:
+            return self._run_job(job)
+        except BaseException as exc:  # reporting failed (a full disk under the log, say)
+            return encode({"t": "error", "slot": job.slot, "job_id": job.id, "permanent": False,
+                           "error": "the worker could not report how the job went: "
+                                    + describe_exception(exc)})
+
+    def _run_job(self, job: Job) -> bytes:
         head = {"slot": job.slot, "job_id": job.id}
         try:
             value = self.handler(job)
@@ -367,7 +376,7 @@ class Worker:
             return encode({"t": "result", **head, "result": value})
         except ProtocolError as exc:
             error = f"result is too large: {exc}"
-        except (TypeError, ValueError, RecursionError) as exc:
+        except Exception as exc:  # TypeError mostly; whatever a strange object's methods raise
             error = f"result is not JSON-serialisable: {describe_exception(exc)}"
         print(f"job {job.id!r} ({job.type}) failed permanently: {error}", file=sys.stderr)
         return encode({"t": "error", **head, "error": error, "permanent": True})

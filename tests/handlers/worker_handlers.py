@@ -51,6 +51,15 @@ def unserialisable(job: fairsched.Job):
     return {"tags": {"a", "b"}}
 
 
+class _Unreadable(dict):
+    def items(self):
+        raise RuntimeError("this mapping cannot be read")
+
+
+def unreadable(job: fairsched.Job):
+    return _Unreadable(a=1)
+
+
 def huge(job: fairsched.Job):
     return "x" * (2 << 20)
 
