@@ -115,6 +115,7 @@ def test_config_comes_from_fairsched_config_or_the_current_folder(db, config):
     (["stop", "--timeout", "nan"], "--timeout must be a number of seconds >= 0, got 'nan'"),
     (["jobs", "--status", "done"], "--status must be one of"),
     (["cancel", "seven"], "ID must be an integer"),
+    (["cancel", "od-4"], "od-4 is an on-demand job: it is in no table"),
 ])
 def test_bad_usage_is_one_line_exit_2_and_writes_nothing(db, config, args, message):
     line = one_line_error(fairsched(*args, "--config", str(config), url=db), 2)

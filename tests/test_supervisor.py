@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import socket
 import sys
@@ -154,6 +155,8 @@ handler = "sup_handlers:slow"
     pdf.kill()  # the caller hangs up: its request is cancelled
     pdf.communicate(timeout=30)
     sup.wait_for(lambda ps: all(s["state"] == "free" for s in ps["slots"]), what="cancelled")
+    assert re.search(r"job od-\d+ cancelled \(its caller left\): type pdf, worker pdf-1",
+                     sup.output()), sup.output()
 
 
 def test_sigterm_honours_shutdown_timeout_and_leaves_no_orphans(supervisors):

@@ -186,6 +186,9 @@ def duration(seconds: float) -> str:
 # -- retry, cancel ----------------------------------------------------------------------------
 
 def parse_job_id(text: str) -> int:
+    if text.startswith("od-"):
+        raise UsageProblem(f"{text} is an on-demand job: it is in no table, and it ends when its"
+                           " caller stops waiting (Ctrl-C on `fairsched submit --on-demand`)")
     return parse_int("ID", text, 1, 2**63 - 1)
 
 

@@ -171,6 +171,9 @@ class JobHandling:
             self._record(rj, "cancelled", duration)
             reason = {"shutdown": "the supervisor is shutting down",
                       "restart": "the worker was restarted"}.get(rj.cancel_reason, "cancelled")
+            log.info("job %s cancelled (%s): %s, %.3f s", rj.job_id,
+                     "its caller left" if req.cancelled else reason, where(rj), duration,
+                     extra=job_fields(rj, "cancelled", duration))
             self._finish_request(req, {"event": "error", "job_id": req.job_id, "error": reason})
             return
         if outcome == "refused":
