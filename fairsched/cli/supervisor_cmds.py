@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import time
 from pathlib import Path
@@ -56,6 +57,10 @@ def supervise(config_path, log_format, log_level):
 def ps(config_path, socket_path, as_json, watch):
     """One row per slot: worker, pid, slot, types, state, job, age, restarts, uptime, RSS, CPU."""
     client = control_client(config_path, socket_path)
+    if watch:
+        # Ctrl-C (SIGINT) ends the watch even where it was inherited ignored, as it is by a
+        # background job of a shell script.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         while True:
             data = add_process_figures(client.ps())
