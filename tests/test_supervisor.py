@@ -129,6 +129,21 @@ def test_import_error_is_reported_once_not_restarted(supervisors):
     assert "could not start" in ps["slots"][0]["fatal_reason"]
     assert "no_such_module" in ps["slots"][0]["fatal_reason"]
     assert sup.output().count("is fatal") == 1
+    # A caller waiting for a result no worker can give hears so at once.
+    result = sup.cli("submit", "pdf", "--on-demand", timeout=10)
+    assert result.returncode == 1
+    assert "no worker can run 'pdf' jobs: pdf-1 is fatal (could not start" in result.stderr
+    assert "fairsched restart pdf" in result.stderr
+
+
+def test_callers_waiting_when_the_last_worker_turns_fatal_are_told(supervisors):
+    sup = supervisors(SLOW_PDF + "max_restarts = 0\n").start()
+    caller = sup.spawn_cli("submit", "pdf", "--on-demand", "--payload", '{"seconds": 30}')
+    ps = sup.wait_for(lambda ps: ps["slots"][0]["state"] == "busy", what="the job running")
+    os.kill(ps["slots"][0]["pid"], signal.SIGKILL)  # its first crash makes it fatal
+    out, err = caller.communicate(timeout=30)
+    assert caller.returncode == 1, err
+    assert "no worker can run 'pdf' jobs: pdf-1 is fatal (killed by SIGKILL" in err, err
 
 
 def test_specialist_first_keeps_versatile_worker_free(supervisors):

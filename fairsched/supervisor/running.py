@@ -12,6 +12,7 @@ from fairsched.protocol import ProtocolError, encode_run
 from fairsched.store.aqueue import retry_delay
 from fairsched.supervisor.jobs import Request, RunningJob
 from fairsched.supervisor.queue_link import Failure
+from fairsched.supervisor.states import ProcessState
 
 log = logging.getLogger("fairsched.supervisor")
 
@@ -224,9 +225,33 @@ class JobHandling:
             self._finish_request(req, {"event": "error", "job_id": req.job_id,
                                        "error": "the supervisor is shutting down"})
             return req
+        no_worker = self.no_live_worker(type_name)
+        if no_worker is not None:
+            self._finish_request(req, {"event": "error", "job_id": req.job_id,
+                                       "error": no_worker})
+            return req
         self.requests[req.number] = req
         self.schedule()
         return req
+
+    def no_live_worker(self, type_name: str) -> str | None:
+        """Why no worker will ever run a `type_name` job until an operator acts (all of them
+        fatal), or None."""
+        procs = [p for p in self.procs if type_name in p.spec.types]
+        if any(p.state is not ProcessState.FATAL for p in procs):
+            return None
+        names = ", ".join(p.name for p in procs)
+        return (f"no worker can run {type_name!r} jobs: {names} "
+                f"{'is' if len(procs) == 1 else 'are'} fatal ({procs[0].fatal_reason}); "
+                f"see `fairsched ps`, and `fairsched restart {procs[0].group}` once fixed")
+
+    def fail_unrunnable_requests(self) -> None:
+        """Answer the waiting on-demand requests no worker is left to run (all fatal)."""
+        for req in list(self.requests.values()):
+            no_worker = self.no_live_worker(req.type)
+            if no_worker is not None:
+                self._finish_request(req, {"event": "error", "job_id": req.job_id,
+                                           "error": no_worker})
 
     def abandon_request(self, req: Request) -> None:
         """The caller gave up (timeout or disconnect): drop it, or cancel it where it runs."""

@@ -235,6 +235,7 @@ class WorkerLifecycle:
                   proc.name, reason, proc.name,
                   extra=fields(event="worker_fatal", worker=proc.name, group=proc.group,
                                reason=reason))
+        self.fail_unrunnable_requests()
 
     def reap_workers(self) -> None:
         """Collect every exited child; several SIGCHLDs fold into one call."""
