@@ -216,9 +216,9 @@ def test_sigterm_while_the_embedded_server_starts_stops_it_too(monkeypatch, shor
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         seen = []
-        for line in proc.stdout:  # the workers start first, then the database
+        for line in proc.stdout:
             seen.append(line)
-            if "is importing" in line:
+            if "starting the embedded PostgreSQL in" in line:
                 break
         proc.send_signal(signal.SIGTERM)
         seen += proc.stdout.readlines()

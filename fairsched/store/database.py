@@ -13,6 +13,7 @@ import atexit
 import contextlib
 import fcntl
 import json
+import logging
 import os
 import signal
 import time
@@ -27,6 +28,8 @@ from psycopg.conninfo import conninfo_to_dict
 
 from fairsched.store.errors import BadDatabaseURL, DatabaseUnavailable
 from fairsched.store.schema import migrate
+
+log = logging.getLogger("fairsched.database")
 
 ENV_URL = "FAIRSCHED_DATABASE_URL"
 CONNECT_TIMEOUT = 10
@@ -173,6 +176,9 @@ class _EmbeddedServer:
             state["owned_postmaster"] = None
 
     def _start(self) -> tuple[str, int]:
+        first = not (self.pgdata / "PG_VERSION").exists()
+        log.info("starting the embedded PostgreSQL in %s%s", self.pgdata,
+                 " (its first start: creating the database)" if first else "")
         try:
             with warnings.catch_warnings():
                 # platformdirs warns on import when XDG_RUNTIME_DIR is unset; the socket lives

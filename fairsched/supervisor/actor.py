@@ -79,6 +79,7 @@ class Supervisor(WorkerLifecycle, WorkerPipes, JobHandling):
         self.read_buffer = memoryview(bytearray(READ_SIZE))  # every worker's reads, one at a time
         self._wake_handle: asyncio.TimerHandle | None = None
         self.starting = False
+        self.up = False  # the database works and the workers were started
         self._stop_when_started: tuple[float | None] | None = None  # (timeout,) of an early stop
         self.loop: asyncio.AbstractEventLoop | None = None
         self.log_dir = config.supervisor.state_dir / "logs"
@@ -97,8 +98,20 @@ class Supervisor(WorkerLifecycle, WorkerPipes, JobHandling):
         self.watchdog.start()
         self.starting = True
         try:
-            self.spawn_workers(templates)  # handlers import while the database connects
-            await self.queue.start()
+            # The handlers import in their templates meanwhile; workers start once the
+            # database is known to work, so a supervisor that cannot use it starts none.
+            try:
+                await self.queue.start()
+            except BaseException:
+                for template in (templates or {}).values():  # for shutdown to stop
+                    self.warming[template.group] = template
+                raise
+            self.up = True
+            if self._stop_when_started is None:
+                self.spawn_workers(templates)
+            else:  # stopped while the database started: no worker to start and stop again
+                for template in (templates or {}).values():
+                    self.warming[template.group] = template
             self.observer.start(self)
         finally:
             self.starting = False
@@ -141,8 +154,9 @@ class Supervisor(WorkerLifecycle, WorkerPipes, JobHandling):
         self.shutting_down = True
         self.lease.stop()
         timeout = self.config.supervisor.shutdown_timeout if timeout is None else timeout
-        log.info("shutting down: cancelling %d running jobs, waiting up to %g s",
-                 len(self.running), timeout)
+        if self.up:  # not when it could not start at all: the caller says why
+            log.info("shutting down: cancelling %d running jobs, waiting up to %g s",
+                     len(self.running), timeout)
         for req in list(self.requests.values()):
             self._finish_request(req, {"event": "error", "job_id": req.job_id,
                                        "error": "the supervisor is shutting down"})
@@ -173,7 +187,8 @@ class Supervisor(WorkerLifecycle, WorkerPipes, JobHandling):
             self._drop_template(template)
         await self.queue.close()
         self.observer.stop()
-        log.info("supervisor stopped")
+        if self.up:
+            log.info("supervisor stopped")
         self.stopped.set()
 
     async def _wait_changed(self, timeout: float) -> None:

@@ -150,13 +150,15 @@ class WorkerPipes:
             self.finish_job(rj, "refused", error=f"refused by {proc.name}: {msg.get('reason')}")
 
     def register_worker(self, proc: WorkerProcess, hello: dict) -> None:
-        if proc.state is not ProcessState.STARTING or proc.slot_ids:
+        if proc.slot_ids:
             raise ProtocolError("a second hello")
         if proc.pid is None:  # the template's answer is still on its way
             self._learn_pid(proc, int(hello["pid"]))
         if hello.get("incarnation") != proc.incarnation:
             raise ProtocolError(f"hello for incarnation {hello.get('incarnation')!r}, "
                                 f"expected {proc.incarnation!r}")
+        if proc.state is not ProcessState.STARTING:  # told to stop before it was ready
+            return
         types = [t for t in proc.spec.types if t in set(hello["types"])]
         extra = set(hello["types"]) - set(proc.spec.types)
         if extra or not types:
