@@ -1,4 +1,5 @@
-"""What every command shares: the --config option and one-line errors with DESIGN.md's exit codes."""
+"""What every command shares: the --config option and one-line errors with the README's exit
+codes."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """`fairsched submit`, `jobs`, `retry` and `cancel`: the queue seen from the command line.
 
 Each command is a thin layer over fairsched.store.Queue; every error is one line on stderr with
-the exit code of DESIGN.md (1: the operation failed, 2: bad usage or configuration).
+the exit code the README lists (1: the operation failed, 2: bad usage or configuration).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """`fairsched explain` and `fairsched simulate`: the scheduling weights and policies, measured.
 
 Thin layers over fairsched.sched; every error is one line on stderr with the exit code of
-DESIGN.md (1: the operation failed, 2: bad usage, bad configuration or a bad trace).
+the README (1: the operation failed, 2: bad usage, bad configuration or a bad trace).
 """
 
 from __future__ import annotations

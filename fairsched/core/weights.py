@@ -7,7 +7,7 @@ from numbers import Real
 
 @dataclass(frozen=True, slots=True)
 class Weights:
-    """The five `[scoring]` settings of DESIGN.md, in points.
+    """The five `[scoring]` settings (docs/scheduling.md), in points.
 
     score = priority x `priority` + age x `age` + `rarity` / free compatible slots
             + (on-demand: `on_demand` + age x `on_demand_age`)
