@@ -403,6 +403,30 @@ def test_a_supervisor_cut_off_from_postgres_gives_its_jobs_back_before_its_lease
         proxy.close()
 
 
+def test_jobs_queued_while_the_database_was_out_of_reach_start_when_it_is_back(db, tmp_path):
+    # Their notifications were lost with the connection: the supervisor fetches afresh when
+    # it reconnects instead of waiting for its (here very slow) poll.
+    from tests.pg_proxy import PgProxy
+
+    log = tmp_path / "runs.log"
+    proxy = PgProxy(db)
+    sup = Supervisor(proxy.url_through, RECORD.format(processes=1, slots=2),
+                     supervisor="lease = 6\nheartbeat_interval = 1\npoll_interval = 600\n")
+    try:
+        sup.start()
+        (first,) = enqueue(db, [{"type": "rec", "payload": {"log": str(log)}}])
+        wait_all_finished(db, 1, sups=[sup])  # and its type found drained
+        proxy.cut()
+        sup.wait_for(lambda ps: not ps["supervisor"]["database_connected"], what="disconnected")
+        ids = enqueue(db, [{"type": "rec", "payload": {"log": str(log)}} for _ in range(3)])
+        proxy.heal()
+        wait_all_finished(db, 4, timeout=60, sups=[sup])
+        assert recorded(log) == collections.Counter({first: 1, **{i: 1 for i in ids}})
+    finally:
+        sup.close()
+        proxy.close()
+
+
 def test_after_an_outage_longer_than_the_lease_no_supervisor_takes_the_others_for_dead(
         db, tmp_path):
     # Both supervisors lose PostgreSQL for longer than their lease, while their jobs finish.

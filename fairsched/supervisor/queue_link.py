@@ -150,6 +150,7 @@ class QueueLink:
         if store.lease_lost:
             self._lease_lost()
         self.sup.lease.renewed(sent_at)
+        self.sup.on_poll()  # what was notified while the connection was down never reached us
         await self._reconcile()
         if self._listen_task is None or self._listen_task.done():
             self._listen_task = asyncio.create_task(self._listen(), name="fairsched-listen")
