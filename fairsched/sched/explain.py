@@ -175,7 +175,7 @@ def free_slots(config: Config, type_name: str, timeout: float = 2.0) -> tuple[in
         return n, (f"no supervisor reachable on {config.control_socket}: counting all {n} "
                    f"configured slots that handle {type_name!r} as free")
     n = sum(1 for row in ps["slots"] if row.get("state") == "free" and type_name in row["types"])
-    return n, f"free slots that handle {type_name!r} in the running supervisor"
+    return n, f"{n} that handle {type_name!r}, counted in the running supervisor"
 
 
 def explain_job(config: Config, job_id: int) -> JobExplanation:
@@ -193,7 +193,8 @@ def explain_job(config: Config, job_id: int) -> JobExplanation:
     if job is None:
         raise JobNotFound(job_id)
     if job["status"] != "pending":
-        raise JobNotPending(f"job {job_id} is {job['status']}: only a pending job has a score")
+        state = "has succeeded" if job["status"] == "succeeded" else f"is {job['status']}"
+        raise JobNotPending(f"job {job_id} {state}: only a pending job has a score")
     eligible_at = job["run_after"].timestamp()
     n_free, source = free_slots(config, job["type"])
     if not configured_slots(config, job["type"]):

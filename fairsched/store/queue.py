@@ -192,7 +192,8 @@ class Queue:
                 if row is None:
                     status = self._status(id)
                     raise JobStateError(
-                        f"job {id} is {status}; only failed or cancelled jobs can be retried")
+                        f"job {id} {'has succeeded' if status == 'succeeded' else 'is ' + status};"
+                        " only failed or cancelled jobs can be retried")
                 self.conn.execute("SELECT pg_notify('fairsched_jobs', %s)", (row[0],))
         except psycopg.errors.UniqueViolation:
             holder = self.conn.execute(

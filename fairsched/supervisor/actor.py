@@ -115,9 +115,9 @@ class Supervisor(WorkerLifecycle, WorkerPipes, JobHandling):
             self.observer.start(self)
         finally:
             self.starting = False
-        log.info("supervisor %s started (pid %d, core %s, database %s, %d workers)",
+        log.info("supervisor %s started (pid %d, core %s, database %s, %d worker%s)",
                  self.queue.supervisor_id, os.getpid(), core.__impl__, self.queue.kind,
-                 len(self.procs))
+                 len(self.procs), "" if len(self.procs) == 1 else "s")
         if self._stop_when_started is not None:
             self.request_shutdown(*self._stop_when_started)
 

@@ -326,7 +326,8 @@ class WorkerLifecycle:
             self._respawn(proc)
             return
         if os.WIFEXITED(status) and os.WEXITSTATUS(status) == EXIT_CANNOT_START:
-            self._make_fatal(proc, f"could not start ({self._last_log_line(proc)})")
+            line = self._last_log_line(proc)  # the runtime's "... could not start: why"
+            self._make_fatal(proc, f"could not start ({line.partition(' could not start: ')[2] or line})")
             return
         recent = proc.record_crash()
         if proc.crash_loop(recent):

@@ -356,12 +356,12 @@ class Worker:
         try:
             value = self.handler(job)
         except PermanentError as exc:
-            print(f"job {job.id!r} ({job.type}) failed permanently: {describe_exception(exc)}",
+            print(f"job {job.id} ({job.type}) failed permanently: {describe_exception(exc)}",
                   file=sys.stderr)
             data = encode({"t": "error", **head, "error": describe_exception(exc),
                            "permanent": True})
         except BaseException as exc:  # SystemExit too: a handler must not end the worker
-            print(f"job {job.id!r} ({job.type}) failed, attempt {job.attempt}:", file=sys.stderr)
+            print(f"job {job.id} ({job.type}) failed, attempt {job.attempt}:", file=sys.stderr)
             traceback.print_exc()
             data = encode({"t": "error", **head, "error": describe_exception(exc),
                            "permanent": False})
@@ -378,7 +378,7 @@ class Worker:
             error = f"result is too large: {exc}"
         except Exception as exc:  # TypeError mostly; whatever a strange object's methods raise
             error = f"result is not JSON-serialisable: {describe_exception(exc)}"
-        print(f"job {job.id!r} ({job.type}) failed permanently: {error}", file=sys.stderr)
+        print(f"job {job.id} ({job.type}) failed permanently: {error}", file=sys.stderr)
         return encode({"t": "error", **head, "error": error, "permanent": True})
 
     def finish_job(self, job: Job, data: bytes) -> None:
