@@ -126,7 +126,8 @@ def test_import_error_is_reported_once_not_restarted(supervisors):
     time.sleep(0.5)
     ps = sup.ps()
     assert ps["slots"][0]["restarts"] == 0
-    assert "could not start" in ps["slots"][0]["fatal_reason"]
+    assert ps["slots"][0]["fatal_reason"].startswith("could not start (cannot import handler")
+    assert ps["slots"][0]["fatal_reason"].count("could not start") == 1
     assert "no_such_module" in ps["slots"][0]["fatal_reason"]
     assert sup.output().count("is fatal") == 1
     # A caller waiting for a result no worker can give hears so at once.
