@@ -5,6 +5,7 @@ from __future__ import annotations
 import heapq
 import json
 import math
+import re
 import subprocess
 import sys
 import textwrap
@@ -225,6 +226,12 @@ def test_simulate_prints_policies_side_by_side(starvation_files):
     assert head.index("fairsched") < head.index("fifo") < head.index("priority")
     assert any(line.startswith("index ") for line in result.stdout.splitlines())
     assert "EVENTS/S" in result.stdout
+    # Columns line up with their headings, the on-demand one empty here included.
+    lines = result.stdout.splitlines()
+    jobs_end = head.index("JOBS") + len("JOBS")
+    rows = [ln for ln in lines[3:] if ln.startswith(("index ", "pdf "))]
+    ends = [re.match(r"\S+\s+\d+\s+(\d+)", row).end(1) for row in rows]  # TYPE PRI JOBS
+    assert len(rows) == 2 and ends == [jobs_end, jobs_end], lines
 
 
 def test_simulate_json_for_chosen_policies(starvation_files):

@@ -488,7 +488,8 @@ def report_table(trace: Trace, n_slots: int, results: list[PolicyResult]) -> str
             row += [_seconds(g.wait_p50), _seconds(g.wait_p99), _seconds(g.wait_max),
                     str(g.stranded)]
         rows.append(row)
-    widths = [max(len(row[c]) for row in rows[1:]) for c in range(len(head))]
+    # The first four headings are columns of their own; a policy's name spans four.
+    widths = [max(len(row[c]) for row in (rows if c < 4 else rows[1:])) for c in range(len(head))]
     for p in range(len(results)):  # a policy's name spans its four columns
         c = 4 + 4 * p
         need = len(head[c]) - (sum(widths[c:c + 4]) + 6)
