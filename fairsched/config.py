@@ -75,6 +75,15 @@ class Config:
     def worker(self, name: str) -> WorkerSpec | None:
         return next((w for w in self.workers if w.name == name), None)
 
+    def max_attempts_by_type(self) -> dict[str, int]:
+        """The `max_attempts` a job without its own gets when claimed: that of the first
+        worker group that handles its type."""
+        defaults: dict[str, int] = {}
+        for spec in self.workers:
+            for t in spec.types:
+                defaults.setdefault(t, spec.max_attempts)
+        return defaults
+
 
 def resolve_config_path(option: str | None) -> Path:
     """--config, else FAIRSCHED_CONFIG, else ./workers.toml."""

@@ -151,6 +151,7 @@ def test_jobs_shows_a_table_and_json(db, config):
     assert "pending (in 9m" in rows[0] or "pending (in 10m" in rows[0]
     assert rows[1].split()[:5] == [str(failed), "ocr", "9", "failed", "4/4"]
     assert rows[1].endswith("ValueError: page 3 is empty")
+    assert "0/4" in rows[0].split()  # not claimed yet: the max_attempts it will get
 
     result = fairsched("jobs", "--status", "failed", "--json", "--config", str(config), url=db)
     (job,) = json.loads(result.stdout)

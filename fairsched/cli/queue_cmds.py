@@ -137,7 +137,7 @@ def jobs(status, type_name, limit, as_json, config_path):
     if as_json:
         click.echo(json.dumps([job_json(row) for row in rows], indent=2))
     else:
-        click.echo(jobs_table(rows, datetime.now(UTC)))
+        click.echo(jobs_table(rows, datetime.now(UTC), config.max_attempts_by_type()))
 
 
 def job_json(row: dict) -> dict:
@@ -148,7 +148,9 @@ def job_json(row: dict) -> dict:
     return out
 
 
-def jobs_table(rows: list[dict], now: datetime) -> str:
+def jobs_table(rows: list[dict], now: datetime, max_attempts: dict[str, int]) -> str:
+    """The human table; a job not yet claimed shows the `max_attempts` it will get (that of
+    its type's worker group, `-` when no worker handles it)."""
     header = ("ID", "TYPE", "PRI", "STATUS", "ATTEMPTS", "AGE", "LAST ERROR")
     lines = [header]
     for row in rows:
@@ -157,7 +159,7 @@ def jobs_table(rows: list[dict], now: datetime) -> str:
             status += " (cancelling)"
         elif status == "pending" and row["run_after"] > now:
             status += f" (in {duration((row['run_after'] - now).total_seconds())})"
-        maximum = row["max_attempts"] if row["max_attempts"] is not None else "-"
+        maximum = row["max_attempts"] or max_attempts.get(row["type"], "-")
         error = (row["last_error"] or "").strip().splitlines()
         error = error[0] if error else ""
         if len(error) > 60:

@@ -67,10 +67,7 @@ class QueueLink:
         self.sup = sup
         self.config = config
         self.settings = config.supervisor
-        self.default_max_attempts = {}
-        for spec in config.workers:
-            for t in spec.types:
-                self.default_max_attempts.setdefault(t, spec.max_attempts)
+        self.default_max_attempts = config.max_attempts_by_type()
         self.database = None
         self.store: AsyncStore | None = None
         self.writer: AsyncStore | None = None  # the outcome lane's connection
