@@ -3,7 +3,9 @@
 Each takes a payload {"path": ...} (relative paths start from this folder, the workers'
 working directory; `examples/make_samples.py` writes some into samples/). Without a path a
 handler reports what it would do, so the quickstart works before any sample file exists. A
-file that is missing or unreadable fails the job for good: retrying cannot help.
+file that is missing or unreadable fails the job for good: retrying cannot help. The PDF
+handler also takes "pace": seconds to spend on each page, as a slow renderer (OCR, say)
+would, to watch a job's progress in `fairsched ps` and cancel it there.
 """
 
 import os
@@ -29,12 +31,14 @@ def render_pdf(job: fairsched.Job):
         title = reader.metadata.title if reader.metadata else None
     except (OSError, PdfReadError) as exc:
         raise fairsched.PermanentError(f"{path}: not a readable PDF: {exc}") from None
+    pace = float((job.payload or {}).get("pace", 0))
     pages = []
     for number, page in enumerate(reader.pages, 1):
         job.progress(number / len(reader.pages), f"page {number}/{len(reader.pages)}")
         if job.cancelled():
             return None
         pages.append(page.extract_text() or "")
+        time.sleep(pace)
     return {"pages": len(pages), "title": title, "chars": sum(map(len, pages)),
             "text": pages[0][:200] if pages else "", "pid": os.getpid()}
 

@@ -109,6 +109,15 @@ def test_pdf_excel_and_a_worker_killed(example, samples):
     assert again["pid"] == new["pid"] and again["sheets"] == sales["sheets"]
     assert "worker excel-1 killed by SIGKILL" in sup.output()
 
+    # A paced job, watched in ps and cancelled there, as the README shows.
+    slow = queued(sup, "pdf", {"path": str(samples / "manual.pdf"), "pace": 2})
+    ps = sup.wait_for(lambda ps: any(s["job_id"] == slow and (s["message"] or "").startswith(
+        "page ") for s in ps["slots"]), what="the paced job's progress")
+    row = next(s for s in ps["slots"] if s["job_id"] == slow)
+    assert row["group"] == "pdf" and row["state"] == "busy" and 0 < row["progress"] < 1
+    assert sup.cli("cancel", str(slow)).returncode == 0
+    sup.wait_for(lambda ps: jobs_by_id(sup)[slow]["status"] == "cancelled", what="cancelled")
+
     stopped = sup.cli("stop")
     assert stopped.returncode == 0, stopped.stderr
     assert sup.wait_exit() == 0
