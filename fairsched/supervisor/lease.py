@@ -58,7 +58,7 @@ class LeaseGuard:
     def expired(self) -> None:
         """The lease had already run out: the jobs may be running elsewhere now."""
         self._cancel_timers()
-        self._running_out()
+        self._running_out(expired=True)
         self._kill_stragglers()
 
     def stop(self) -> None:
@@ -70,7 +70,7 @@ class LeaseGuard:
                 timer.cancel()
         self._cancel_timer = self._kill_timer = None
 
-    def _running_out(self) -> None:
+    def _running_out(self, expired: bool = False) -> None:
         self._cancel_timer = None
         if self.sup.shutting_down:
             return
@@ -78,6 +78,8 @@ class LeaseGuard:
         self.fenced = True
         self.sup.cache.clear()
         jobs = [rj for rj in self.sup.running.values() if rj.request is None]
+        if expired and not jobs:
+            return  # the caller has said the lease expired; there is nothing to give back
         log.error("could not renew the %g s lease: giving back %d running queued jobs before "
                   "other supervisors take them over; claiming stops until the lease is renewed",
                   self.lease, len(jobs))
