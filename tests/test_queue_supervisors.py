@@ -5,6 +5,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -138,6 +139,32 @@ def test_killed_supervisor_jobs_are_finished_by_another(supervisors, db, tmp_pat
     assert {r[1] for r in rows} == {"succeeded"}
     assert sorted(r[2] for r in rows) == [1, 1, 2, 2]  # the two killed runs cost an attempt
     assert time.monotonic() - began < 30
+
+
+def test_a_killed_supervisors_workers_go_with_it_and_what_their_jobs_started(
+        supervisors, db, tmp_path):
+    # A command worker deep in a job never reads its pipe, so it cannot see its supervisor
+    # go; the lease watchdog takes it down, and its job's helper with it.
+    script = Path(__file__).parent / "handlers" / "garbage_worker.py"
+    sup = supervisors(f"""
+[[worker]]
+name = "deaf"
+types = ["deaf"]
+command = ["{sys.executable}", "{script}", "deaf"]
+""").start()
+    pids = tmp_path / "pids"
+    enqueue(db, [{"type": "deaf", "payload": {"pids": str(pids)}}])
+    deadline = time.monotonic() + 20
+    while not (pids.exists() and pids.read_text()):
+        assert time.monotonic() < deadline, sup.output()
+        time.sleep(0.05)
+    worker, child = map(int, pids.read_text().split())
+    sup.proc.kill()
+    sup.proc.wait()
+    deadline = time.monotonic() + 10
+    while running(worker) or running(child):
+        assert time.monotonic() < deadline, "a worker or its job's helper outlived its supervisor"
+        time.sleep(0.05)
 
 
 def test_postgres_restart_mid_run_loses_nothing_runs_nothing_twice(supervisors, tmp_path):
@@ -592,8 +619,14 @@ def test_a_lease_watchdog_that_dies_is_started_again(supervisors, db):
     parent = psutil.Process(sup.proc.pid)
 
     def watchdogs():
-        return [p for p in parent.children()
-                if "fairsched.supervisor.watchdog" in " ".join(p.cmdline())]
+        found = []
+        for p in parent.children():
+            try:
+                if "fairsched.supervisor.watchdog" in " ".join(p.cmdline()):
+                    found.append(p)
+            except psutil.Error:  # a child that just exited
+                pass
+        return found
 
     deadline = time.monotonic() + 10
     while not watchdogs():
@@ -606,6 +639,7 @@ def test_a_lease_watchdog_that_dies_is_started_again(supervisors, db):
         assert time.monotonic() < deadline, sup.output()
         time.sleep(0.05)
     assert "the lease watchdog ended (killed by SIGKILL" in sup.output(), sup.output()
+    assert "starting it again in 1 s" in sup.output(), sup.output()
     (job,) = enqueue(db, [{"type": "slow", "payload": {"seconds": 0.1}}])
     wait_all_finished(db, 1, sups=[sup])  # and the supervisor works on
 

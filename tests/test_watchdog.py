@@ -4,16 +4,18 @@ lease ends unrenewed."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 
 import pytest
 
-from fairsched.supervisor.watchdog import parse_state
-from fairsched.worker.launch import start_helper
+from fairsched.supervisor.watchdog import Watchdog, clock, parse_state
+from fairsched.worker.launch import python_environ, start_helper
 
 
 def alive(pid: int) -> bool:
@@ -53,7 +55,7 @@ class Group:
 @pytest.fixture
 def watchdog(tmp_path):
     launched = start_helper([sys.executable, "-P", "-m", "fairsched.supervisor.watchdog"],
-                            tmp_path / "watchdog.log")
+                            python_environ(), tmp_path / "watchdog.log")
     launched.sock.setblocking(True)
     launched.sock.settimeout(10)
     yield launched
@@ -84,7 +86,7 @@ def tell(watchdog, until: float | None, *pids: int) -> None:
 
 def test_an_unrenewed_lease_kills_the_busy_workers_groups_and_says_so_first(watchdog, groups):
     busy, idle = groups(), groups()
-    tell(watchdog, time.monotonic() + 0.3, busy.pid)
+    watchdog.sock.sendall(b"%r %d + %d\n" % (clock() + 0.3, busy.pid, idle.pid))
     assert watchdog.sock.recv(100) == b"killed %d\n" % busy.pid
     assert busy.gone()  # the worker and what it started
     assert not idle.gone(timeout=0.3)
@@ -93,21 +95,68 @@ def test_an_unrenewed_lease_kills_the_busy_workers_groups_and_says_so_first(watc
 def test_renewals_keep_busy_workers_alive(watchdog, groups):
     busy = groups()
     for _ in range(10):  # a second, more than three leases' worth
-        tell(watchdog, time.monotonic() + 0.3, busy.pid)
+        tell(watchdog, clock() + 0.3, busy.pid)
         time.sleep(0.1)
-    tell(watchdog, time.monotonic() + 0.3)  # its queued job ended: nothing to kill
+    tell(watchdog, clock() + 0.3)  # its queued job ended: nothing to kill
     assert not busy.gone(timeout=0.6)
     tell(watchdog, None, busy.pid)  # no lease yet: nothing to count down
     assert not busy.gone(timeout=0.3)
 
 
-def test_the_watchdog_leaves_when_the_supervisor_does(watchdog):
-    watchdog.sock.shutdown(2)
+def test_the_watchdog_leaves_when_the_supervisor_does_and_takes_every_worker_along(
+        watchdog, groups):
+    busy, idle, stranger = groups(), groups(), groups()
+    watchdog.sock.sendall(b"%r %d + %d\n" % (clock() + 60, busy.pid, idle.pid))
+    time.sleep(0.5)  # started up
+    os.kill(watchdog.pid, signal.SIGTERM)  # a service manager's stop: it waits for the end
+    time.sleep(0.2)
+    watchdog.sock.shutdown(socket.SHUT_RDWR)  # the supervisor is gone (killed, say)
     _, status = os.waitpid(watchdog.pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+    assert busy.gone() and idle.gone()  # nothing of the supervisor's may outlive it
+    assert not stranger.gone(timeout=0.3)
 
 
-@pytest.mark.parametrize("line", [b"", b"soon 12", b"1.5 1", b"1.5 x"])
+def test_lines_that_waited_while_the_watchdog_was_stopped_do_not_end_a_renewed_lease(
+        tmp_path, groups):
+    # The supervisor's own end (Watchdog) keeps renewing while the watchdog is stopped: the
+    # socket fills with lines that are stale by the time they are read, and the newest waits
+    # on the supervisor's side. Back, the watchdog must not kill on the stale ones.
+    busy = groups()
+
+    async def scenario() -> Watchdog:
+        loop = asyncio.get_running_loop()
+        dog = Watchdog(loop, tmp_path / "watchdog.log", lambda: [busy.pid])
+        dog.start()
+        dog.lease(loop.time() + 0.3)
+        await asyncio.sleep(0.3)  # started up
+        os.kill(dog.pid, signal.SIGSTOP)
+        try:
+            for _ in range(3000):  # more than the socket holds
+                dog.lease(loop.time() + 0.3)
+                await asyncio.sleep(0)
+            await asyncio.sleep(0.3)  # every one of them stale now
+            dog.lease(loop.time() + 10)
+            await asyncio.sleep(0)
+            assert dog._unsent  # the newest line has not reached the socket
+        finally:
+            os.kill(dog.pid, signal.SIGCONT)
+        await asyncio.sleep(1.0)
+        dog.close()
+        return dog
+
+    dog = asyncio.run(scenario())
+    os.waitpid(dog.pid, 0)
+    assert not busy.gone(timeout=0.1)
+    assert not dog.killed
+
+
+def test_state_lines_read_as_written():
+    assert parse_state(b"-") == (None, (), ())
+    assert parse_state(b"12.5 40 41 + 42") == (12.5, (40, 41), (42,))
+
+
+@pytest.mark.parametrize("line", [b"", b"soon 12", b"1.5 1", b"1.5 x", b"1.5 + 1"])
 def test_state_lines_are_checked(line):
     with pytest.raises(ValueError):
         parse_state(line)

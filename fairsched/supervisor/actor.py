@@ -94,7 +94,8 @@ class Supervisor(WorkerLifecycle, WorkerPipes, JobHandling):
         self.loop.add_signal_handler(signal.SIGCHLD, self.reap_workers)
         for sig in (signal.SIGTERM, signal.SIGINT):
             self.loop.add_signal_handler(sig, self.request_shutdown, None)
-        self.watchdog = Watchdog(self.loop, self.log_dir / "watchdog.log", self.busy_pids)
+        self.watchdog = Watchdog(self.loop, self.log_dir / "watchdog.log", self.busy_pids,
+                                 self.worker_pids)
         self.watchdog.start()
         self.starting = True
         try:
@@ -137,6 +138,9 @@ class Supervisor(WorkerLifecycle, WorkerPipes, JobHandling):
     def busy_pids(self) -> list[int]:
         """The workers running queued jobs now, for the lease watchdog."""
         return [p.pid for p in self.procs if p.queued_jobs and p.pid is not None]
+
+    def worker_pids(self) -> list[int]:
+        return [p.pid for p in self.procs if p.pid is not None]
 
     def request_shutdown(self, timeout: float | None) -> None:
         if self.starting:

@@ -78,8 +78,11 @@ class LeaseGuard:
         self.fenced = True
         self.sup.cache.clear()
         jobs = [rj for rj in self.sup.running.values() if rj.request is None]
-        if expired and not jobs:
-            return  # the caller has said the lease expired; there is nothing to give back
+        if not jobs:
+            if not expired:  # an expired lease has been logged by the caller
+                log.warning("could not renew the %g s lease: claiming stops until it is "
+                            "renewed", self.lease)
+            return
         log.error("could not renew the %g s lease: giving back %d running queued jobs before "
                   "other supervisors take them over; claiming stops until the lease is renewed",
                   self.lease, len(jobs))

@@ -48,7 +48,7 @@ class JobHandling:
         if rj.request is None:
             proc.queued_jobs += 1
             if proc.queued_jobs == 1:
-                self.watchdog.changed()
+                self.watchdog.busy(proc.pid)
         if proc.spec.timeout is not None:
             rj.timer = self.loop.call_later(proc.spec.timeout, self._on_job_timeout, rj)
         waited = max(0.0, time.time() - rj.eligible_at)
@@ -97,8 +97,7 @@ class JobHandling:
         self.running_by_job.pop(rj.job_id, None)
         if rj.request is None:
             rj.proc.queued_jobs -= 1
-            if not rj.proc.queued_jobs:
-                self.watchdog.changed()
+            # Its being idle goes to the lease watchdog with the next line (Watchdog.busy).
         if rj.timer is not None:
             rj.timer.cancel()
         self.pool.release(rj.slot_id)  # a no-op when the worker (and its slots) is gone

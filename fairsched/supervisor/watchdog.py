@@ -4,18 +4,22 @@ the supervisor itself is too stalled to do so.
 A supervisor that cannot renew its lease gives its queued jobs back and kills their workers
 before other supervisors may take them over (lease.py). That takes a running event loop. A
 supervisor that is stopped (SIGSTOP, Ctrl-Z), swapping, or otherwise stuck cannot, and its
-workers would go on running jobs that another supervisor starts again. So after every change
-the supervisor tells this process, over a socketpair, until when its lease holds for its
-workers and which workers run queued jobs; one line each time, the whole state:
+workers would go on running jobs that another supervisor starts again. So the supervisor tells
+this process, over a socketpair, until when its lease holds for its workers, which workers
+may be running queued jobs, and which others there are; one line each time, the whole state:
 
-    <lease end, time.monotonic() seconds, or "-" for none yet> <pid> <pid> ...
+    <lease end, CLOCK_BOOTTIME seconds, or "-" for none> <busy pid> ... [+ <other pid> ...]
 
-The clock is CLOCK_MONOTONIC, the same in every process of the host. When the lease ends with
-no newer line, the watchdog writes "killed <pid>" for each of those workers, then kills their
-process groups (SIGKILL: the workers and whatever their jobs started). It runs in a session of
-its own, so what stops the supervisor's terminal group does not stop it, and it exits when the
-supervisor's end of the socket closes. Only the standard library is imported: it starts in a
-few tens of milliseconds and stays small.
+CLOCK_BOOTTIME is the same in every process of the host and, unlike CLOCK_MONOTONIC, goes on
+counting while the host is suspended (the other hosts' clocks do). When the lease ends with
+no newer line, the watchdog writes "killed <pid>" for each busy worker, then kills their
+process groups (SIGKILL: the workers and whatever their jobs started). When the supervisor's
+end of the socket closes (it exited, or was killed) it kills every worker's group: no worker,
+nor what its jobs started, may outlive the supervisor (a `command` worker busy in a job may
+not notice it is gone), and its queued jobs will run again elsewhere. It runs in a session of its own, so what stops the supervisor's
+terminal group does not stop it, and ignores SIGTERM (a service manager's stop): it leaves
+when the supervisor does. Only the standard library is imported: it starts in a few tens of
+milliseconds and stays small.
 """
 
 from __future__ import annotations
@@ -28,22 +32,62 @@ import signal
 import socket
 import sys
 import time
+from pathlib import Path
 
 CHANNEL_FD = 3
+GRACE = 0.05  # seconds a passed deadline waits once for a fresher line already on its way
+RESTART_FIRST = 1.0  # seconds before a watchdog that died is started again, doubling to
+RESTART_MAX = 30.0
+STEADY = 60.0  # seconds up after which a watchdog's restarts count from RESTART_FIRST again
 
 log = logging.getLogger("fairsched.supervisor")
 
+_BOOTTIME = getattr(time, "CLOCK_BOOTTIME", None)
 
-def parse_state(line: bytes) -> tuple[float | None, tuple[int, ...]]:
-    """(lease end, busy worker pids) from one state line; ValueError when it is not one."""
+
+def clock() -> float:
+    """Seconds on the clock the lease ends are given in (CLOCK_BOOTTIME on Linux)."""
+    return time.monotonic() if _BOOTTIME is None else time.clock_gettime(_BOOTTIME)
+
+
+def parse_state(line: bytes) -> tuple[float | None, tuple[int, ...], tuple[int, ...]]:
+    """(lease end, busy worker pids, other worker pids) from one state line; ValueError when
+    it is not one."""
     words = line.split()
     if not words:
         raise ValueError("empty state line")
     until = None if words[0] == b"-" else float(words[0])
-    pids = tuple(int(w) for w in words[1:])
-    if any(pid <= 1 for pid in pids):
+    busy, others = words[1:], []
+    if b"+" in busy:
+        cut = busy.index(b"+")
+        busy, others = busy[:cut], busy[cut + 1:]
+    pids = tuple(int(w) for w in busy), tuple(int(w) for w in others)
+    if any(pid <= 1 for group in pids for pid in group):
         raise ValueError(f"not a worker pid in {line!r}")
-    return until, pids
+    return until, *pids
+
+
+def _drain(sock: socket.socket, buffer: bytes) -> tuple[bytes, bytes, bool]:
+    """All the socket holds now: (the newest complete line or b"", the unfinished rest,
+    whether the other end has closed)."""
+    closed = False
+    while True:
+        try:
+            chunk = sock.recv(65536, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            break
+        if not chunk:
+            closed = True
+            break
+        buffer += chunk
+    done, _, rest = buffer.rpartition(b"\n")
+    return done.rpartition(b"\n")[2], rest, closed
+
+
+def _kill(pids: tuple[int, ...]) -> None:
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.killpg(pid, signal.SIGKILL)
 
 
 def watch(sock: socket.socket) -> None:
@@ -51,86 +95,118 @@ def watch(sock: socket.socket) -> None:
     buffer = b""
     until: float | None = None
     busy: tuple[int, ...] = ()
+    others: tuple[int, ...] = ()
+    graced: float | None = None  # the lease end a grace was given for (once each)
     while True:
-        timeout = None if until is None or not busy else max(0.0, until - time.monotonic())
-        readable, _, _ = select.select([sock], [], [], timeout)
-        if readable:
-            data = sock.recv(65536)
-            if not data:
-                return  # the supervisor is gone, and its workers with it (they see EOF too)
-            buffer += data
-            *lines, buffer = buffer.split(b"\n")
-            if lines:
-                until, busy = parse_state(lines[-1])  # only the newest state counts
-        if until is not None and busy and time.monotonic() >= until:
-            # The report goes first: the supervisor reads it before it can see the exits.
-            sock.sendall(b"".join(b"killed %d\n" % pid for pid in busy))
-            for pid in busy:
-                with contextlib.suppress(OSError):
-                    os.killpg(pid, signal.SIGKILL)
-            print(f"fairsched lease watchdog: the supervisor's lease ended with no renewal; "
-                  f"killed the workers running its queued jobs (pids "
-                  f"{', '.join(map(str, busy))})", file=sys.stderr, flush=True)
-            busy = ()
+        timeout = None if until is None or not busy else max(0.0, until - clock())
+        if select.select([sock], [], [], timeout)[0]:
+            # Everything queued, newest state only: lines that waited while this process was
+            # slow (or stopped) are old news, and must not end a lease renewed since.
+            line, buffer, closed = _drain(sock, buffer)
+            if line:
+                until, busy, others = parse_state(line)
+            if closed:  # the supervisor is gone; its queued jobs will run again elsewhere
+                _kill(busy + others)
+                return
+        if until is None or not busy or clock() < until:
+            continue
+        if graced != until:  # a renewal may be just on its way: wait for it once
+            graced = until
+            if select.select([sock], [], [], GRACE)[0]:
+                continue
+        # The report goes first: the supervisor reads it before it can see the exits.
+        sock.sendall(b"".join(b"killed %d\n" % pid for pid in busy))
+        _kill(busy)
+        print(f"fairsched lease watchdog: the supervisor's lease ended with no renewal; "
+              f"killed the workers running its queued jobs (pids {', '.join(map(str, busy))})",
+              file=sys.stderr, flush=True)
+        others += busy  # their pids stay taken until the supervisor reaps them
+        busy = ()
 
 
 class Watchdog:
     """The supervisor's end: starts the watchdog, keeps it told, and hears whom it killed.
 
-    `busy_pids()` gives the pids of the workers running queued jobs now; `changed()` says
-    that set (or the lease) changed, and the new state goes out once per loop iteration.
+    `busy_pids()` gives the pids of the workers running queued jobs now, `worker_pids()` those
+    of all its workers. `busy()` (a worker took its first queued job), `born()` and `gone()`
+    (a worker's pid became known, or it exited) send the new state at once, in the loop's
+    next turn. A worker whose last queued job ended waits for the next line to go
+    out, at the latest with the next lease renewal: that only spares an idle worker, and a
+    pool of one-slot workers goes busy and idle with every job.
     """
 
-    RESTART_DELAY = 1.0  # seconds before a watchdog that died is started again
-
-    def __init__(self, loop, log_path, busy_pids):
+    def __init__(self, loop, log_path: Path, busy_pids, worker_pids=tuple):
         self.loop = loop
         self.log_path = log_path
         self.busy_pids = busy_pids
+        self.worker_pids = worker_pids
         self.pid: int | None = None
         self.sock: socket.socket | None = None
-        self.until: float | None = None
+        self.until: float | None = None  # loop time (time.monotonic()) the lease ends
         self.killed: set[int] = set()
         self.closing = False
+        self._sent_busy: frozenset[int] = frozenset()
         self._unsent = b""  # the rest of a line the socket did not take at once
         self._scheduled = False
         self._reports = b""
+        self._started_at = 0.0
+        self._restart_delay = RESTART_FIRST
 
     def start(self) -> None:
-        from fairsched.worker.launch import start_helper
+        from fairsched.worker.launch import python_environ, start_helper
 
         if self.closing or self.pid is not None:
             return
         try:
             launched = start_helper([sys.executable, "-P", "-m", "fairsched.supervisor.watchdog"],
-                                    self.log_path)
+                                    python_environ(), self.log_path)
         except OSError as exc:
-            log.error("cannot start the lease watchdog (%s); trying again in %g s", exc,
-                      self.RESTART_DELAY)
-            self.loop.call_later(self.RESTART_DELAY, self.start)
+            self._restart_later(f"cannot start the lease watchdog ({exc})")
             return
         self.pid, self.sock, self._unsent = launched.pid, launched.sock, b""
+        self._sent_busy = frozenset()
+        self._started_at = time.monotonic()
         self.loop.add_reader(self.sock.fileno(), self._read_reports)
-        self.changed()
+        self._schedule()
 
     def lease(self, until: float) -> None:
         """The workers' share of the lease now ends at loop time `until`."""
         self.until = until
-        self.changed()
+        self._schedule()
 
-    def changed(self) -> None:
+    def busy(self, pid: int | None) -> None:
+        if pid is not None and pid not in self._sent_busy:
+            self._schedule()
+
+    def born(self, pid: int) -> None:
+        self._schedule()
+
+    def gone(self, pid: int | None) -> None:
+        self._schedule()  # its pid must not stay in the watchdog's hands
+
+    def _schedule(self) -> None:
         if not self._scheduled:
             self._scheduled = True
             self.loop.call_soon(self._send_state)
+
+    def _state_line(self) -> bytes:
+        busy = frozenset(self.busy_pids())
+        self._sent_busy = busy
+        others = sorted(set(self.worker_pids()) - busy)
+        if self.until is None:
+            until = "-"
+        else:  # to the clock the watchdog counts on, which goes on through a suspend
+            until = repr(self.until - self.loop.time() + clock())
+        words = [until, *map(str, sorted(busy))] + (["+", *map(str, others)] if others else [])
+        return " ".join(words).encode() + b"\n"
 
     def _send_state(self) -> None:
         self._scheduled = False
         if self.sock is None:
             return
-        until = "-" if self.until is None else repr(self.until)
-        line = " ".join([until, *map(str, self.busy_pids())]).encode() + b"\n"
-        if self._unsent:  # a line is half out: this one follows once the socket takes it
-            self._unsent += line
+        line = self._state_line()
+        if self._unsent:  # a line is half out: only the newest state follows it
+            self._unsent = self._unsent.partition(b"\n")[0] + b"\n" + line
             return
         self._write(line)
 
@@ -149,30 +225,27 @@ class Watchdog:
     def _on_writable(self) -> None:
         self.loop.remove_writer(self.sock.fileno())
         data, self._unsent = self._unsent, b""
-        # Only the newest full state matters: finish the line under way, then send that.
-        first, newline, rest = data.partition(b"\n")
-        if rest:
-            rest = rest.rstrip(b"\n").rpartition(b"\n")[2] + b"\n"
-        self._write(first + newline + rest)
+        self._write(data)
 
     def _read_reports(self) -> None:
         if self.sock is None:
             return
-        try:
-            data = self.sock.recv(65536)
-        except BlockingIOError:
-            return
-        except OSError:
-            data = b""
-        if not data:
-            self._lost()
-            return
-        self._reports += data
-        *lines, self._reports = self._reports.split(b"\n")
-        for line in lines:
-            word, _, pid = line.partition(b" ")
-            if word == b"killed" and pid.isdigit():
-                self.killed.add(int(pid))
+        while True:
+            try:
+                data = self.sock.recv(65536)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self._lost()
+                return
+            self._reports += data
+            *lines, self._reports = self._reports.split(b"\n")
+            for line in lines:
+                word, _, pid = line.partition(b" ")
+                if word == b"killed" and pid.isdigit() and int(pid) in self._sent_busy:
+                    self.killed.add(int(pid))
 
     def took(self, pid: int | None) -> bool:
         """Whether the watchdog killed worker `pid` (each kill is told once)."""
@@ -191,26 +264,37 @@ class Watchdog:
 
     def exited(self, status: int) -> None:
         """The watchdog process ended (the supervisor reaped `self.pid`): start another."""
+        self._read_reports()  # what it killed before it went
         self._lost()
         self.pid = None
-        if not self.closing:
-            from fairsched.supervisor.process import describe_exit
+        if self.closing:
+            return
+        from fairsched.supervisor.process import describe_exit
 
-            log.error("the lease watchdog ended (%s; see %s); starting it again in %g s",
-                      describe_exit(status), self.log_path, self.RESTART_DELAY)
-            self.loop.call_later(self.RESTART_DELAY, self.start)
+        if time.monotonic() - self._started_at >= STEADY:
+            self._restart_delay = RESTART_FIRST
+        self._restart_later(f"the lease watchdog ended ({describe_exit(status)}; see "
+                            f"{self.log_path})")
+
+    def _restart_later(self, why: str) -> None:
+        log.error("%s; starting it again in %g s (until then a stall of this supervisor "
+                  "goes unguarded)", why, self._restart_delay)
+        self.loop.call_later(self._restart_delay, self.start)
+        self._restart_delay = min(self._restart_delay * 2, RESTART_MAX)
 
     def close(self) -> None:
-        """Let the watchdog go: it exits when its socket closes; the caller reaps it."""
+        """Let the watchdog go, telling it first that no worker is busy: it exits when its
+        socket closes; the caller reaps it."""
         self.closing = True
+        if self.sock is not None and not self._unsent:
+            with contextlib.suppress(OSError):
+                self.sock.send(b"-\n")
         self._lost()
 
 
 def main() -> None:
-    from fairsched.worker._linux import set_parent_death_signal
-
-    with contextlib.suppress(OSError):
-        set_parent_death_signal(signal.SIGKILL)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)  # it leaves when the supervisor does (EOF)
     sock = socket.socket(fileno=CHANNEL_FD)
     sock.setblocking(True)
     try:

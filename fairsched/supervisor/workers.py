@@ -150,6 +150,8 @@ class WorkerLifecycle:
         if proc.pid is None:
             proc.pid = pid
             self.by_pid[pid] = proc
+            if self.watchdog is not None:
+                self.watchdog.born(pid)
             log.info("worker %s spawned (pid %d)", proc.name, pid,
                      extra=fields(event="worker_spawned", worker=proc.name, group=proc.group, pid=pid))
         status = self.early_exits.pop(pid, None)
@@ -293,6 +295,8 @@ class WorkerLifecycle:
         with contextlib.suppress(OSError):
             os.killpg(proc.pid, signal.SIGKILL)
         lease_ran_out = self.killed_by_watchdog(proc)
+        if self.watchdog is not None:
+            self.watchdog.gone(proc.pid)
         how = ("killed by the lease watchdog" if lease_ran_out
                else describe_exit(status, proc.signalled))
         if proc.refused_work:

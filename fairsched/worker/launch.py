@@ -86,19 +86,27 @@ def worker_variables(spec: LaunchSpec, incarnation: str) -> dict[str, str]:
     return env
 
 
+def python_environ(env: dict[str, str] | None = None, first: str | None = None) -> dict[str, str]:
+    """`env` (this process's environment by default) for a Python child that must import this
+    same fairsched: its folder goes on PYTHONPATH when it runs from a source tree; `first`,
+    if given, goes before it."""
+    env = dict(os.environ if env is None else env)
+    paths = [first] if first else []
+    root = Path(fairsched.__file__).resolve().parent.parent
+    if root.name not in ("site-packages", "dist-packages"):
+        paths.append(str(root))
+    if env.get("PYTHONPATH"):
+        paths.append(env["PYTHONPATH"])
+    if paths:
+        env["PYTHONPATH"] = os.pathsep.join(paths)
+    return env
+
+
 def _base_environ(spec: LaunchSpec) -> dict[str, str]:
     env = dict(os.environ)
     env.update(spec.env)
-    if spec.handler is not None:
-        # The handler's folder first; then this fairsched's own folder when it runs from a
-        # source tree, so `-m fairsched.worker` finds the same fairsched as the supervisor.
-        paths = [str(Path(spec.cwd).resolve())]
-        root = Path(fairsched.__file__).resolve().parent.parent
-        if root.name not in ("site-packages", "dist-packages"):
-            paths.append(str(root))
-        if env.get("PYTHONPATH"):
-            paths.append(env["PYTHONPATH"])
-        env["PYTHONPATH"] = os.pathsep.join(paths)
+    if spec.handler is not None:  # the handler's folder first, for its imports
+        env = python_environ(env, first=str(Path(spec.cwd).resolve()))
     return env
 
 
@@ -173,10 +181,10 @@ def launch(spec: LaunchSpec, incarnation: str) -> Launched:
     return _start(argv, env, spec.log_path, socket.SOCK_STREAM)
 
 
-def start_helper(argv: list[str], log_path: Path) -> Launched:
+def start_helper(argv: list[str], env: dict[str, str], log_path: Path) -> Launched:
     """Start one of the supervisor's own helpers (the lease watchdog) the way workers start:
     its own session, the socketpair's other end as fd 3, output appended to `log_path`."""
-    return _start(argv, dict(os.environ), log_path, socket.SOCK_STREAM)
+    return _start(argv, env, log_path, socket.SOCK_STREAM)
 
 
 def _hand_over(kind: int, log_path: Path, give):

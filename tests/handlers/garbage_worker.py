@@ -1,11 +1,14 @@
 """A worker that misbehaves as argv[1] says: `garbage` or `oversized` frames when given work,
 `hangup` (closes its pipe when given work, then lives on), `mute` (never says hello) or
-`refuse` (refuses every job it is given, exits 0 when told to stop)."""
+`refuse` (refuses every job it is given, exits 0 when told to stop) or `deaf` (starts a
+`sleep` for its first job, writes "<its pid> <the sleep's pid>" to the job's payload["pids"],
+and never reads its pipe again)."""
 
 import json
 import os
 import socket
 import struct
+import subprocess
 import sys
 import time
 
@@ -38,6 +41,15 @@ if mode == "refuse":
             if msg["t"] == "run":
                 send({"t": "refused", "slot": msg["slot"], "job_id": msg["job"]["id"],
                       "reason": "not today"})
+if mode == "deaf":
+    data = sock.recv(65536)
+    while len(data) < 4 or len(data) < 4 + struct.unpack(">I", data[:4])[0]:
+        data += sock.recv(65536)
+    job = json.loads(data[4:4 + struct.unpack(">I", data[:4])[0]])["job"]
+    child = subprocess.Popen(["sleep", "600"])
+    with open(job["payload"]["pids"], "w") as f:
+        f.write(f"{os.getpid()} {child.pid}")
+    time.sleep(600)
 sock.recv(65536)  # the first run frame
 if mode == "oversized":
     sock.sendall(struct.pack(">I", 0x7FFFFFFF) + b"x" * 100)
