@@ -191,6 +191,20 @@ def test_sigterm_honours_shutdown_timeout_and_leaves_no_orphans(supervisors):
     assert not alive(pid)
 
 
+def test_an_on_demand_job_its_restart_sent_back_is_answered_when_the_supervisor_stops(
+        supervisors):
+    sup = supervisors(SLOW_PDF).start()
+    caller = sup.spawn_cli("submit", "pdf", "--on-demand", "--payload",
+                           '{"seconds": 30, "ignore_cancel": true}')
+    sup.wait_for(lambda ps: ps["slots"][0]["state"] == "busy", what="the job running")
+    assert sup.cli("restart", "pdf").returncode == 0  # its job would run again...
+    assert sup.cli("stop").returncode == 0  # ...but the supervisor stops first
+    out, err = caller.communicate(timeout=30)
+    assert caller.returncode == 1
+    assert "the supervisor is shutting down" in err, err
+    assert "runs again" not in sup.output(), sup.output()
+
+
 def test_stop_command_cancels_cooperative_jobs_quickly(supervisors):
     sup = supervisors(SLOW_PDF + """\
 processes = 2

@@ -116,11 +116,14 @@ class Supervisor(WorkerLifecycle, WorkerPipes, JobHandling):
             self.observer.start(self)
         finally:
             self.starting = False
+        if self._stop_when_started is not None:
+            log.info("supervisor %s connected to its database (pid %d); stopping before any "
+                     "worker started", self.queue.supervisor_id, os.getpid())
+            self.request_shutdown(*self._stop_when_started)
+            return
         log.info("supervisor %s started (pid %d, core %s, database %s, %d worker%s)",
                  self.queue.supervisor_id, os.getpid(), core.__impl__, self.queue.kind,
                  len(self.procs), "" if len(self.procs) == 1 else "s")
-        if self._stop_when_started is not None:
-            self.request_shutdown(*self._stop_when_started)
 
     def release_signals(self) -> None:
         """Give the signals back before the loop closes.

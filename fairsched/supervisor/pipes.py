@@ -62,17 +62,19 @@ class WorkerPipes:
             self.loop.remove_writer(proc.sock.fileno())
 
     def _write_failed(self, proc: WorkerProcess, exc: OSError) -> None:
-        """The worker is gone (EPIPE) or going. What it wrote before it went still counts (a
-        result that crossed our frame on the wire), so the reader, which reads that and then
-        the end of the pipe, drops the worker; or this does, if the pipe stays silent."""
+        """The worker is gone (EPIPE) or going: it takes no more work. What it wrote before it
+        went still counts (a result that crossed our frame on the wire), so the reader, which
+        reads that and then the end of the pipe, drops the worker; or, if that end has not
+        come EXIT_GRACE later (a worker that shut down only its reading side), this does."""
         if proc.writing:
             self.loop.remove_writer(proc.sock.fileno())
             proc.writing = False
         proc.outbox.clear()
         proc.write_failed = f"worker {proc.name} pipe closed ({exc.strerror})"
-        self.loop.call_later(EXIT_GRACE, self._drop_if_silent, proc, proc.incarnation)
+        self.pool.remove_worker(proc.generation)  # its running jobs keep their slots' ids
+        self.loop.call_later(EXIT_GRACE, self._drop_after_grace, proc, proc.incarnation)
 
-    def _drop_if_silent(self, proc: WorkerProcess, incarnation: str) -> None:
+    def _drop_after_grace(self, proc: WorkerProcess, incarnation: str) -> None:
         if proc.incarnation == incarnation and proc.sock is not None:
             self.unregister_worker(proc, proc.write_failed)
             self.expect_exit(proc)
@@ -87,8 +89,9 @@ class WorkerPipes:
     def _on_readable(self, proc: WorkerProcess) -> bool:
         """Read from the worker once and act on it; whether there was anything to read."""
         buffer = self.read_buffer
+        sock = proc.sock
         try:
-            size = proc.sock.recv_into(buffer)
+            size = sock.recv_into(buffer)
         except BlockingIOError:
             return False
         except OSError:
@@ -104,7 +107,7 @@ class WorkerPipes:
             for msg in messages:
                 validate(msg)
                 self.handle_message(proc, msg)
-                if proc.sock is None:
+                if proc.sock is not sock:  # dropped, perhaps restarted: the rest was its own
                     return True
         except ProtocolError as exc:
             log.error("worker %s sent a bad frame: %s; killing it", proc.name, exc)
@@ -141,7 +144,7 @@ class WorkerPipes:
             self.finish_job(rj, "failed", error=msg["error"], permanent=bool(msg.get("permanent")))
         elif kind == "refused":
             log.error("worker %s refused job %s: %s", proc.name, rj.job_id, msg.get("reason"))
-            if proc.state is not ProcessState.STOPPING:
+            if proc.state is not ProcessState.STOPPING and not self.shutting_down:
                 # Stopping (told so by someone else) or out of step with us: either way its
                 # slots must take no more work, or the job would bounce back and forth.
                 log.warning("worker %s refuses work; restarting it", proc.name)
@@ -152,11 +155,13 @@ class WorkerPipes:
     def register_worker(self, proc: WorkerProcess, hello: dict) -> None:
         if proc.slot_ids:
             raise ProtocolError("a second hello")
-        if proc.pid is None:  # the template's answer is still on its way
-            self._learn_pid(proc, int(hello["pid"]))
         if hello.get("incarnation") != proc.incarnation:
             raise ProtocolError(f"hello for incarnation {hello.get('incarnation')!r}, "
                                 f"expected {proc.incarnation!r}")
+        if proc.pid is None:  # the template's answer is still on its way
+            self._learn_pid(proc, int(hello["pid"]))
+            if proc.sock is None or proc.incarnation != hello["incarnation"]:
+                return  # it had exited already, and is gone (or restarted) now
         if proc.state is not ProcessState.STARTING:  # told to stop before it was ready
             return
         types = [t for t in proc.spec.types if t in set(hello["types"])]

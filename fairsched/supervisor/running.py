@@ -161,7 +161,7 @@ class JobHandling:
             return
         timed_out_anyway = rj.cancel_reason == "restart" and rj.failure is not None
         if (rj.cancel_reason is not None and not timed_out_anyway) or req.cancelled:
-            if rj.cancel_reason == "restart" and not req.cancelled:
+            if rj.cancel_reason == "restart" and not req.cancelled and not self.shutting_down:
                 self._record(rj, "returned", duration)
                 self.requests[req.number] = req  # not the job's fault: run it elsewhere
                 req.attempts -= 1
@@ -169,8 +169,8 @@ class JobHandling:
                          extra=job_fields(rj, "returned", duration))
                 return
             self._record(rj, "cancelled", duration)
-            reason = {"shutdown": "the supervisor is shutting down",
-                      "restart": "the worker was restarted"}.get(rj.cancel_reason, "cancelled")
+            reason = ("the supervisor is shutting down" if self.shutting_down else
+                      {"restart": "the worker was restarted"}.get(rj.cancel_reason, "cancelled"))
             log.info("job %s cancelled (%s): %s, %.3f s", rj.job_id,
                      "its caller left" if req.cancelled else reason, where(rj), duration,
                      extra=job_fields(rj, "cancelled", duration))
