@@ -14,7 +14,7 @@ import psutil
 import psycopg
 
 from fairsched.store.queue import Queue
-from tests.supervisor_harness import Supervisor
+from tests.supervisor_harness import Supervisor, alive
 
 RECORD = """
 [[worker]]
@@ -162,7 +162,7 @@ command = ["{sys.executable}", "{script}", "deaf"]
     sup.proc.kill()
     sup.proc.wait()
     deadline = time.monotonic() + 10
-    while running(worker) or running(child):
+    while alive(worker) or alive(child):
         assert time.monotonic() < deadline, "a worker or its job's helper outlived its supervisor"
         time.sleep(0.05)
 
@@ -496,15 +496,6 @@ handler = "sup_handlers:span"
 """  # one process, one slot; settings may follow
 
 
-def running(pid: int) -> bool:
-    """Whether process `pid` exists and has not ended (a zombie waiting to be reaped has)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rpartition(")")[2].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 def span_lines(log: Path, job: int) -> list[list[str]]:
     if not log.exists():
         return []
@@ -531,7 +522,7 @@ def test_a_frozen_supervisors_worker_ends_its_job_before_another_takes_it_over(
             assert time.monotonic() < deadline, log.read_text()
             time.sleep(0.05)
         first_child = int([ln for ln in span_lines(log, job) if ln[0] == "child"][0][2])
-        assert not running(first_child)  # the first run's helper went with its worker
+        assert not alive(first_child)  # the first run's helper went with its worker
         wait_all_finished(db, 1, sups=[other])
     finally:
         frozen.signal(signal.SIGCONT)
@@ -660,7 +651,7 @@ max_attempts = 1
     os.kill(ps["slots"][0]["pid"], signal.SIGKILL)  # the worker alone, as the OOM killer does
     wait_all_finished(db, 1, timeout=30, sups=[sup])
     deadline = time.monotonic() + 10
-    while running(child):
+    while alive(child):
         assert time.monotonic() < deadline, f"the job's child {child} outlived its worker"
         time.sleep(0.05)
 

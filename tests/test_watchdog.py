@@ -16,14 +16,7 @@ import pytest
 
 from fairsched.supervisor.watchdog import Watchdog, clock, parse_state
 from fairsched.worker.launch import python_environ, start_helper
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rpartition(")")[2].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
+from tests.supervisor_harness import alive
 
 
 class Group:

@@ -310,17 +310,13 @@ class WorkerLifecycle:
             proc.set_state(ProcessState.STOPPED)
             log.info("worker %s stopped (%s)", proc.name, how)
             return
-        if lease_ran_out:  # this supervisor stalled, not the worker: back at once
-            log.warning("worker %s %s; restarting", proc.name, how,
-                        extra=fields(event="worker_exited", worker=proc.name, group=proc.group,
-                                     exit=how, restart_in=0.0))
-            proc.set_state(ProcessState.DOWN)
-            self._respawn(proc)
-            return
-        if proc.timed_out:  # stopped under a job past its timeout: the job failed, not the worker
-            log.info("worker %s %s after its job timed out; restarting", proc.name, how,
-                     extra=fields(event="worker_exited", worker=proc.name, group=proc.group,
-                                  exit=how, restart_in=0.0))
+        if lease_ran_out or proc.timed_out:
+            # This supervisor stalled, or the worker was stopped under a job past its timeout
+            # (the job failed, not the worker): back at once, not counted as a crash.
+            log.log(logging.WARNING if lease_ran_out else logging.INFO, "worker %s %s%s; restarting",
+                    proc.name, how, "" if lease_ran_out else " after its job timed out",
+                    extra=fields(event="worker_exited", worker=proc.name, group=proc.group,
+                                 exit=how, restart_in=0.0))
             proc.set_state(ProcessState.DOWN)
             self._respawn(proc)
             return

@@ -5,6 +5,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import psutil
+
 import fairsched
 
 HERE = Path(__file__).parent
@@ -76,9 +78,8 @@ def record(job: fairsched.Job):
 def _running(pid: int) -> bool:
     """Whether process `pid` exists and has not ended (a zombie waiting to be reaped has)."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rpartition(")")[2].split()[0] != "Z"
-    except FileNotFoundError:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
         return False
 
 
