@@ -40,13 +40,11 @@ class LeaseGuard:
         self.fenced = False
         self._cancel_timer: asyncio.TimerHandle | None = None
         self._kill_timer: asyncio.TimerHandle | None = None
-        self.workers_until: float | None = None  # loop time the workers' lease runs out
 
     def renewed(self, sent_at: float) -> None:
         """A heartbeat (or registration) sent at loop time `sent_at` succeeded."""
         loop = self.sup.loop
-        self.workers_until = sent_at + self.lease * WATCHDOG_AT
-        self.sup.watchdog.lease(self.workers_until)
+        self.sup.watchdog.lease(sent_at + self.lease * WATCHDOG_AT)
         self._cancel_timers()
         self._cancel_timer = loop.call_at(sent_at + self.lease * CANCEL_AT, self._running_out)
         self._kill_timer = loop.call_at(sent_at + self.lease * KILL_AT, self._kill_stragglers)
