@@ -3,6 +3,7 @@
 import collections
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -605,32 +606,53 @@ handler = "sup_handlers:hold_gil"
     assert "watchdog" not in sup.output()
 
 
+def watchdogs(parent: psutil.Process) -> list[psutil.Process]:
+    found = []
+    for p in parent.children():
+        try:
+            if "fairsched.supervisor.watchdog" in " ".join(p.cmdline()):
+                found.append(p)
+        except psutil.Error:  # a child that just exited
+            pass
+    return found
+
+
+def wait_for_watchdogs(parent: psutil.Process) -> list[psutil.Process]:
+    deadline = time.monotonic() + 10
+    while not watchdogs(parent):
+        assert time.monotonic() < deadline, "no lease watchdog"
+        time.sleep(0.05)
+    return watchdogs(parent)
+
+
 def test_a_lease_watchdog_that_dies_is_started_again(supervisors, db):
     sup = supervisors(SLOW).start()
     parent = psutil.Process(sup.proc.pid)
-
-    def watchdogs():
-        found = []
-        for p in parent.children():
-            try:
-                if "fairsched.supervisor.watchdog" in " ".join(p.cmdline()):
-                    found.append(p)
-            except psutil.Error:  # a child that just exited
-                pass
-        return found
-
-    deadline = time.monotonic() + 10
-    while not watchdogs():
-        assert time.monotonic() < deadline, "no lease watchdog"
-        time.sleep(0.05)
-    (first,) = watchdogs()
+    (first,) = wait_for_watchdogs(parent)
     first.kill()
     deadline = time.monotonic() + 10
-    while not [p for p in watchdogs() if p.pid != first.pid]:
+    while not [p for p in watchdogs(parent) if p.pid != first.pid]:
         assert time.monotonic() < deadline, sup.output()
         time.sleep(0.05)
     assert "the lease watchdog ended (killed by SIGKILL" in sup.output(), sup.output()
     assert "starting it again in 1 s" in sup.output(), sup.output()
+    (job,) = enqueue(db, [{"type": "slow", "payload": {"seconds": 0.1}}])
+    wait_all_finished(db, 1, sups=[sup])  # and the supervisor works on
+
+
+def test_a_lease_watchdog_that_stops_answering_is_replaced(supervisors, db):
+    sup = supervisors(SLOW, supervisor="heartbeat_interval = 0.5\n").start()
+    parent = psutil.Process(sup.proc.pid)
+    (first,) = wait_for_watchdogs(parent)
+    first.suspend()  # SIGSTOP: alive, but it could not kill anything on time
+    deadline = time.monotonic() + 15
+    while not [p for p in watchdogs(parent) if p.pid != first.pid]:
+        assert time.monotonic() < deadline, sup.output()
+        time.sleep(0.05)
+    assert not alive(first.pid)
+    assert re.search(rf"the lease watchdog \(pid {first.pid}\) has not answered for [56] s "
+                     r"\(stopped\?\); killing it and starting another", sup.output()), sup.output()
+    assert "the lease watchdog ended" not in sup.output()
     (job,) = enqueue(db, [{"type": "slow", "payload": {"seconds": 0.1}}])
     wait_all_finished(db, 1, sups=[sup])  # and the supervisor works on
 

@@ -77,10 +77,19 @@ def tell(watchdog, until: float | None, *pids: int) -> None:
     watchdog.sock.sendall(line.encode() + b"\n")
 
 
+def read_lines(watchdog, n: int) -> list[bytes]:
+    data = b""
+    while data.count(b"\n") < n:
+        chunk = watchdog.sock.recv(100)
+        assert chunk, data
+        data += chunk
+    return data.splitlines()
+
+
 def test_an_unrenewed_lease_kills_the_busy_workers_groups_and_says_so_first(watchdog, groups):
     busy, idle = groups(), groups()
     watchdog.sock.sendall(b"%r %d + %d\n" % (clock() + 0.3, busy.pid, idle.pid))
-    assert watchdog.sock.recv(100) == b"killed %d\n" % busy.pid
+    assert read_lines(watchdog, 2) == [b"ok", b"killed %d" % busy.pid]
     assert busy.gone()  # the worker and what it started
     assert not idle.gone(timeout=0.3)
 
@@ -94,6 +103,21 @@ def test_renewals_keep_busy_workers_alive(watchdog, groups):
     assert not busy.gone(timeout=0.6)
     tell(watchdog, None, busy.pid)  # no lease yet: nothing to count down
     assert not busy.gone(timeout=0.3)
+
+
+def test_the_watchdog_answers_the_lines_it_reads_twice_a_second_at_most(watchdog):
+    started = time.monotonic()
+    for _ in range(20):
+        tell(watchdog, None)
+        time.sleep(0.05)
+    tell(watchdog, None)
+    # One answer at once, then one for each half second that brought lines, the last one
+    # owed for the last line even though no line follows it.
+    assert read_lines(watchdog, 3) == [b"ok", b"ok", b"ok"]
+    assert time.monotonic() - started >= 1.0
+    watchdog.sock.settimeout(0.8)
+    with pytest.raises(TimeoutError):  # nothing more: no line came since
+        watchdog.sock.recv(100)
 
 
 def test_the_watchdog_leaves_when_the_supervisor_does_and_takes_every_worker_along(

@@ -13,7 +13,9 @@ may be running queued jobs, and which others there are; one line each time, the 
 CLOCK_BOOTTIME is the same in every process of the host and, unlike CLOCK_MONOTONIC, goes on
 counting while the host is suspended (the other hosts' clocks do). When the lease ends with
 no newer line, the watchdog writes "killed <pid>" for each busy worker, then kills their
-process groups (SIGKILL: the workers and whatever their jobs started). When the supervisor's
+process groups (SIGKILL: the workers and whatever their jobs started). It answers the lines it
+reads with "ok" (at most every ANSWER_EVERY seconds), so the supervisor can tell that it is
+still there: one that goes quiet (stopped, say) is killed and replaced. When the supervisor's
 end of the socket closes (it exited, or was killed) it kills every worker's group: no worker,
 nor what its jobs started, may outlive the supervisor (a `command` worker busy in a job may
 not notice it is gone), and its queued jobs will run again elsewhere. It runs in a session of its own, so what stops the supervisor's
@@ -36,6 +38,8 @@ from pathlib import Path
 
 CHANNEL_FD = 3
 GRACE = 0.05  # seconds a passed deadline waits once for a fresher line already on its way
+ANSWER_EVERY = 0.5  # seconds between "ok" answers at most
+SILENCE = 5.0  # seconds a line may go unanswered before the watchdog is taken for stuck
 RESTART_FIRST = 1.0  # seconds before a watchdog that died is started again, doubling to
 RESTART_MAX = 30.0
 STEADY = 60.0  # seconds up after which a watchdog's restarts count from RESTART_FIRST again
@@ -97,17 +101,26 @@ def watch(sock: socket.socket) -> None:
     busy: tuple[int, ...] = ()
     others: tuple[int, ...] = ()
     graced: float | None = None  # the lease end a grace was given for (once each)
+    answered = -ANSWER_EVERY  # when the last "ok" went out
+    owed = False  # a line came since
     while True:
-        timeout = None if until is None or not busy else max(0.0, until - clock())
+        deadlines = [] if until is None or not busy else [until]
+        if owed:
+            deadlines.append(answered + ANSWER_EVERY)
+        timeout = max(0.0, min(deadlines) - clock()) if deadlines else None
         if select.select([sock], [], [], timeout)[0]:
             # Everything queued, newest state only: lines that waited while this process was
             # slow (or stopped) are old news, and must not end a lease renewed since.
             line, buffer, closed = _drain(sock, buffer)
             if line:
                 until, busy, others = parse_state(line)
+                owed = True
             if closed:  # the supervisor is gone; its queued jobs will run again elsewhere
                 _kill(busy + others)
                 return
+        if owed and clock() >= answered + ANSWER_EVERY:
+            sock.sendall(b"ok\n")
+            answered, owed = clock(), False
         if until is None or not busy or clock() < until:
             continue
         if graced != until:  # a renewal may be just on its way: wait for it once
@@ -151,6 +164,8 @@ class Watchdog:
         self._reports = b""
         self._started_at = 0.0
         self._restart_delay = RESTART_FIRST
+        self._unanswered_since: float | None = None  # monotonic time of the oldest line unanswered
+        self._replacing = False  # it was killed for not answering: start another at once
 
     def start(self) -> None:
         from fairsched.worker.launch import python_environ, start_helper
@@ -165,6 +180,7 @@ class Watchdog:
             return
         self.pid, self.sock, self._unsent = launched.pid, launched.sock, b""
         self._sent_busy = frozenset()
+        self._unanswered_since = None
         self._started_at = time.monotonic()
         self.loop.add_reader(self.sock.fileno(), self._read_reports)
         self._schedule()
@@ -173,6 +189,27 @@ class Watchdog:
         """The workers' share of the lease now ends at loop time `until`."""
         self.until = until
         self._schedule()
+        self._check_answers()
+
+    def _check_answers(self) -> None:
+        """Kill a watchdog that leaves lines unanswered (stopped, or stuck): it could not kill
+        on time, and another one will be started."""
+        self._read_reports()  # answers that came while this process was busy (or stopped)
+        since = self._unanswered_since
+        if self.pid is None or self._replacing or since is None:
+            return
+        silent = time.monotonic() - since
+        if silent < SILENCE:
+            return
+        log.error("the lease watchdog (pid %d) has not answered for %.0f s (stopped?); "
+                  "killing it and starting another", self.pid, silent)
+        # Killed before its socket closes: a watchdog that sees the socket close kills
+        # every worker.
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except OSError:
+            return
+        self._replacing = True
 
     def busy(self, pid: int | None) -> None:
         if pid is not None and pid not in self._sent_busy:
@@ -211,6 +248,8 @@ class Watchdog:
         self._write(line)
 
     def _write(self, data: bytes) -> None:
+        if self._unanswered_since is None:
+            self._unanswered_since = time.monotonic()
         try:
             sent = self.sock.send(data)
         except BlockingIOError:
@@ -244,7 +283,9 @@ class Watchdog:
             *lines, self._reports = self._reports.split(b"\n")
             for line in lines:
                 word, _, pid = line.partition(b" ")
-                if word == b"killed" and pid.isdigit() and int(pid) in self._sent_busy:
+                if word == b"ok":
+                    self._unanswered_since = None
+                elif word == b"killed" and pid.isdigit() and int(pid) in self._sent_busy:
                     self.killed.add(int(pid))
 
     def took(self, pid: int | None) -> bool:
@@ -268,6 +309,10 @@ class Watchdog:
         self._lost()
         self.pid = None
         if self.closing:
+            return
+        if self._replacing:  # killed for not answering; said so then
+            self._replacing = False
+            self.start()
             return
         from fairsched.supervisor.process import describe_exit
 
