@@ -247,6 +247,56 @@ def test_bad_frames_kill_that_worker_only(supervisors, mode):
     assert sup.proc.poll() is None
 
 
+def test_ps_tells_why_the_supervisor_killed_a_worker(supervisors):
+    sup = misbehaving(supervisors, "liar", "garbage", "max_attempts = 1").start()
+    liar_pid = sup.slots("liar")[0]["pid"]
+    assert sup.cli("submit", "liar", "--on-demand", timeout=30).returncode == 1
+    ps = sup.wait_for(lambda ps: next(s for s in ps["slots"] if s["group"] == "liar")["pid"]
+                      not in (None, liar_pid), what="liar replaced")
+    liar = next(s for s in ps["slots"] if s["group"] == "liar")
+    assert liar["last_exit"].startswith("killed by SIGKILL from the supervisor (it sent a bad "
+                                        "frame: "), liar
+
+
+def test_a_result_for_another_job_than_its_slot_runs_kills_the_worker(supervisors):
+    # Left alone, the job would hold its slot for ever: the worker thinks it done.
+    sup = misbehaving(supervisors, "odd", "stranger", "max_attempts = 1").start()
+    result = sup.cli("submit", "odd", "--on-demand", timeout=30)
+    assert result.returncode == 1
+    assert re.search(r"sent a bad frame: result for job 'not-od-\d+' on slot 0, which runs job "
+                     r"'od-\d+'", result.stderr), result.stderr
+    sup.wait_for(lambda ps: next(s for s in ps["slots"] if s["group"] == "odd")["state"]
+                 == "free", what="odd back")
+
+
+def test_progress_fields_of_the_wrong_kind_cost_only_the_progress(supervisors):
+    sup = misbehaving(supervisors, "scrawl", "scribble").start()
+    result = sup.cli("submit", "scrawl", "--on-demand", timeout=30)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {"scribbled": True}
+    out = sup.output()
+    assert ("worker scrawl-1 sent progress with 'fraction' is 'half', not a number or null and "
+            "'message' is 5, not a string; ignored (said once per process)") in out, out
+    assert out.count("sent progress with") == 1, out
+
+
+def test_a_fatal_message_is_the_reason_ps_gives(supervisors):
+    sup = misbehaving(supervisors, "nolicence", "fatal").start(wait=False)
+    ps = sup.wait_for(lambda ps: next(s for s in ps["slots"] if s["group"] == "nolicence")
+                      ["state"] == "fatal", what="nolicence fatal", timeout=20)
+    row = next(s for s in ps["slots"] if s["group"] == "nolicence")
+    assert row["fatal_reason"] == "could not start (no licence file in /etc/render)", row
+    assert "worker nolicence-1 cannot start: no licence file in /etc/render" in sup.output()
+
+
+def test_a_frame_cut_short_by_an_exit_is_said(supervisors):
+    sup = misbehaving(supervisors, "cutter", "cut", "max_attempts = 1").start()
+    result = sup.cli("submit", "cutter", "--on-demand", timeout=30)
+    assert result.returncode == 1
+    assert ("worker cutter-1 closed its pipe in the middle of a frame (14 bytes of it came)"
+            in sup.output()), sup.output()
+
+
 def test_a_worker_that_closes_its_pipe_but_lives_on_is_killed_and_replaced(supervisors):
     sup = misbehaving(supervisors, "quitter", "hangup", "max_attempts = 1").start()
     pid = sup.slots("quitter")[0]["pid"]

@@ -97,6 +97,9 @@ class WorkerPipes:
         except OSError:
             size = 0
         if not size:
+            if proc.decoder.pending:
+                log.warning("worker %s closed its pipe in the middle of a frame (%d bytes of it "
+                            "came)", proc.name, proc.decoder.pending)
             self.killed_by_watchdog(proc)
             if not self.reap_worker(proc):  # exited: its jobs learn how (a signal, a code)
                 self.unregister_worker(proc, f"worker {proc.name} closed its pipe")
@@ -111,6 +114,7 @@ class WorkerPipes:
                     return True
         except ProtocolError as exc:
             log.error("worker %s sent a bad frame: %s; killing it", proc.name, exc)
+            proc.kill_reason = f"it sent a bad frame: {exc}"
             self.kill_worker(proc, signal.SIGKILL)
             self.unregister_worker(proc, f"worker {proc.name} sent a bad frame: {exc}")
         return True
@@ -121,19 +125,19 @@ class WorkerPipes:
             self.register_worker(proc, msg)
             return
         if kind == "fatal":
-            log.error("worker %s cannot start: %s", proc.name, msg.get("error"))
+            proc.said_fatal = msg["error"]
+            log.error("worker %s %s: %s", proc.name,
+                      "gave up" if proc.slot_ids else "cannot start", msg["error"])
             return
         if not proc.slot_ids:
             raise ProtocolError(f"{kind!r} before hello")
         slot = msg["slot"]
         rj = self.running.get(proc.slot_ids[slot]) if 0 <= slot < len(proc.slot_ids) else None
         if rj is None or rj.job_id != msg["job_id"]:
-            log.warning("worker %s sent %s for job %s on slot %s, which is not running there; ignored",
-                        proc.name, kind, msg.get("job_id"), slot)
+            self._not_running_there(proc, msg, rj)
             return
         if kind == "progress":
-            rj.progress = msg.get("fraction")
-            rj.message = msg.get("message") or ""
+            rj.progress, rj.message = self._progress_fields(proc, msg)
             if rj.request is not None:
                 rj.request.notify({"event": "progress", "job_id": rj.job_id,
                                    "fraction": rj.progress, "message": rj.message})
@@ -151,6 +155,41 @@ class WorkerPipes:
                 proc.refused_work = True  # counted as a crash: a worker that always refuses
                 self.stop_worker(proc)     # backs off and ends fatal
             self.finish_job(rj, "refused", error=f"refused by {proc.name}: {msg.get('reason')}")
+
+    def _not_running_there(self, proc: WorkerProcess, msg: dict, rj) -> None:
+        """A message for a job its slot is not running. A late progress is let go; an outcome
+        for another job than the one running there means the worker is out of step (the job
+        would keep its slot forever): a protocol error."""
+        kind, job_id, slot = msg["t"], msg["job_id"], msg["slot"]
+        if rj is None or kind == "progress":
+            log.warning("worker %s sent %s for job %r on slot %s, which is not running there; "
+                        "ignored", proc.name, kind, job_id, slot)
+            return
+        hint = ""
+        if str(job_id) == str(rj.job_id):
+            hint = " (a job id goes back exactly as it came: a number as a number, a string as a string)"
+        raise ProtocolError(f"{kind} for job {job_id!r} on slot {slot}, which runs job "
+                            f"{rj.job_id!r}{hint}")
+
+    def _progress_fields(self, proc: WorkerProcess, msg: dict) -> tuple[float | None, str]:
+        """A progress message's fraction (clamped into 0..1) and text; fields of the wrong type
+        only cost the progress shown, with one warning per worker process."""
+        fraction, message = msg.get("fraction"), msg.get("message", "")
+        wrong = []
+        if fraction is not None and (isinstance(fraction, bool)
+                                     or not isinstance(fraction, int | float)):
+            wrong.append(f"'fraction' is {fraction!r}, not a number or null")
+            fraction = None
+        elif fraction is not None:
+            fraction = min(1.0, max(0.0, float(fraction)))
+        if not isinstance(message, str):
+            wrong.append(f"'message' is {message!r}, not a string")
+            message = ""
+        if wrong and not proc.warned_progress:
+            proc.warned_progress = True
+            log.warning("worker %s sent progress with %s; ignored (said once per process)",
+                        proc.name, " and ".join(wrong))
+        return fraction, message
 
     def register_worker(self, proc: WorkerProcess, hello: dict) -> None:
         if proc.slot_ids:

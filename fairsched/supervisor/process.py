@@ -56,6 +56,9 @@ class WorkerProcess:
     lease_killed: bool = False  # the lease watchdog killed it (watchdog.py)
     write_failed: str | None = None  # why the last write to it failed (it is gone)
     refused_work: bool = False  # stopped for refusing a job: out of step with its config
+    kill_reason: str | None = None  # why the supervisor killed this incarnation, for ps
+    said_fatal: str | None = None  # the error of the 'fatal' message it sent
+    warned_progress: bool = False  # it was told once that its progress fields are ignored
 
     @property
     def name(self) -> str:

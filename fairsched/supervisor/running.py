@@ -107,7 +107,11 @@ class JobHandling:
             # The handler saw job.cancelled() and returned early: not a success. Asked by a
             # shutdown, restart or lost lease, the job goes back to the queue; otherwise
             # (timeout, a SIGTERM from elsewhere) the attempt failed.
-            error = rj.failure or f"stopped early: worker {rj.proc.name} was told to stop"
+            error = rj.failure or (
+                f"stopped early: worker {rj.proc.name} was told to stop"
+                if rj.cancel_reason is not None or rj.proc.state is ProcessState.STOPPING else
+                f"stopped early: worker {rj.proc.name} stopped it unasked by this supervisor "
+                f"(a SIGTERM from elsewhere?)")
         if rj.request is not None:
             self._finish_on_demand(rj, outcome, result, error, permanent, duration)
         else:

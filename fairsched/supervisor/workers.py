@@ -196,6 +196,8 @@ class WorkerLifecycle:
         proc.lease_killed = False
         proc.write_failed = None
         proc.refused_work = False
+        proc.kill_reason = proc.said_fatal = None
+        proc.warned_progress = False
         spec = launch_spec(proc, self.log_dir)
         template = None if cold else self.templates.get(proc.group)
         pid = None
@@ -301,6 +303,10 @@ class WorkerLifecycle:
                else describe_exit(status, proc.signalled))
         if proc.refused_work:
             how += " after refusing work"
+        elif proc.kill_reason is not None and not lease_ran_out:
+            how += f" ({proc.kill_reason})"
+        elif proc.said_fatal is not None and not lease_ran_out:
+            how += f" (it said: {proc.said_fatal})"
         proc.last_exit = how
         self.unregister_worker(proc, f"worker {proc.name} {how}")
         self._cancel_timers(proc)
@@ -326,8 +332,11 @@ class WorkerLifecycle:
             self._respawn(proc)
             return
         if os.WIFEXITED(status) and os.WEXITSTATUS(status) == EXIT_CANNOT_START:
-            line = self._last_log_line(proc)  # the runtime's "... could not start: why"
-            self._make_fatal(proc, f"could not start ({line.partition(' could not start: ')[2] or line})")
+            why = proc.said_fatal
+            if why is None:
+                line = self._last_log_line(proc)  # the runtime's "... could not start: why"
+                why = line.partition(' could not start: ')[2] or line
+            self._make_fatal(proc, f"could not start ({why})")
             return
         recent = proc.record_crash()
         if proc.crash_loop(recent):
@@ -384,6 +393,7 @@ class WorkerLifecycle:
         if proc.state is ProcessState.STARTING:
             log.warning("worker %s did not start within %g s (start_timeout); killing it",
                         proc.name, proc.spec.start_timeout)
+            proc.kill_reason = f"no hello within {proc.spec.start_timeout:g} s"
             self.kill_worker(proc, signal.SIGKILL)
 
     def expect_exit(self, proc: WorkerProcess) -> None:

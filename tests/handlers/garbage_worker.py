@@ -2,7 +2,9 @@
 `hangup` (closes its pipe when given work, then lives on), `mute` (never says hello) or
 `refuse` (refuses every job it is given, exits 0 when told to stop) or `deaf` (starts a
 `sleep` for its first job, writes "<its pid> <the sleep's pid>" to the job's payload["pids"],
-and never reads its pipe again)."""
+and never reads its pipe again), `fatal` (says it cannot start, exits 78), `stranger` (answers
+its first job with a result for another job), `scribble` (reports progress with fields of the
+wrong type or range, then succeeds) or `cut` (writes half a frame and exits)."""
 
 import json
 import os
@@ -23,6 +25,9 @@ def send(msg):
 
 if mode == "mute":
     time.sleep(600)
+if mode == "fatal":
+    send({"t": "fatal", "error": "no licence file in /etc/render"})
+    sys.exit(78)
 send({"t": "hello", "protocol": 1, "pid": os.getpid(),
       "incarnation": os.environ["FAIRSCHED_INCARNATION"],
       "slots": int(os.environ["FAIRSCHED_SLOTS"]), "types": os.environ["FAIRSCHED_TYPES"].split(",")})
@@ -50,8 +55,20 @@ if mode == "deaf":
     with open(job["payload"]["pids"], "w") as f:
         f.write(f"{os.getpid()} {child.pid}")
     time.sleep(600)
-sock.recv(65536)  # the first run frame
-if mode == "oversized":
+first = sock.recv(65536)  # the first run frame
+run = json.loads(first[4:4 + struct.unpack(">I", first[:4])[0]])
+slot, job_id = run["slot"], run["job"]["id"]
+if mode == "stranger":
+    send({"t": "result", "slot": slot, "job_id": f"not-{job_id}", "result": None})
+elif mode == "scribble":
+    send({"t": "progress", "slot": slot, "job_id": job_id, "fraction": "half", "message": 5})
+    send({"t": "progress", "slot": slot, "job_id": job_id, "fraction": 1.0000001})
+    send({"t": "progress", "slot": slot, "job_id": job_id, "fraction": None, "message": []})
+    send({"t": "result", "slot": slot, "job_id": job_id, "result": {"scribbled": True}})
+elif mode == "cut":
+    sock.sendall(struct.pack(">I", 50) + b'{"t": "res')
+    sys.exit(0)
+elif mode == "oversized":
     sock.sendall(struct.pack(">I", 0x7FFFFFFF) + b"x" * 100)
 elif mode == "hangup":
     sock.close()
