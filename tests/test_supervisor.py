@@ -256,6 +256,8 @@ def test_ps_tells_why_the_supervisor_killed_a_worker(supervisors):
     liar = next(s for s in ps["slots"] if s["group"] == "liar")
     assert liar["last_exit"].startswith("killed by SIGKILL from the supervisor (it sent a bad "
                                         "frame: "), liar
+    assert ("liar-1 last exited: killed by SIGKILL from the supervisor (it sent a bad frame: "
+            in sup.cli("ps").stdout)
 
 
 def test_a_result_for_another_job_than_its_slot_runs_kills_the_worker(supervisors):
@@ -472,6 +474,18 @@ def test_ps_human_table_and_progress(supervisors):
     assert "busy" in table[2] and "od-1" in table[2]
     caller.communicate(timeout=30)
     assert caller.returncode == 0
+
+
+def test_ps_shows_a_cancel_waiting_for_its_answer(supervisors):
+    sup = supervisors(SLOW_PDF).start()
+    caller = sup.spawn_cli("submit", "pdf", "--on-demand", "--timeout", "1",
+                           "--payload", '{"seconds": 4, "ignore_cancel": true}')
+    ps = sup.wait_for(lambda ps: ps["slots"][0]["cancelling"] == "caller", what="cancelling")
+    assert ps["slots"][0]["state"] == "busy"
+    (row,) = [line for line in sup.cli("ps").stdout.splitlines() if line.startswith("pdf-1")]
+    assert "busy   od-1" in row and "cancelling; 0% started" in row, row
+    caller.communicate(timeout=10)
+    assert caller.returncode == 1
 
 
 def test_ps_watch_redraws_until_interrupted(supervisors):

@@ -209,6 +209,8 @@ def render_ps(data: dict) -> str:
         if s.get("progress") is not None or s.get("message"):
             pct = f"{s['progress'] * 100:.0f}%" if s.get("progress") is not None else ""
             progress = " ".join(x for x in (pct, s.get("message") or "") if x)[:30]
+        if s.get("cancelling"):
+            progress = "cancelling" + ("" if progress == "-" else f"; {progress}")[:30]
         rows.append([
             s["worker"], str(s["pid"] or "-"), str(s["slot"]), ",".join(s["types"]), s["state"],
             str(s["job_id"]) if s["job_id"] is not None else "-", _duration(s.get("job_age")),
@@ -219,7 +221,11 @@ def render_ps(data: dict) -> str:
     for r in rows:
         lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
     for s in data["slots"]:
-        if s["state"] == "fatal" and s["slot"] == 0 and s.get("fatal_reason"):
+        if s["slot"] != 0:
+            continue
+        if s["state"] == "fatal" and s.get("fatal_reason"):
             lines.append(f"{s['worker']} is fatal: {s['fatal_reason']} "
                          f"(fix it, then `fairsched restart {s['worker']}`)")
+        elif s["restarts"] and s.get("last_exit"):
+            lines.append(f"{s['worker']} last exited: {s['last_exit']}")
     return "\n".join(lines) + "\n"

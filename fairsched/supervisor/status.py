@@ -70,4 +70,7 @@ def _row(base: dict, index: int, state: str, rj, mono: float) -> dict:
     row["attempt"] = rj.attempt if rj is not None else None
     row["progress"] = rj.progress if rj is not None else None
     row["message"] = rj.message if rj is not None else None
+    # Why a cancel was sent to its job and not yet answered: "user" (fairsched cancel),
+    # "caller" (its on-demand caller left), "shutdown", "restart", "lease"; or None.
+    row["cancelling"] = rj.cancel_reason if rj is not None else None
     return row
