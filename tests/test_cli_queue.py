@@ -190,10 +190,12 @@ def test_retry_and_cancel(db, config):
         assert q.get_job(running)["cancel_requested"]
 
 
-def test_an_unreachable_database_is_one_line_exit_1(config):
-    line = one_line_error(
-        fairsched("jobs", "--config", str(config), url="postgresql://x@/db?host=/nonexistent"), 1)
+@pytest.mark.parametrize("url", ["postgresql://x@/db?host=/nonexistent&password=s3cret",
+                                 "host=/nonexistent dbname=db user=x password=s3cret"])
+def test_an_unreachable_database_is_one_line_exit_1_without_its_password(config, url):
+    line = one_line_error(fairsched("jobs", "--config", str(config), url=url), 1)
     assert "cannot connect to PostgreSQL" in line
+    assert "s3cret" not in line and "password=***" in line
 
 
 def test_embedded_database_without_any_url(reused_state_dir):

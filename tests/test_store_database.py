@@ -202,6 +202,11 @@ def test_an_unreachable_server_is_one_line_without_password(monkeypatch, tmp_pat
 def test_redact_hides_only_the_password():
     assert redact("postgresql://u:pw@db.example:5432/x") == "postgresql://u:***@db.example:5432/x"
     assert redact("postgresql://u@db/x") == "postgresql://u@db/x"
+    assert redact("postgresql:///x?host=/tmp/pg") == "postgresql:///x?host=/tmp/pg"
+    assert (redact("postgresql://u@db/x?password=s3cret&sslmode=require")
+            == "postgresql://u@db/x?password=***&sslmode=require")
+    assert redact("host=db user=u password=s3cret") == "host=db user=u password=***"
+    assert redact("host=db password = 'se \\' cret' user=u") == "host=db password = *** user=u"
 
 
 def test_sigterm_while_the_embedded_server_starts_stops_it_too(monkeypatch, short_tmp):

@@ -15,6 +15,7 @@ import fcntl
 import json
 import logging
 import os
+import re
 import signal
 import time
 import warnings
@@ -108,16 +109,23 @@ def connect(url: str, **kwargs) -> psycopg.Connection:
 
 
 def redact(url: str) -> str:
-    """The URL without its password, for messages."""
+    """The connection string without its password, for messages: a URL's `user:pw@` and
+    `?password=`, and a `key=value` string's `password=`."""
+    if not url.startswith(("postgresql://", "postgres://")):
+        return _KEYWORD_PASSWORD.sub(r"\1***", url)
     try:
         parts = urlsplit(url)
     except ValueError:
         return "<unparsable URL>"
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[-1]}"))
+    if parts.password is not None:
+        host = parts.netloc.rsplit("@", 1)[-1]
+        url = urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+    return _QUERY_PASSWORD.sub(r"\1***", url)
+
+
+_QUERY_PASSWORD = re.compile(r"([?&]password=)[^&#]*")
+# password=secret, password = 'se cret' (libpq quotes values with single quotes, \' inside)
+_KEYWORD_PASSWORD = re.compile(r"(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)")
 
 
 def first_line(exc: BaseException) -> str:
