@@ -463,6 +463,45 @@ def test_restart_a_running_worker_by_name(supervisors):
     assert sup.cli("restart", "nope").returncode == 2
 
 
+def test_restart_runs_the_handler_as_it_is_now(supervisors):
+    # Workers fork from a template that imported the handler: a restart imports it afresh.
+    sup = supervisors("""
+[[worker]]
+name = "doc"
+types = ["doc"]
+handler = "versioned:handle"
+processes = 2
+""")
+    handler = sup.dir / "versioned.py"
+    handler.write_text("def handle(job):\n    return 'first'\n")
+    sup.start()
+    assert json.loads(sup.cli("submit", "doc", "--on-demand").stdout) == "first"
+    handler.write_text("def handle(job):\n    return 'the second version'\n")
+    before = {s["pid"] for s in sup.slots()}
+    assert sup.cli("restart", "doc").returncode == 0
+    sup.wait_for(lambda ps: all(s["state"] == "free" and s["pid"] not in before
+                                for s in ps["slots"]), what="doc restarted")
+    for _ in range(4):  # both processes
+        assert json.loads(sup.cli("submit", "doc", "--on-demand").stdout) == "the second version"
+
+
+def test_restart_is_refused_while_the_supervisor_stops(supervisors):
+    sup = supervisors(SLOW_PDF, shutdown_timeout=10).start()
+    caller = sup.spawn_cli("submit", "pdf", "--on-demand", "--payload",
+                           '{"seconds": 3, "ignore_cancel": true}')
+    sup.wait_for(lambda ps: ps["slots"][0]["state"] == "busy", what="busy")
+    stopper = sup.spawn_cli("stop")
+    ps = sup.wait_for(lambda ps: ps["supervisor"]["shutting_down"], what="shutting down")
+    assert "SHUTTING DOWN" in sup.cli("ps").stdout.splitlines()[0]
+    result = sup.cli("restart", "pdf")
+    assert result.returncode == 1
+    assert "the supervisor is shutting down: nothing restarts" in result.stderr
+    caller.communicate(timeout=30)
+    assert caller.returncode == 0  # its grace was not cut short
+    stopper.communicate(timeout=30)
+    assert stopper.returncode == 0
+
+
 def test_ps_human_table_and_progress(supervisors):
     sup = supervisors(SLOW_PDF).start()
     caller = sup.spawn_cli("submit", "pdf", "--on-demand", "--payload", '{"seconds": 2}')

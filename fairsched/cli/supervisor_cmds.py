@@ -202,7 +202,8 @@ def render_ps(data: dict) -> str:
     if sup.get("lease_lost"):
         db += ", lease lost: queued jobs given back, claiming stopped"
     lines = [f"supervisor pid {sup['pid']}  up {_duration(sup['uptime'])}  database {db}  "
-             f"core {sup['core']}  on-demand waiting {sup.get('waiting_on_demand', 0)}"]
+             f"core {sup['core']}  on-demand waiting {sup.get('waiting_on_demand', 0)}"
+             + ("  SHUTTING DOWN" if sup.get("shutting_down") else "")]
     rows = [PS_COLUMNS]
     for s in data["slots"]:
         progress = "-"

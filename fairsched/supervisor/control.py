@@ -110,8 +110,11 @@ class ControlServer:
         if cmd == "ps":
             _send(writer, {"ok": True, "ps": snapshot(sup)})
         elif cmd == "restart":
-            names = sup.restart(str(request.get("name", "")))
-            if names:
+            names = [] if sup.shutting_down else sup.restart(str(request.get("name", "")))
+            if sup.shutting_down:
+                _send(writer, {"ok": False, "code": 1,
+                               "error": "the supervisor is shutting down: nothing restarts"})
+            elif names:
                 _send(writer, {"ok": True, "restarted": names})
             else:
                 known = sorted({p.group for p in sup.procs} | {p.name for p in sup.procs})

@@ -156,7 +156,8 @@ class JobHandling:
 
     def _finish_on_demand(self, rj, outcome, result, error, permanent, duration) -> None:
         req = rj.request
-        if outcome == "succeeded" and rj.cancel_reason in (None, "restart") and not req.cancelled:
+        if (outcome == "succeeded" and rj.cancel_reason in (None, "restart", "shutdown")
+                and not req.cancelled):  # its caller still waits, through a shutdown too
             self._record(rj, "succeeded", duration)
             if log.isEnabledFor(logging.INFO):
                 log.info("job %s succeeded: %s, %.3f s", rj.job_id, where(rj), duration,

@@ -20,7 +20,8 @@ TRANSITIONS: dict[ProcessState, frozenset[ProcessState]] = {
     ProcessState.STOPPING: frozenset({ProcessState.DOWN, ProcessState.STOPPED,
                                       ProcessState.STARTING, ProcessState.FATAL}),
     ProcessState.DOWN: frozenset({ProcessState.STARTING, ProcessState.STOPPED, ProcessState.FATAL}),
-    ProcessState.FATAL: frozenset({ProcessState.STARTING, ProcessState.STOPPED}),
+    ProcessState.FATAL: frozenset({ProcessState.STARTING, ProcessState.STOPPED,
+                                   ProcessState.DOWN}),  # restarted, its template importing
     ProcessState.STOPPED: frozenset({ProcessState.STARTING}),
 }
 

@@ -29,7 +29,7 @@ def snapshot(sup) -> dict:
         if proc.slot_ids:
             for index, sid in enumerate(proc.slot_ids):
                 rj = sup.running.get(sid)
-                if proc.state is ProcessState.STOPPING:
+                if proc.state is ProcessState.STOPPING or (sup.shutting_down and rj is None):
                     state = "stopping"
                 elif rj is not None or sup.pool.is_busy(sid):
                     state = "busy"

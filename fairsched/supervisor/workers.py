@@ -75,22 +75,38 @@ class WorkerLifecycle:
         the ones start_templates began already."""
         templates = dict(templates or {})
         for spec in self.config.workers:
-            procs = [p for p in self.procs if p.spec is spec]
-            template = templates.pop(spec.name, None)
-            if template is None and spec.handler is not None:
-                try:
-                    template = Template.start(launch_spec(procs[0], self.log_dir))
-                except OSError as exc:
-                    log.debug("no template for %s: %s", spec.name, exc)
-            if template is None:
-                for proc in procs:
-                    self.spawn_worker(proc)
-                continue
-            self.template_pids[template.pid] = template.group
-            self.warming[template.group] = template
-            log.info("template for %s is importing %s; its workers start once it is ready",
-                     spec.name, spec.handler)
-            self.loop.create_task(self._warm_up(template, procs), name=f"template-{spec.name}")
+            if not self._warm_template(spec, templates.pop(spec.name, None)):
+                for proc in self.procs:
+                    if proc.spec is spec:
+                        self.spawn_worker(proc)
+
+    def _warm_template(self, spec, template: Template | None = None) -> bool:
+        """Have a new template import the group's handler (`template`, when one was started
+        already); its DOWN workers start once it is ready. False for a group without one."""
+        procs = [p for p in self.procs if p.spec is spec]
+        if template is None and spec.handler is not None:
+            try:
+                template = Template.start(launch_spec(procs[0], self.log_dir))
+            except OSError as exc:
+                log.debug("no template for %s: %s", spec.name, exc)
+        if template is None:
+            return False
+        self.template_pids[template.pid] = template.group
+        self.warming[template.group] = template
+        log.info("template for %s is importing %s; its workers start once it is ready",
+                 spec.name, spec.handler)
+        self.loop.create_task(self._warm_up(template, procs), name=f"template-{spec.name}")
+        return True
+
+    def reload_template(self, spec) -> None:
+        """Replace the group's template with one that imports the handler afresh: the code as
+        it is now, for the workers started from here on (`fairsched restart`)."""
+        if spec.handler is None or spec.name in self.warming or self.shutting_down:
+            return
+        old = self.templates.pop(spec.name, None)
+        if old is not None:
+            self._drop_template(old)  # it exits; spawns it had under way start cold
+        self._warm_template(spec)
 
     async def _warm_up(self, template: Template, procs: list[WorkerProcess]) -> None:
         answered = self.loop.create_future()
@@ -120,8 +136,9 @@ class WorkerLifecycle:
             self.pending_spawns[template.group] = collections.deque()
             self.loop.add_reader(template.fileno(), self._on_template_reply, template)
         for proc in procs:
-            # Unless an operator's restart got there first (it starts the worker cold).
-            if proc.state is ProcessState.DOWN and proc.pid is None:
+            # Not one waiting out a crash's backoff: its timer starts it.
+            if (proc.state is ProcessState.DOWN and proc.pid is None
+                    and proc.restart_timer is None):
                 self.spawn_worker(proc)
 
     def _on_template_reply(self, template: Template) -> None:
@@ -188,6 +205,9 @@ class WorkerLifecycle:
         if self.shutting_down:
             return
         proc.restart_timer = None
+        if not cold and proc.group in self.warming:
+            proc.set_state(ProcessState.DOWN)  # its template starts it once it has imported
+            return
         proc.generation = self.next_generation
         self.next_generation += 1
         proc.incarnation = f"{proc.name}.{proc.generation}.{secrets.token_hex(4)}"
@@ -465,6 +485,8 @@ class WorkerLifecycle:
     def restart(self, name: str) -> list[str]:
         """Restart a group or one process, `fatal` ones included; returns the process names."""
         procs = [p for p in self.procs if name in (p.name, p.group)]
+        for spec in {p.spec.name: p.spec for p in procs}.values():
+            self.reload_template(spec)
         for proc in procs:
             proc.crash_times.clear()
             proc.fatal_reason = None
