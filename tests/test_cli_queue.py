@@ -91,6 +91,19 @@ def test_submit_with_a_key_twice_gives_one_job(db, config):
     assert len(ids) == 1 and jobs_in(db) == 1
 
 
+def test_a_key_held_by_another_job_is_an_error(db, config):
+    first = fairsched("submit", "pdf", "--key", "k", "--payload", '{"doc": 1}',
+                      "--config", str(config), url=db)
+    job_id = int(first.stdout)
+    line = one_line_error(fairsched("submit", "ocr", "--key", "k", "--payload", '{"doc": 1}',
+                                    "--config", str(config), url=db), 1)
+    assert line == (f"fairsched: key 'k' is held by unfinished job {job_id} (type pdf, priority "
+                    '0, payload {"doc": 1}), not this job; nothing was queued')
+    assert "nothing was queued" in one_line_error(
+        fairsched("submit", "pdf", "--key", "k", "--config", str(config), url=db), 1)
+    assert jobs_in(db) == 1
+
+
 def test_config_comes_from_fairsched_config_or_the_current_folder(db, config):
     result = fairsched("submit", "pdf", url=db, cwd=config.parent)
     assert result.returncode == 0, result.stderr

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from fairsched.cli import main
-from fairsched.cli.common import UsageProblem, config_option, parse_seconds, reports_errors
+from fairsched.cli.common import UsageProblem, config_option, fail, parse_seconds, reports_errors
 from fairsched.config import Config, load_config, resolve_config_path
 from fairsched.store.schema import MAX_PRIORITY, STATUSES
 
@@ -64,10 +64,20 @@ def check_type(config: Config, type_name: str) -> None:
 
 def submit_queued(config: Config, type_name: str, payload: Any, *, priority: int,
                   max_attempts: int | None, delay: float, key: str | None) -> int:
-    """Enqueue one job and return its id (the existing job's id for a key in use)."""
+    """Enqueue one job and return its id (the existing job's id for a key in use, when it is
+    the same job; another job under that key is an error, as with any idempotency key)."""
     with open_queue(config) as queue:
-        return queue.enqueue(type_name, payload, priority=priority, max_attempts=max_attempts,
-                             delay=delay, key=key)
+        job_id = queue.enqueue(type_name, payload, priority=priority, max_attempts=max_attempts,
+                               delay=delay, key=key)
+        if key is None:
+            return job_id
+        held = queue.get_job(job_id)
+    if held is not None and (held["type"], held["payload"], held["priority"]) != (
+            type_name, payload, priority):
+        fail(f"key {key!r} is held by unfinished job {job_id} (type {held['type']}, priority "
+             f"{held['priority']}, payload {json.dumps(held['payload'])[:60]}), not this job; "
+             f"nothing was queued", 1)
+    return job_id
 
 
 @main.command()
@@ -78,7 +88,8 @@ def submit_queued(config: Config, type_name: str, payload: Any, *, priority: int
               help="Attempts before the job fails for good (default: the worker's).")
 @click.option("--delay", metavar="S", help="Seconds before the job becomes eligible.")
 @click.option("--key", metavar="K",
-              help="Idempotency key: while a job with this key is unfinished, print its id.")
+              help="Idempotency key: while a job with this key is unfinished, print its id "
+                   "(an error if it is another type, priority or payload).")
 @click.option("--on-demand", is_flag=True,
               help="Run it now on the running supervisor, wait, and print the result JSON.")
 @click.option("--timeout", metavar="S", help="With --on-demand: give up after S seconds (exit 1).")
