@@ -18,7 +18,7 @@ def render_pdf(job: fairsched.Job):
     path = (job.payload or {}).get("path")
     if path is None:
         for step in range(1, 4):
-            job.progress(step / 3, f"page {step}/3")
+            job.progress((step - 1) / 3, f"page {step}/3")  # the share done so far
             if job.cancelled():
                 return None
             time.sleep(0.05)
@@ -34,7 +34,7 @@ def render_pdf(job: fairsched.Job):
     pace = float((job.payload or {}).get("pace", 0))
     pages = []
     for number, page in enumerate(reader.pages, 1):
-        job.progress(number / len(reader.pages), f"page {number}/{len(reader.pages)}")
+        job.progress((number - 1) / len(reader.pages), f"page {number}/{len(reader.pages)}")
         if job.cancelled():
             return None
         pages.append(page.extract_text() or "")
@@ -59,7 +59,7 @@ def read_excel(job: fairsched.Job):
     sums, rows = {}, {}
     try:
         for number, sheet in enumerate(book.worksheets, 1):
-            job.progress(number / len(book.worksheets), sheet.title)
+            job.progress((number - 1) / len(book.worksheets), sheet.title)
             if job.cancelled():
                 return None
             total, count = 0.0, 0

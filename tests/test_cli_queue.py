@@ -152,7 +152,8 @@ def test_jobs_shows_a_table_and_json(db, config):
     with queue(db) as q:
         done, failed, waiting = q.enqueue_many(
             [{"type": "pdf"}, {"type": "ocr", "priority": 9}, {"type": "pdf", "delay": 600}])
-        q.conn.execute("UPDATE fairsched_jobs SET status = 'succeeded' WHERE id = %s", (done,))
+        q.conn.execute("UPDATE fairsched_jobs SET status = 'succeeded', attempts = 2,"
+                       " last_error = 'worker pdf-1 killed by SIGKILL' WHERE id = %s", (done,))
         q.conn.execute("UPDATE fairsched_jobs SET status = 'failed', attempts = 4,"
                        " max_attempts = 4, last_error = %s WHERE id = %s",
                        ("ValueError: page 3 is empty\nTraceback ...", failed))
@@ -165,6 +166,7 @@ def test_jobs_shows_a_table_and_json(db, config):
     assert rows[1].split()[:5] == [str(failed), "ocr", "9", "failed", "4/4"]
     assert rows[1].endswith("ValueError: page 3 is empty")
     assert "0/4" in rows[0].split()  # not claimed yet: the max_attempts it will get
+    assert rows[2].endswith("(an earlier attempt) worker pdf-1 killed by SIGKILL")
 
     result = fairsched("jobs", "--status", "failed", "--json", "--config", str(config), url=db)
     (job,) = json.loads(result.stdout)

@@ -111,10 +111,11 @@ def test_pdf_excel_and_a_worker_killed(example, samples):
 
     # A paced job, watched in ps and cancelled there, as the README shows.
     slow = queued(sup, "pdf", {"path": str(samples / "manual.pdf"), "pace": 2})
-    ps = sup.wait_for(lambda ps: any(s["job_id"] == slow and (s["message"] or "").startswith(
-        "page ") for s in ps["slots"]), what="the paced job's progress")
+    ps = sup.wait_for(lambda ps: any(s["job_id"] == slow and s["message"] == "page 2/12"
+                                     for s in ps["slots"]), what="the paced job's progress")
     row = next(s for s in ps["slots"] if s["job_id"] == slow)
-    assert row["group"] == "pdf" and row["state"] == "busy" and 0 < row["progress"] < 1
+    # The share done: one page of twelve, while it works on the second.
+    assert row["group"] == "pdf" and row["state"] == "busy" and row["progress"] == 1 / 12
     assert sup.cli("cancel", str(slow)).returncode == 0
     sup.wait_for(lambda ps: jobs_by_id(sup)[slow]["status"] == "cancelled", what="cancelled")
 

@@ -173,6 +173,8 @@ def jobs_table(rows: list[dict], now: datetime, max_attempts: dict[str, int]) ->
         maximum = row["max_attempts"] or max_attempts.get(row["type"], "-")
         error = (row["last_error"] or "").strip().splitlines()
         error = error[0] if error else ""
+        if error and row["status"] in ("succeeded", "cancelled"):
+            error = f"(an earlier attempt) {error}"  # not why it ended as it did
         if len(error) > 60:
             error = error[:59] + "…"
         lines.append((str(row["id"]), row["type"], str(row["priority"]), status,
