@@ -188,7 +188,13 @@ def load_config(path: str | os.PathLike) -> Config:
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ConfigError(f"{file}: no such file (pass --config or set FAIRSCHED_CONFIG)") from None
+        if path == Path(DEFAULT_CONFIG):
+            hint = " (pass --config or set FAIRSCHED_CONFIG)"
+        elif path == Path(os.environ.get("FAIRSCHED_CONFIG") or DEFAULT_CONFIG):
+            hint = " (FAIRSCHED_CONFIG names it)"
+        else:
+            hint = ""
+        raise ConfigError(f"{file}: no such file{hint}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{file}: cannot read: {exc}") from None
     except tomllib.TOMLDecodeError as exc:

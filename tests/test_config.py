@@ -143,11 +143,19 @@ def test_commands_of_the_control_socket_do_not_load_the_database_driver(tmp_path
     assert "nope.toml: no such file" in proc.stderr
 
 
-def test_missing_config_file_names_it(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "fairsched", "ps", "--config",
-                           str(tmp_path / "nope.toml")], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2
-    assert "nope.toml: no such file" in proc.stderr
+def test_missing_config_file_names_it_and_where_it_came_from(tmp_path):
+    def ps(*args, **env):
+        proc = subprocess.run([sys.executable, "-m", "fairsched", "ps", *args],
+                              capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                              env={k: v for k, v in os.environ.items() if k != "FAIRSCHED_CONFIG"}
+                              | env)
+        assert proc.returncode == 2
+        return proc.stderr.strip()
+
+    nope = str(tmp_path / "nope.toml")
+    assert ps("--config", nope) == f"fairsched: {nope}: no such file"
+    assert ps(FAIRSCHED_CONFIG=nope) == f"fairsched: {nope}: no such file (FAIRSCHED_CONFIG names it)"
+    assert ps() == "fairsched: workers.toml: no such file (pass --config or set FAIRSCHED_CONFIG)"
 
 
 def test_a_state_dir_that_is_a_file_is_one_line_not_a_traceback(tmp_path):

@@ -72,6 +72,9 @@ def test_counters_histograms_and_gauges_follow_the_jobs(supervisors):
     port = free_port()
     sup = supervisors(WORKERS, supervisor=f'metrics = "127.0.0.1:{port}"').start()
     assert f"metrics on http://127.0.0.1:{port}/metrics" in sup.output()
+    head = urllib.request.Request(f"http://127.0.0.1:{port}/metrics", method="HEAD")
+    with urllib.request.urlopen(head, timeout=10) as response:  # a health check's request
+        assert response.status == 200 and response.read() == b""
 
     # The slot gauges follow the actor within half a second: wait for the workers to show.
     idle = scrape_until(port, lambda s: value(s, "fairsched_queue_up") == 1

@@ -22,16 +22,21 @@ class UsageProblem(Exception):
     """Bad input on the command line: exit 2."""
 
 
-def parse_seconds(option: str, text: str | None, *, positive: bool = False) -> float:
-    """A duration given on the command line: finite, >= 0 (> 0 if `positive`); 0.0 if absent."""
+def parse_seconds(option: str, text: str | None, *, positive: bool = False,
+                  maximum: float | None = None) -> float:
+    """A duration given on the command line: finite, >= 0 (> 0 if `positive`, at most
+    `maximum`); 0.0 if absent."""
     if text is None:
         return 0.0
     try:
         value = float(text)
     except ValueError:
         value = math.nan
-    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+    if (not math.isfinite(value) or value < 0 or (positive and value == 0)
+            or (maximum is not None and value > maximum)):
         bound = "> 0" if positive else ">= 0"
+        if maximum is not None:
+            bound = f"from 0 to {maximum:.0f}"
         raise UsageProblem(f"{option} must be a number of seconds {bound}, got {text!r}")
     return value
 

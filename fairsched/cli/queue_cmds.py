@@ -16,7 +16,7 @@ import click
 from fairsched.cli import main
 from fairsched.cli.common import UsageProblem, config_option, fail, parse_seconds, reports_errors
 from fairsched.config import Config, load_config, resolve_config_path
-from fairsched.store.schema import MAX_PRIORITY, STATUSES
+from fairsched.store.schema import MAX_DELAY, MAX_PRIORITY, STATUSES
 
 if TYPE_CHECKING:
     from fairsched.store.queue import Queue
@@ -115,7 +115,7 @@ def submit(type_name, payload, priority, max_attempts, delay, key, on_demand, ti
     if timeout is not None or socket_path is not None:
         raise UsageProblem("--timeout and --socket apply to --on-demand requests only")
     max_attempts = parse_int("--max-attempts", max_attempts, 1, 2**31 - 1)
-    delay = parse_seconds("--delay", delay)
+    delay = parse_seconds("--delay", delay, maximum=MAX_DELAY)
     if key is not None and not key:
         raise UsageProblem("--key must not be empty")
     config = load_config(resolve_config_path(config_path))

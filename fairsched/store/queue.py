@@ -18,7 +18,7 @@ from psycopg.rows import dict_row
 from fairsched.protocol import MAX_DEPTH, MAX_PAYLOAD, json_depth
 from fairsched.store.database import Database, open_database
 from fairsched.store.errors import JobNotFound, JobStateError
-from fairsched.store.schema import MAX_PRIORITY, STATUSES
+from fairsched.store.schema import MAX_DELAY, MAX_PRIORITY, STATUSES
 
 # payload and result come as text, decoded by _job: a value nested too deeply to decode (one
 # written by hand) must not make every listing that includes it fail.
@@ -29,7 +29,6 @@ JOB_COLUMNS = (
 )
 JOB_FIELDS = frozenset({"type", "payload", "priority", "max_attempts", "delay", "key"})
 INT4_MAX = 2**31 - 1
-MAX_DELAY = 10 * 365 * 24 * 3600.0
 
 # One statement per batch. Ids are drawn before the insert so every input row, inserted or
 # not, is matched to its id by position; a row whose key names an unfinished job gets that

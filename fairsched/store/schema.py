@@ -18,6 +18,7 @@ CANCEL_CHANNEL = "fairsched_cancel"
 STATUSES = ("pending", "running", "succeeded", "failed", "cancelled")
 UNFINISHED = ("pending", "running")
 MAX_PRIORITY = 10
+MAX_DELAY = 10 * 365 * 24 * 3600.0  # seconds a job may be delayed: ten years
 
 # pg_advisory_xact_lock key: the bytes of "fairschd".
 MIGRATION_LOCK = 0x6661697273636864

@@ -211,6 +211,18 @@ class _StateCollector:
         yield from (jobs, oldest, health)
 
 
+def _answering_head(app):
+    """The app, answering HEAD as GET without the body (health checks use it)."""
+    def wrapped(environ, start_response):
+        if environ.get("REQUEST_METHOD") != "HEAD":
+            return app(environ, start_response)
+        body = app(dict(environ, REQUEST_METHOD="GET"), start_response)
+        if hasattr(body, "close"):
+            body.close()
+        return [b""]
+    return wrapped
+
+
 class PrometheusObserver(Observer):
     """Serves /metrics on `address` ("host:port"; an empty host listens on every interface)."""
 
@@ -253,7 +265,7 @@ class PrometheusObserver(Observer):
             self.restarts.labels(spec.name)
         self._refresh()
         try:
-            server = make_server(self.host, self.port, make_wsgi_app(self.registry),
+            server = make_server(self.host, self.port, _answering_head(make_wsgi_app(self.registry)),
                                  _ThreadingServer, handler_class=_QuietHandler)
         except OSError as exc:
             log.error("metrics: cannot listen on %s:%d (%s); running without metrics",
