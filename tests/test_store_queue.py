@@ -101,6 +101,7 @@ def test_keys_inside_one_batch_and_against_the_table(queue):
     ({"payload": {1, 2}}, "payload is not JSON-serialisable"),
     ({"payload": float("inf")}, "payload is not JSON-serialisable"),
     ({"payload": "nul\x00"}, "payload contains a NUL character"),
+    ({"payload": ["\\\x00"]}, "payload contains a NUL character"),  # a backslash, then NUL
     ({"payload": "x" * (1 << 19)}, "payload is 524290 bytes of JSON; at most 524288 fit"),
     ({"key": ""}, "key must be non-empty text"),
     ({"key": "\udcff"}, "key must be non-empty text (UTF-8, no NUL), got '\\udcff'"),
@@ -113,6 +114,12 @@ def test_bad_arguments_are_one_line_value_errors_and_write_nothing(queue, kwargs
     assert str(err.value).startswith(message)
     assert "\n" not in str(err.value)
     assert count(queue) == 0
+
+
+def test_a_backslash_before_u0000_is_text_not_a_nul(queue):
+    payload = {"path": "C:\\u0000dir", "regex": "\\\\u0000"}
+    job_id = queue.enqueue("pdf", payload)
+    assert queue.get_job(job_id)["payload"] == payload
 
 
 def test_one_bad_job_rejects_the_whole_batch(queue):

@@ -7,6 +7,7 @@ autocommit mode, an enqueued job exists once the caller commits, together with i
 from __future__ import annotations
 
 import json
+import re
 import math
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -270,6 +271,10 @@ def job_row(job: Mapping[str, Any], index: int = 0) -> tuple:
     return (type_, priority, payload, max_attempts, float(delay), key)
 
 
+# A \u0000 escape in JSON text: one not itself escaped, after an even run of backslashes.
+_NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
 def encode_json(value: Any, what: str) -> str | None:
     """JSON text PostgreSQL's jsonb accepts, or None for SQL NULL."""
     if value is None:
@@ -280,7 +285,7 @@ def encode_json(value: Any, what: str) -> str | None:
         raise ValueError(f"{what} nests too deeply to be JSON") from None
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{what} is not JSON-serialisable: {exc}") from None
-    if "\\u0000" in text:
+    if "\\u0000" in text and _NUL_ESCAPE.search(text):  # not a backslash before "u0000"
         raise ValueError(f"{what} contains a NUL character, which PostgreSQL jsonb cannot store")
     if "\\ud" in text or "\\uD" in text:  # surrogates: jsonb takes them only in valid pairs
         try:
