@@ -168,6 +168,31 @@ def test_lines_that_waited_while_the_watchdog_was_stopped_do_not_end_a_renewed_l
     assert not dog.killed
 
 
+def test_a_worker_made_busy_is_told_before_the_loop_turns(tmp_path, groups):
+    # The supervisor writes a worker's `run` frame and then stalls at once: flush() has
+    # told the watchdog already, which kills the worker when the lease ends, stall or not.
+    worker = groups()
+    busy: list[int] = []
+    killed_in_stall = []
+
+    async def scenario() -> int:
+        loop = asyncio.get_running_loop()
+        dog = Watchdog(loop, tmp_path / "watchdog.log", lambda: busy, lambda: [worker.pid])
+        dog.start()
+        dog.lease(loop.time() + 10)
+        await asyncio.sleep(0.5)  # started up, told: nobody busy
+        dog.lease(loop.time() + 0.3)
+        busy.append(worker.pid)
+        dog.busy(worker.pid)
+        dog.flush()  # as the supervisor does before it writes the run frames
+        killed_in_stall.append(worker.gone(timeout=2))  # the loop does not turn meanwhile
+        dog.close()
+        return dog.pid
+
+    os.waitpid(asyncio.run(scenario()), 0)
+    assert killed_in_stall == [True]
+
+
 def test_state_lines_read_as_written():
     assert parse_state(b"-") == (None, (), ())
     assert parse_state(b"12.5 40 41 + 42") == (12.5, (40, 41), (42,))

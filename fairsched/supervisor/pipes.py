@@ -45,6 +45,8 @@ class WorkerPipes:
         return True
 
     def _flush_all(self) -> None:
+        if self._unflushed and self.watchdog is not None:
+            self.watchdog.flush()  # the workers about to get queued jobs are busy first
         while self._unflushed:
             self._flush(self._unflushed.pop())
 

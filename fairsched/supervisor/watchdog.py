@@ -39,6 +39,7 @@ from pathlib import Path
 CHANNEL_FD = 3
 GRACE = 0.05  # seconds a passed deadline waits once for a fresher line already on its way
 ANSWER_EVERY = 0.5  # seconds between "ok" answers at most
+SLICE = 0.25  # seconds the watchdog sleeps at most while a lease counts down
 SILENCE = 5.0  # seconds a line may go unanswered before the watchdog is taken for stuck
 RESTART_FIRST = 1.0  # seconds before a watchdog that died is started again, doubling to
 RESTART_MAX = 30.0
@@ -107,7 +108,9 @@ def watch(sock: socket.socket) -> None:
         deadlines = [] if until is None or not busy else [until]
         if owed:
             deadlines.append(answered + ANSWER_EVERY)
-        timeout = max(0.0, min(deadlines) - clock()) if deadlines else None
+        # In slices: select() counts on CLOCK_MONOTONIC, which stands still while the host
+        # is suspended; the lease end is on CLOCK_BOOTTIME, which does not.
+        timeout = min(SLICE, max(0.0, min(deadlines) - clock())) if deadlines else None
         if select.select([sock], [], [], timeout)[0]:
             # Everything queued, newest state only: lines that waited while this process was
             # slow (or stopped) are old news, and must not end a lease renewed since.
@@ -143,7 +146,8 @@ class Watchdog:
     `busy_pids()` gives the pids of the workers running queued jobs now, `worker_pids()` those
     of all its workers. `busy()` (a worker took its first queued job), `born()` and `gone()`
     (a worker's pid became known, or it exited) send the new state at once, in the loop's
-    next turn. A worker whose last queued job ended waits for the next line to go
+    next turn, or sooner with `flush()`, which the supervisor calls before it writes `run`
+    frames. A worker whose last queued job ended waits for the next line to go
     out, at the latest with the next lease renewal: that only spares an idle worker, and a
     pool of one-slot workers goes busy and idle with every job.
     """
@@ -224,7 +228,13 @@ class Watchdog:
     def _schedule(self) -> None:
         if not self._scheduled:
             self._scheduled = True
-            self.loop.call_soon(self._send_state)
+            self.loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Send the new state now if one waits: before the `run` frames that make a worker
+        busy go out, so that no stall between the two leaves the watchdog unaware of it."""
+        if self._scheduled:
+            self._send_state()
 
     def _state_line(self) -> bytes:
         busy = frozenset(self.busy_pids())
