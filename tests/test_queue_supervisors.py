@@ -352,6 +352,19 @@ def test_delayed_job_starts_on_time_and_cancel_reaches_a_running_job(supervisors
         long_id: "cancelled", delayed_id: "succeeded"}
 
 
+def test_a_cancel_whose_notification_was_lost_still_reaches_the_job(supervisors, db):
+    # The table says "cancel" and no notification came (its connection was down, or it came
+    # before the claim's answer): the next heartbeat passes it on.
+    sup = supervisors(SLOW, supervisor="heartbeat_interval = 0.5\n").start()
+    (job,) = enqueue(db, [{"type": "slow", "payload": {"seconds": 60}}])
+    sup.wait_for(lambda ps: ps["slots"][0]["job_id"] == job, what="the job running")
+    with psycopg.connect(db, autocommit=True) as conn:  # a cancel_job without its NOTIFY
+        conn.execute("UPDATE fairsched_jobs SET cancel_requested = true WHERE id = %s", (job,))
+    wait_all_finished(db, 1, timeout=15, sups=[sup])
+    (row,) = job_rows(db, {job})
+    assert row[1] == "cancelled", row
+
+
 def test_a_lone_supervisor_never_loses_a_claim_to_itself(supervisors, db, tmp_path):
     # Rows reserved while a fetch is in flight must not come back as candidates: claiming
     # them twice would lose the second claim (and waste a round trip) every time.

@@ -386,11 +386,12 @@ class AsyncStore:
             "claims": _keyed_by_id((job_id, str(claim)) for job_id, claim in items)})
         return [row[0] for row in await cur.fetchall()]
 
-    async def held(self) -> list[tuple[int, int]]:
-        """(id, claim) of the jobs running under this supervisor's claim, by the table."""
+    async def held(self) -> list[tuple[int, int, bool]]:
+        """(id, claim, cancel requested) of the jobs running under this supervisor's claim, by
+        the table."""
         cur = await self.conn.execute(
-            "SELECT id, claims FROM fairsched_jobs WHERE status = 'running' AND claimed_by = %s",
-            (self.supervisor_id,))
+            "SELECT id, claims, cancel_requested FROM fairsched_jobs"
+            " WHERE status = 'running' AND claimed_by = %s", (self.supervisor_id,))
         return await cur.fetchall()
 
     async def next_eligible_at(self, types: Iterable[str] | None = None) -> float | None:

@@ -359,6 +359,6 @@ class Supervisor(WorkerLifecycle, WorkerPipes, JobHandling):
             rj = self.running_by_job.get(int(job_id))
         except (TypeError, ValueError):
             return
-        if rj is not None:
+        if rj is not None and rj.cancel_reason != "user":  # asked once is enough
             self.cancel_job(rj, "user")
 

@@ -155,7 +155,9 @@ class QueueLink:
 
     async def _reconcile(self) -> None:
         """Give back rows the table says this supervisor runs but it does not: a claim that
-        committed after its connection was given up, so its answer never came.
+        committed after its connection was given up, so its answer never came. And pass on
+        the cancels the table holds for the jobs it does run: their notification may have
+        been lost with a connection, or have come before the claim's answer.
 
         Runs on the claim lane between claims, so no claim of the live connection is in
         flight; jobs whose outcome waits in the outbox are still 'running' in the table and
@@ -165,8 +167,11 @@ class QueueLink:
         held = await self.store.held()
         if not held:
             return
+        for job_id, _, cancel in held:
+            if cancel:
+                self.sup.on_cancel_requested(job_id)
         known = set(self.sup.running_queued_ids() + self.outbox.job_ids())
-        ghosts = [(job_id, claim) for job_id, claim in held if job_id not in known]
+        ghosts = [(job_id, claim) for job_id, claim, _ in held if job_id not in known]
         if ghosts:
             returned = await self.store.release(ghosts)
             if returned:
