@@ -215,7 +215,7 @@ def load_config(path: str | os.PathLike) -> Config:
         metrics=sup.get("metrics", "str"),
     )
     if supervisor.heartbeat_interval > lease / 3:
-        # A supervisor that misses its heartbeats for 60% of the lease gives its jobs back.
+        # A supervisor that misses its heartbeats for 2/3 of the lease gives its jobs back.
         sup.fail("heartbeat_interval", f"must be at most a third of lease ({lease:g} s)")
     socket_path = os.fsencode(state_dir / "control" / "sock")
     if len(socket_path) > MAX_SOCKET_PATH:

@@ -200,3 +200,13 @@ def test_a_database_url_that_is_not_one_is_a_configuration_error(tmp_path):
         assert proc.returncode == 2, (command, proc.stderr)
         (line,) = proc.stderr.strip().splitlines()  # supervise starts no worker first
         assert line.startswith("fairsched: FAIRSCHED_DATABASE_URL is not a PostgreSQL URL"), line
+
+
+def test_a_slow_database_cannot_outlast_the_lease_between_two_heartbeats():
+    # The longest gap between two heartbeats: the longest interval the config allows, plus a
+    # round that answered just in time. It must end well before the supervisor gives its jobs
+    # back, or a database that is slow but answering would stop long jobs again and again.
+    from fairsched.supervisor.lease import CANCEL_AT, KILL_AT
+    from fairsched.supervisor.queue_link import ANSWER_WITHIN
+
+    assert 1 / 3 + ANSWER_WITHIN <= CANCEL_AT - 0.05 < KILL_AT

@@ -28,7 +28,7 @@ from fairsched.supervisor.states import ProcessState
 
 log = logging.getLogger("fairsched.supervisor")
 
-CANCEL_AT = 0.6
+CANCEL_AT = 2 / 3  # past the longest gap a slow database makes between heartbeats (queue_link)
 KILL_AT = 0.8  # the rest of the lease covers a late timer and the moments a kill takes
 WATCHDOG_AT = 0.9
 

@@ -31,9 +31,11 @@ RECONNECT_MAX = 5.0
 OUTCOME_LINGER = 0.005
 DB_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError)
 # A lane's round trips (a few statements) that take longer than this share of the lease are
-# taken for a lost connection, whatever the transport: over TCP the kernel gives up on silent
-# peers at the same point (see aqueue.open_connection), over a Unix socket nothing else would.
-ANSWER_WITHIN = 1 / 3
+# taken for a lost connection, whatever the transport (over a Unix socket nothing else would
+# notice). A slow round delays the next heartbeat, due at most `lease / 3` after the last one:
+# the two together stay short of lease.CANCEL_AT, so a database that is slow but answers never
+# makes this supervisor give its jobs back.
+ANSWER_WITHIN = 1 / 4
 
 
 @dataclass
