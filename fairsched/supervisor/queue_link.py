@@ -311,6 +311,8 @@ class QueueLink:
                     self.writer = await self._answer(AsyncStore.connect(
                         self.database.url, lease=self.settings.lease,
                         supervisor_id=self.supervisor_id))
+                    if self.writer.lease_lost:  # found first here that our row was rescued
+                        self._lease_lost()
                 self._outbox_wake.clear()
                 if self.outbox:
                     await self._answer(self._write_outcomes(self.writer))
