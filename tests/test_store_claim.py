@@ -157,6 +157,22 @@ async def test_complete_writes_a_batch_in_one_call(db):
 
 
 @run_async
+async def test_a_completion_written_twice_is_known_for_its_own(db):
+    # A completion whose answer was lost with its connection is sent again: the fence refuses
+    # the second write, and completed_already tells it apart from a job no longer ours.
+    mine, taken = enqueue(db, {"type": "pdf"}, {"type": "pdf"})
+    async with stores(db, 2) as (store, other):
+        await store.claim([mine, taken], {"pdf": 1})
+        assert await store.complete([(mine, 1, None)]) == [mine]
+        assert await store.complete([(mine, 1, None)]) == []
+        sql(db, "UPDATE fairsched_jobs SET claimed_by = %s WHERE id = %s",
+            (other.supervisor_id, taken))  # rescued and taken over by another
+        await other.complete([(taken, 1, None)])
+        assert await store.completed_already([(mine, 1), (taken, 1)]) == {mine}
+        assert await store.completed_already([(mine, 2)]) == set()
+
+
+@run_async
 async def test_fail_retries_later_then_fails_for_good(db):
     (job_id,) = enqueue(db, {"type": "pdf", "max_attempts": 3})
     async with stores(db) as (store,):

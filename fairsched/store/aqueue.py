@@ -354,6 +354,17 @@ class AsyncStore:
         })
         return failed + [row[0] for row in await cur.fetchall()]
 
+    async def completed_already(self, items: Iterable[tuple[int, int]]) -> set[int]:
+        """Of (id, claim) pairs, the jobs this supervisor has recorded succeeded under that
+        claim: a completion whose answer was lost with its connection, written all the same."""
+        items = list(items)
+        cur = await self.conn.execute(
+            "SELECT j.id FROM fairsched_jobs j"
+            " JOIN unnest(%s::bigint[], %s::integer[]) AS mine(id, claim) ON mine.id = j.id"
+            " WHERE j.status = 'succeeded' AND j.claimed_by = %s AND j.claims = mine.claim",
+            ([i for i, _ in items], [c for _, c in items], self.supervisor_id))
+        return {row[0] for row in await cur.fetchall()}
+
     async def fail(self, job_id: int, claim: int, error: str, *, permanent: bool,
                    retry_delay: float) -> str | None:
         """Record a failed attempt: 'pending' (retried after retry_delay), 'failed' (permanent

@@ -342,7 +342,10 @@ class QueueLink:
         if box.completions:
             batch = box.completions[:]
             changed = set(await store.complete(batch))
-            refused += [job_id for job_id, _, _ in batch if job_id not in changed]
+            unchanged = [(job_id, claim) for job_id, claim, _ in batch if job_id not in changed]
+            if unchanged:  # written already, by a try whose answer was lost, or not ours now
+                done = await store.completed_already(unchanged)
+                refused += [job_id for job_id, _ in unchanged if job_id not in done]
             for job_id, why in store.unstorable:  # logged "succeeded" by the actor already
                 log.warning("job %s failed for good after all: %s", job_id, why)
             del box.completions[:len(batch)]
