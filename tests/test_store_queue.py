@@ -8,7 +8,7 @@ from datetime import timedelta
 import psycopg
 import pytest
 
-from fairsched.store.errors import JobNotFound, JobStateError
+from fairsched.store.errors import DatabaseUnavailable, JobNotFound, JobStateError
 from fairsched.store.queue import Queue
 
 
@@ -231,3 +231,19 @@ def test_queue_open_owns_its_connection(db, tmp_path, monkeypatch):
     assert conn.closed
     with Queue.open(tmp_path, db) as queue:
         assert queue.get_job(job_id)["type"] == "pdf"
+
+
+def test_queue_open_takes_a_workers_toml_and_refuses_a_state_dir_that_is_not_there(
+        db, tmp_path, monkeypatch):
+    monkeypatch.delenv("FAIRSCHED_DATABASE_URL", raising=False)
+    config = tmp_path / "workers.toml"
+    config.write_text(f'[supervisor]\nstate_dir = "state"\ndatabase = "{db}"\n\n'
+                      '[[worker]]\nname = "pdf"\ntypes = ["pdf"]\ncommand = ["true"]\n')
+    with Queue.open(config) as queue:  # its database setting, not an embedded server
+        job_id = queue.enqueue("pdf")
+    with psycopg.connect(db) as conn:
+        assert conn.execute("SELECT type FROM fairsched_jobs WHERE id = %s",
+                            (job_id,)).fetchone() == ("pdf",)
+    with pytest.raises(DatabaseUnavailable, match="typo: no such folder; give the supervisor's"):
+        Queue.open(tmp_path / "typo")
+    assert not (tmp_path / "typo").exists()

@@ -26,7 +26,7 @@ def open_queue(config: Config) -> Queue:
     # Imported here: the database driver loads only for the commands that use it.
     from fairsched.store.queue import Queue
 
-    return Queue.open(config.supervisor.state_dir, config.supervisor.database)
+    return Queue.open(config.supervisor.state_dir, config.supervisor.database, create=True)
 
 
 # -- submit -----------------------------------------------------------------------------------

@@ -7,8 +7,8 @@ autocommit mode, an enqueued job exists once the caller commits, together with i
 from __future__ import annotations
 
 import json
-import re
 import math
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -17,8 +17,8 @@ import psycopg
 from psycopg.rows import dict_row
 
 from fairsched.protocol import MAX_DEPTH, MAX_PAYLOAD, json_depth
-from fairsched.store.database import Database, open_database
-from fairsched.store.errors import JobNotFound, JobStateError
+from fairsched.store.database import Database, chosen_url, open_database
+from fairsched.store.errors import DatabaseUnavailable, JobNotFound, JobStateError
 from fairsched.store.schema import MAX_DELAY, MAX_PRIORITY, STATUSES
 
 # payload and result come as text, decoded by _job: a value nested too deeply to decode (one
@@ -70,9 +70,23 @@ class Queue:
         self._database = database
 
     @classmethod
-    def open(cls, state_dir: Path | str, url: str | None = None) -> Queue:
-        """Open the configured database (see open_database) and own the connection."""
-        database = open_database(Path(state_dir), url)
+    def open(cls, where: Path | str, url: str | None = None, *, create: bool = False) -> Queue:
+        """Open the database of a supervisor and own the connection: `where` is its
+        workers.toml (its state_dir and `database` setting) or its state_dir. `url` (and
+        FAIRSCHED_DATABASE_URL before it) names an external database instead of the
+        embedded one. A state_dir that does not exist is an error unless `create`: a typo
+        would otherwise start an empty database no supervisor reads."""
+        path = Path(where)
+        if path.suffix == ".toml" or path.is_file():
+            from fairsched.config import load_config
+
+            config = load_config(path)
+            path, url = config.supervisor.state_dir, url or config.supervisor.database
+        elif not (create or path.is_dir() or chosen_url(url)):
+            raise DatabaseUnavailable(
+                f"{path}: no such folder; give the supervisor's workers.toml, or its state_dir "
+                "(made at its first start)")
+        database = open_database(path, url)
         try:
             conn = database.connect()
         except BaseException:
