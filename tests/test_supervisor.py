@@ -463,6 +463,15 @@ def test_restart_a_running_worker_by_name(supervisors):
     assert sup.cli("restart", "nope").returncode == 2
 
 
+def test_workers_and_templates_name_themselves_in_the_process_list(supervisors):
+    sup = supervisors(ECHO.replace('name = "pdf"', 'name = "pdf"\nprocesses = 2')).start()
+    titles = {" ".join(psutil.Process(s["pid"]).cmdline()).strip() for s in sup.slots()}
+    assert titles == {f"fairsched: worker pdf-{n} (sup_handlers:echo, supervisor {sup.proc.pid})"
+                      for n in (1, 2)}
+    children = [" ".join(p.cmdline()).strip() for p in psutil.Process(sup.proc.pid).children()]
+    assert f"fairsched: template pdf (sup_handlers:echo, supervisor {sup.proc.pid})" in children
+
+
 def test_restart_runs_the_handler_as_it_is_now(supervisors):
     # Workers fork from a template that imported the handler: a restart imports it afresh.
     sup = supervisors("""

@@ -28,6 +28,16 @@ def _prctl(option: int, value: int) -> bool:
     return True
 
 
+def set_title(title: str) -> None:
+    """What `ps` and `top` show for this process instead of its command line, which a worker
+    forked from its template shares with every other one (setproctitle, when installed)."""
+    try:
+        from setproctitle import setproctitle
+    except ImportError:
+        return
+    setproctitle(title)
+
+
 def set_parent_death_signal(sig: int) -> bool:
     """Have the kernel send `sig` to this process when its parent (or subreaper) dies."""
     return _prctl(PR_SET_PDEATHSIG, sig)

@@ -33,7 +33,7 @@ from fairsched.protocol import (
     encode,
     validate,
 )
-from fairsched.worker._linux import set_parent_death_signal
+from fairsched.worker._linux import set_parent_death_signal, set_title
 
 EXIT_CANNOT_START = 78  # EX_CONFIG: the handler or the environment is wrong; do not restart
 EXIT_PROTOCOL = 76  # EX_PROTOCOL: the supervisor sent something this worker cannot read
@@ -416,6 +416,8 @@ def _die_with_parent() -> None:
 
 def serve(settings: Settings, handler: Handler, sock: socket.socket) -> NoReturn:
     """Run a worker whose handler is already imported (the template's forked workers)."""
+    set_title(f"fairsched: worker {settings.name} ({settings.handler}, supervisor "
+              f"{os.getppid()})")
     try:
         sys.stdout.reconfigure(line_buffering=True)
     except (AttributeError, ValueError):

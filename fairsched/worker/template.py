@@ -26,6 +26,7 @@ import time
 import traceback
 from typing import NoReturn
 
+from fairsched.worker._linux import set_title
 from fairsched.worker.runtime import (
     Handler,
     StartupError,
@@ -65,6 +66,8 @@ def main(args: list[str]) -> NoReturn:
         if ctrl is not None:
             _reply(ctrl, {"error": str(exc)})
         exit_now(78)
+    set_title(f"fairsched: template {group} ({os.environ.get('FAIRSCHED_HANDLER')}, supervisor "
+              f"{supervisor})")
     _reply(ctrl, {"ready": True})
     while True:
         try:
