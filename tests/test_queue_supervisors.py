@@ -142,6 +142,27 @@ def test_killed_supervisor_jobs_are_finished_by_another(supervisors, db, tmp_pat
     assert time.monotonic() - began < 30
 
 
+def test_a_jump_of_the_database_clock_makes_no_live_supervisor_look_dead(
+        supervisors, db, tmp_path):
+    # Every heartbeat in the table suddenly an hour old: what a server clock that jumped
+    # an hour ahead shows. The heartbeats go on; no one may take their jobs for dead.
+    log = tmp_path / "runs.log"
+    workers = RECORD.format(processes=1, slots=1)
+    settings = "lease = 2\nheartbeat_interval = 0.5\n"
+    first = supervisors(workers, supervisor=settings).start()
+    (job,) = enqueue(db, [{"type": "rec", "payload": {"log": str(log), "seconds": 5}}])
+    first.wait_for(lambda ps: ps["slots"][0]["job_id"] == job, what="the job running")
+    second = supervisors(workers, supervisor=settings).start()
+    time.sleep(2.5)  # the second one has been in touch for a whole lease
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("UPDATE fairsched_supervisors SET heartbeat_at = now() - interval '1 hour'")
+    wait_all_finished(db, 1, timeout=30, sups=[first, second])
+    (row,) = job_rows(db, {job})
+    assert row[1:3] == ("succeeded", 1), row
+    assert "dead supervisors" not in second.output() + first.output()
+    assert recorded(log)[job] == 1
+
+
 def test_a_killed_supervisors_workers_go_with_it_and_what_their_jobs_started(
         supervisors, db, tmp_path):
     # A command worker deep in a job never reads its pipe, so it cannot see its supervisor

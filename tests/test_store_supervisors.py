@@ -67,6 +67,21 @@ async def test_rescue_returns_a_dead_supervisors_jobs(db):
 
 
 @run_async
+async def test_a_rescue_takes_only_those_whose_watched_heartbeat_stood_still(db):
+    (job_id,) = enqueue(db, {"type": "pdf"})
+    async with stores(db, 2) as (victim, rescuer):
+        await victim.claim([job_id], {"pdf": 3})
+        expire(db, victim)
+        ((_, watched, _),) = await rescuer.peers()
+        await victim.heartbeat()  # alive after all: a newer beat than the one watched,
+        expire(db, victim)  # which a server clock that jumped ahead makes look old as well
+        assert await rescuer.rescue_expired([(victim.supervisor_id, watched)]) == 0
+        ((_, watched, _),) = await rescuer.peers()
+        assert await rescuer.rescue_expired([(victim.supervisor_id, watched)]) == 1
+    assert job(db, job_id)["status"] == "pending"
+
+
+@run_async
 async def test_deregistering_with_jobs_left_running_hands_them_back(db):
     ids = enqueue(db, {"type": "pdf"}, {"type": "pdf"})
     async with stores(db) as (other,):

@@ -290,13 +290,35 @@ class AsyncStore:
         again under the same id, and the jobs it lost can no longer be finished by it."""
         return await _renew(self.conn, self.supervisor_id, self.host, self.lease)
 
-    async def rescue_expired(self) -> int:
-        """Hand back the running jobs of supervisors whose lease expired; return how many."""
+    async def peers(self) -> list[tuple[int, Any, float]]:
+        """(id, heartbeat_at, lease) of every other registered supervisor."""
+        cur = await self.conn.execute(
+            "SELECT id, heartbeat_at, lease FROM fairsched_supervisors WHERE id <> %s",
+            (self.supervisor_id,))
+        return await cur.fetchall()
+
+    async def rescue_expired(self, suspects: Iterable[tuple[int, Any]] | None = None) -> int:
+        """Hand back the running jobs of supervisors whose lease expired; return how many.
+
+        With `suspects`, (id, heartbeat_at) pairs the caller has watched stand still for a
+        whole lease on its own clock, only those, and only while their heartbeat is still
+        the one watched: then a step of the database server's clock cannot make live
+        supervisors look dead.
+        """
         async with self.conn.transaction():
-            cur = await self.conn.execute(
-                "DELETE FROM fairsched_supervisors"
-                " WHERE id <> %s AND heartbeat_at < now() - lease * interval '1 second'"
-                " RETURNING id", (self.supervisor_id,))
+            if suspects is None:
+                cur = await self.conn.execute(
+                    "DELETE FROM fairsched_supervisors"
+                    " WHERE id <> %s AND heartbeat_at < now() - lease * interval '1 second'"
+                    " RETURNING id", (self.supervisor_id,))
+            else:
+                suspects = list(suspects)
+                cur = await self.conn.execute(
+                    "DELETE FROM fairsched_supervisors s"
+                    " USING unnest(%s::bigint[], %s::timestamptz[]) AS seen(id, heartbeat_at)"
+                    " WHERE s.id = seen.id AND s.heartbeat_at = seen.heartbeat_at AND s.id <> %s"
+                    " AND s.heartbeat_at < now() - s.lease * interval '1 second' RETURNING s.id",
+                    ([i for i, _ in suspects], [h for _, h in suspects], self.supervisor_id))
             dead = [row[0] for row in await cur.fetchall()]
             cur = await self.conn.execute(RESCUE_SQL, {
                 "dead": dead, "me": self.supervisor_id, "orphan_age": ORPHAN_AGE})

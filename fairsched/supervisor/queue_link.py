@@ -86,6 +86,7 @@ class QueueLink:
         self._listen_task: asyncio.Task | None = None
         self._next_heartbeat = 0.0
         self._in_touch_since = 0.0  # monotonic time of the claim lane's last (re)connection
+        self._peer_beats: dict[int, tuple[Any, float]] = {}  # id: (heartbeat_at, seen since)
         self._next_poll = 0.0
         self.claim_losses = 0
         self.answer_within = self.settings.lease * ANSWER_WITHIN
@@ -387,8 +388,9 @@ class QueueLink:
             # out of reach (or frozen) past the lease, every supervisor's heartbeat is old, and
             # the first back must give the others the time to come back and write what their
             # jobs did before taking those jobs for dead.
-            if now - self._in_touch_since >= self.settings.lease:
-                rescued = await store.rescue_expired()
+            suspects = self._watch_peers(await store.peers(), now)
+            if now - self._in_touch_since >= self.settings.lease:  # (and orphaned jobs)
+                rescued = await store.rescue_expired(suspects)
                 if rescued:
                     log.warning("returned %d running jobs of dead supervisors to the queue",
                                 rescued)
@@ -416,6 +418,18 @@ class QueueLink:
                 self.sup.on_fetched(rows, wanted)
                 if sum(1 for _ in rows) < sum(2 * n for n in wanted.values()):
                     await self._arm_delayed_wakeup()
+
+    def _watch_peers(self, peers, now: float) -> list[tuple[int, Any]]:
+        """The other supervisors whose heartbeat has stood still for their whole lease, by
+        this process's monotonic clock: (id, heartbeat_at) for rescue_expired. The table's
+        timestamps alone would take everyone for dead when the server's clock jumps ahead."""
+        seen = {}
+        for peer_id, beat, lease in peers:
+            last = self._peer_beats.get(peer_id)
+            seen[peer_id] = last if last is not None and last[0] == beat else (beat, now)
+        self._peer_beats = seen
+        return [(peer_id, beat) for (peer_id, _, lease), (beat, since)
+                in zip(peers, (seen[p[0]] for p in peers), strict=True) if now - since >= lease]
 
     def _lease_lost(self) -> None:
         log.error("this supervisor's lease had expired and its running jobs were given "
