@@ -386,6 +386,27 @@ def test_a_cancel_whose_notification_was_lost_still_reaches_the_job(supervisors,
     assert row[1] == "cancelled", row
 
 
+def test_a_claim_under_way_at_shutdown_leaves_its_job_pending(supervisors, db):
+    sup = supervisors(SLOW).start()
+    (job,) = enqueue(db, [{"type": "slow", "delay": 1}])
+    with psycopg.connect(db) as blocker:
+        blocker.execute("LOCK TABLE fairsched_jobs IN EXCLUSIVE MODE")  # reads go on
+        deadline = time.monotonic() + 20
+        with psycopg.connect(db, autocommit=True) as watch:
+            while not watch.execute("SELECT count(*) FROM pg_stat_activity WHERE"
+                                    " wait_event_type = 'Lock' AND query LIKE '%%UPDATE fairsched_jobs%%'"
+                                    ).fetchone()[0]:
+                assert time.monotonic() < deadline, "no claim waited for the row"
+                time.sleep(0.05)
+        sup.signal(signal.SIGTERM)  # the claim is under way
+        time.sleep(0.5)
+    # The claim was cut short with the supervisor's connection (psycopg cancels the
+    # statement on the server): the job is pending, its attempt unspent, at once.
+    assert sup.wait_exit(timeout=30) == 0
+    (row,) = job_rows(db, {job})
+    assert row[1:3] == ("pending", 0), (row, sup.output())
+
+
 def test_a_lone_supervisor_never_loses_a_claim_to_itself(supervisors, db, tmp_path):
     # Rows reserved while a fetch is in flight must not come back as candidates: claiming
     # them twice would lose the second claim (and waste a round trip) every time.

@@ -500,7 +500,7 @@ def test_restart_is_refused_while_the_supervisor_stops(supervisors):
                            '{"seconds": 3, "ignore_cancel": true}')
     sup.wait_for(lambda ps: ps["slots"][0]["state"] == "busy", what="busy")
     stopper = sup.spawn_cli("stop")
-    ps = sup.wait_for(lambda ps: ps["supervisor"]["shutting_down"], what="shutting down")
+    sup.wait_for(lambda ps: ps["supervisor"]["shutting_down"], what="shutting down")
     assert "SHUTTING DOWN" in sup.cli("ps").stdout.splitlines()[0]
     result = sup.cli("restart", "pdf")
     assert result.returncode == 1

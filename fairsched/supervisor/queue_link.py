@@ -91,6 +91,9 @@ class QueueLink:
         self.claim_losses = 0
         self.answer_within = self.settings.lease * ANSWER_WITHIN
         self._abandoned: set[asyncio.Task] = set()
+        # Reconnect at least every quarter lease once the database is back, so a supervisor
+        # that judges others after a lease in touch finds this one back in time.
+        self.reconnect_max = min(RECONNECT_MAX, self.settings.lease / 4)
 
     @property
     def kind(self) -> str:
@@ -247,7 +250,7 @@ class QueueLink:
                 await self._drop_store()
                 self._requeue_claims()
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, RECONNECT_MAX)
+                delay = min(delay * 2, self.reconnect_max)
 
     async def _answer(self, work):
         """Await a lane's round trips; one that hangs counts as a lost connection.
@@ -330,12 +333,12 @@ class QueueLink:
                     except Exception:
                         pass
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, RECONNECT_MAX)
+                delay = min(delay * 2, self.reconnect_max)
             except Exception:  # never expected: say so, loudly, and keep the lane alive
                 log.exception("could not write %d job outcomes; trying again in %g s",
                               len(self.outbox.job_ids()), delay)
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, RECONNECT_MAX)
+                delay = min(delay * 2, self.reconnect_max)
 
     async def _write_outcomes(self, store: AsyncStore) -> None:
         box = self.outbox
@@ -423,13 +426,14 @@ class QueueLink:
         """The other supervisors whose heartbeat has stood still for their whole lease, by
         this process's monotonic clock: (id, heartbeat_at) for rescue_expired. The table's
         timestamps alone would take everyone for dead when the server's clock jumps ahead."""
-        seen = {}
+        seen, suspects = {}, []
         for peer_id, beat, lease in peers:
             last = self._peer_beats.get(peer_id)
             seen[peer_id] = last if last is not None and last[0] == beat else (beat, now)
+            if now - seen[peer_id][1] >= lease:
+                suspects.append((peer_id, beat))
         self._peer_beats = seen
-        return [(peer_id, beat) for (peer_id, _, lease), (beat, since)
-                in zip(peers, (seen[p[0]] for p in peers), strict=True) if now - since >= lease]
+        return suspects
 
     def _lease_lost(self) -> None:
         log.error("this supervisor's lease had expired and its running jobs were given "
@@ -456,7 +460,7 @@ class QueueLink:
             except Exception as exc:
                 log.debug("notification connection lost: %s", exc)
             await asyncio.sleep(delay)
-            delay = min(delay * 2, RECONNECT_MAX)
+            delay = min(delay * 2, self.reconnect_max)
 
     def store_listen(self):
         store = self.store
