@@ -314,8 +314,13 @@ class WorkerLifecycle:
     def worker_exited(self, proc: WorkerProcess, status: int) -> None:
         # Whatever its jobs started in its process group (a converter's subprocess, say) goes
         # with it: those jobs may run again elsewhere, and nothing outlives its worker.
-        with contextlib.suppress(OSError):
+        try:
             os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass  # nothing left in the group (the usual case)
+        else:
+            log.info("worker %s left processes running in its process group; killed them",
+                     proc.name)
         lease_ran_out = self.killed_by_watchdog(proc)
         if self.watchdog is not None:
             self.watchdog.gone(proc.pid)
