@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -88,6 +89,8 @@ def test_handler_exception_is_a_retryable_error_with_traceback_in_the_log(start)
     assert peer.wait_exit() == 0
     log = peer.log()
     assert "Traceback (most recent call last)" in log and "RuntimeError: boom on attempt 3" in log
+    assert re.search(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z job 1 \(echo\) failed, "
+                     r"attempt 3:$", log, re.M), log
 
 
 def test_permanent_error_is_marked_permanent(start):

@@ -17,6 +17,7 @@ import socket
 import stat
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -229,8 +230,7 @@ class Worker:
                 for msg in decoder.feed(buffer[:size]):
                     self.handle(validate(msg))
             except ProtocolError as exc:
-                print(f"fairsched worker {s.name}: bad frame from the supervisor: {exc}",
-                      file=sys.stderr)
+                note(f"fairsched worker {s.name}: bad frame from the supervisor: {exc}")
                 exit_now(EXIT_PROTOCOL)
 
     def handle(self, msg: dict) -> None:
@@ -356,12 +356,11 @@ class Worker:
         try:
             value = self.handler(job)
         except PermanentError as exc:
-            print(f"job {job.id} ({job.type}) failed permanently: {describe_exception(exc)}",
-                  file=sys.stderr)
+            note(f"job {job.id} ({job.type}) failed permanently: {describe_exception(exc)}")
             data = encode({"t": "error", **head, "error": describe_exception(exc),
                            "permanent": True})
         except BaseException as exc:  # SystemExit too: a handler must not end the worker
-            print(f"job {job.id} ({job.type}) failed, attempt {job.attempt}:", file=sys.stderr)
+            note(f"job {job.id} ({job.type}) failed, attempt {job.attempt}:")
             traceback.print_exc()
             data = encode({"t": "error", **head, "error": describe_exception(exc),
                            "permanent": False})
@@ -378,7 +377,7 @@ class Worker:
             error = f"result is too large: {exc}"
         except Exception as exc:  # TypeError mostly; whatever a strange object's methods raise
             error = f"result is not JSON-serialisable: {describe_exception(exc)}"
-        print(f"job {job.id} ({job.type}) failed permanently: {error}", file=sys.stderr)
+        note(f"job {job.id} ({job.type}) failed permanently: {error}")
         return encode({"t": "error", **head, "error": error, "permanent": True})
 
     def finish_job(self, job: Job, data: bytes) -> None:
@@ -412,6 +411,15 @@ def _die_with_parent() -> None:
         set_parent_death_signal(signal.SIGKILL)
     except OSError as exc:
         print(f"fairsched worker: no parent-death signal ({exc})", file=sys.stderr)
+
+
+def note(line: str) -> None:
+    """A line of the worker's own to its log, stamped with the UTC time to the millisecond,
+    so that it can be matched with the supervisor's log (job ids like od-4 start again with
+    every supervisor)."""
+    now = time.time()
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}Z"
+    print(f"{stamp} {line}", file=sys.stderr, flush=True)
 
 
 def serve(settings: Settings, handler: Handler, sock: socket.socket) -> NoReturn:
