@@ -97,11 +97,15 @@ def test_a_key_held_by_another_job_is_an_error(db, config):
     job_id = int(first.stdout)
     line = one_line_error(fairsched("submit", "ocr", "--key", "k", "--payload", '{"doc": 1}',
                                     "--config", str(config), url=db), 1)
-    assert line == (f"fairsched: key 'k' is held by unfinished job {job_id} (type pdf, priority "
+    assert line == (f"fairsched: key 'k' is held by job {job_id} (type pdf, priority "
                     '0, payload {"doc": 1}), not this job; nothing was queued')
     assert "nothing was queued" in one_line_error(
         fairsched("submit", "pdf", "--key", "k", "--config", str(config), url=db), 1)
     assert jobs_in(db) == 1
+    # The same job again: numbers compare as jsonb stores them (1e23 comes back an integer).
+    args = ("submit", "pdf", "--key", "big", "--payload", '{"c": 1e23}', "--config", str(config))
+    first, again = fairsched(*args, url=db), fairsched(*args, url=db)
+    assert again.returncode == 0 and again.stdout == first.stdout, again.stderr
 
 
 def test_config_comes_from_fairsched_config_or_the_current_folder(db, config):

@@ -1,6 +1,7 @@
 """The durable queue as users run it: real supervisors (subprocesses) sharing one PostgreSQL."""
 
 import collections
+import contextlib
 import json
 import os
 import re
@@ -710,6 +711,19 @@ def test_a_lease_watchdog_that_stops_answering_is_replaced(supervisors, db):
     assert "the lease watchdog ended" not in sup.output()
     (job,) = enqueue(db, [{"type": "slow", "payload": {"seconds": 0.1}}])
     wait_all_finished(db, 1, sups=[sup])  # and the supervisor works on
+
+
+def test_a_stopped_lease_watchdog_does_not_outlive_its_supervisor(supervisors, db):
+    sup = supervisors(SLOW).start()
+    (dog,) = wait_for_watchdogs(psutil.Process(sup.proc.pid))
+    dog.suspend()
+    try:
+        assert sup.cli("stop").returncode == 0
+        assert sup.wait_exit() == 0
+        assert not alive(dog.pid)
+    finally:
+        with contextlib.suppress(psutil.Error):
+            dog.resume()
 
 
 def test_what_a_killed_worker_started_dies_with_it(supervisors, db, tmp_path):

@@ -244,6 +244,7 @@ def test_queue_open_takes_a_workers_toml_and_refuses_a_state_dir_that_is_not_the
     with psycopg.connect(db) as conn:
         assert conn.execute("SELECT type FROM fairsched_jobs WHERE id = %s",
                             (job_id,)).fetchone() == ("pdf",)
-    with pytest.raises(DatabaseUnavailable, match="typo: no such folder; give the supervisor's"):
-        Queue.open(tmp_path / "typo")
-    assert not (tmp_path / "typo").exists()
+    for wrong in (tmp_path / "typo", tmp_path):  # not there; the config's folder, not its state
+        with pytest.raises(DatabaseUnavailable, match=": no embedded database here; give the"):
+            Queue.open(wrong)
+    assert not (tmp_path / "typo").exists() and not (tmp_path / "pg").exists()

@@ -1,5 +1,6 @@
 """The supervisor as an operator meets it: real workers, real signals, driven through the CLI."""
 
+import contextlib
 import json
 import os
 import re
@@ -492,6 +493,66 @@ processes = 2
                                 for s in ps["slots"]), what="doc restarted")
     for _ in range(4):  # both processes
         assert json.loads(sup.cli("submit", "doc", "--on-demand").stdout) == "the second version"
+
+
+DOC_WORKER = """
+[[worker]]
+name = "doc"
+types = ["doc"]
+handler = "versioned:handle"
+processes = 2
+"""
+
+
+def test_restart_while_the_template_imports_still_gets_the_newest_code(supervisors):
+    sup = supervisors(DOC_WORKER)
+    handler = sup.dir / "versioned.py"
+    handler.write_text("import time\ntime.sleep(2)\n\ndef handle(job):\n    return 1\n")
+    sup.start()
+    assert sup.cli("restart", "doc").returncode == 0  # its template imports for 2 s ...
+    time.sleep(0.5)
+    handler.write_text("import time\ntime.sleep(2)\n\ndef handle(job):\n    return 'two'\n")
+    assert sup.cli("restart", "doc").returncode == 0  # ... and starts over with this
+    sup.wait_for(lambda ps: all(s["state"] == "free" for s in ps["slots"]), what="doc back",
+                 timeout=30)
+    for _ in range(4):
+        assert json.loads(sup.cli("submit", "doc", "--on-demand").stdout) == "two"
+
+
+def test_a_template_that_fails_leaves_nothing_deaf_behind(supervisors):
+    # The handler imports in a worker, not in its template: the template fails at once, the
+    # workers start cold. Round after round the supervisor hears every worker, and ps.
+    sup = supervisors(DOC_WORKER)
+    (sup.dir / "versioned.py").write_text(
+        "import os\nif 'FAIRSCHED_WORKER' not in os.environ:\n"
+        "    raise ImportError('only in a worker')\n\ndef handle(job):\n    return os.getpid()\n")
+    sup.start()
+    for _ in range(3):
+        before = {s["pid"] for s in sup.slots()}
+        assert sup.cli("restart", "doc").returncode == 0
+        sup.wait_for(lambda ps, before=before: all(s["state"] == "free" and s["pid"] not in before
+                                                   for s in ps["slots"]), what="doc back",
+                     timeout=15)
+        assert sup.cli("submit", "doc", "--on-demand", "--timeout", "10").returncode == 0
+
+
+def test_a_stuck_template_is_replaced_by_cold_starts(supervisors):
+    sup = supervisors(ECHO.replace('name = "pdf"', 'name = "pdf"\nstart_timeout = 2')).start()
+    (template,) = [p for p in psutil.Process(sup.proc.pid).children()
+                   if "template pdf" in " ".join(p.cmdline())]
+    template.suspend()
+    try:
+        (old,) = [s["pid"] for s in sup.slots()]
+        os.kill(old, signal.SIGKILL)  # its replacement is asked of the stopped template
+        sup.wait_for(lambda ps: ps["slots"][0]["state"] == "free"
+                     and ps["slots"][0]["pid"] not in (None, old), what="pdf-1 back", timeout=20)
+    finally:
+        with contextlib.suppress(psutil.Error):
+            template.resume()
+    assert ("template for pdf did not start worker pdf-1 within 2 s (start_timeout); killing "
+            "it, its workers start cold") in sup.output()
+    assert not alive(template.pid)
+    assert sup.cli("submit", "pdf", "--on-demand").returncode == 0
 
 
 def test_restart_is_refused_while_the_supervisor_stops(supervisors):

@@ -72,9 +72,9 @@ def submit_queued(config: Config, type_name: str, payload: Any, *, priority: int
         if key is None:
             return job_id
         held = queue.get_job(job_id)
-    if held is not None and (held["type"], held["payload"], held["priority"]) != (
-            type_name, payload, priority):
-        fail(f"key {key!r} is held by unfinished job {job_id} (type {held['type']}, priority "
+        same = held is None or queue.same_job(job_id, type_name, payload, priority)
+    if not same:
+        fail(f"key {key!r} is held by job {job_id} (type {held['type']}, priority "
              f"{held['priority']}, payload {json.dumps(held['payload'])[:60]}), not this job; "
              f"nothing was queued", 1)
     return job_id

@@ -82,10 +82,10 @@ class Queue:
 
             config = load_config(path)
             path, url = config.supervisor.state_dir, url or config.supervisor.database
-        elif not (create or path.is_dir() or chosen_url(url)):
+        elif not (create or (path / "pg").is_dir() or chosen_url(url)):
             raise DatabaseUnavailable(
-                f"{path}: no such folder; give the supervisor's workers.toml, or its state_dir "
-                "(made at its first start)")
+                f"{path}: no embedded database here; give the supervisor's workers.toml (it "
+                "names the database), or the state_dir of one that uses the embedded database")
         database = open_database(path, url)
         try:
             conn = database.connect()
@@ -181,6 +181,16 @@ class Queue:
         params.append(limit)
         with self.conn.cursor(row_factory=dict_row) as cur:
             return [_job(row) for row in cur.execute(sql, params)]
+
+    def same_job(self, id: int, type: str, payload: Any, priority: int) -> bool:
+        """Whether job `id` has this type, payload and priority; payloads compare as jsonb
+        does (1e23 and 100000000000000000000000 are one number)."""
+        _check_id(id)
+        row = self.conn.execute(
+            "SELECT type = %s AND priority = %s AND payload IS NOT DISTINCT FROM %s::jsonb"
+            " FROM fairsched_jobs WHERE id = %s",
+            (type, priority, encode_json(payload, "payload"), id)).fetchone()
+        return bool(row and row[0])
 
     def get_job(self, id: int) -> dict | None:
         """One job by id (payload and result decoded; one too deep to decode stays JSON text)."""

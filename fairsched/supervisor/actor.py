@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import os
 import signal
@@ -189,6 +190,11 @@ class Supervisor(WorkerLifecycle, WorkerPipes, JobHandling):
             deadline = time.monotonic() + STOP_GRACE
             while self.watchdog.pid is not None and time.monotonic() < deadline:
                 await self._wait_changed(deadline - time.monotonic())
+            if self.watchdog.pid is not None:  # stopped, or stuck: every worker is gone now
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.watchdog.pid, signal.SIGKILL)
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(self.watchdog.pid, 0)
         self.reap_workers()
         for template in [*self.templates.values(), *self.warming.values()]:
             self._drop_template(template)

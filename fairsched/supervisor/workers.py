@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import logging
 import os
 import secrets
@@ -91,6 +92,9 @@ class WorkerLifecycle:
                 log.debug("no template for %s: %s", spec.name, exc)
         if template is None:
             return False
+        # Whoever closes its socket (a failure found inside Template, too), the loop lets
+        # go of the number first: a reader left behind would deafen the next file given it.
+        template.before_close = functools.partial(self.loop.remove_reader, template.fd)
         self.template_pids[template.pid] = template.group
         self.warming[template.group] = template
         log.info("template for %s is importing %s; its workers start once it is ready",
@@ -101,8 +105,12 @@ class WorkerLifecycle:
     def reload_template(self, spec) -> None:
         """Replace the group's template with one that imports the handler afresh: the code as
         it is now, for the workers started from here on (`fairsched restart`)."""
-        if spec.handler is None or spec.name in self.warming or self.shutting_down:
+        if spec.handler is None or self.shutting_down:
             return
+        importing = self.warming.pop(spec.name, None)
+        if importing is not None:  # the code may have changed since it began: start over
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(importing.pid, signal.SIGKILL)
         old = self.templates.pop(spec.name, None)
         if old is not None:
             self._drop_template(old)  # it exits; spawns it had under way start cold
@@ -126,9 +134,11 @@ class WorkerLifecycle:
             log.debug("no template for %s: %s", template.group, exc)
             ready = False
         finally:
-            self.warming.pop(template.group, None)
-            if not template.closed:
-                self.loop.remove_reader(template.fileno())
+            self.loop.remove_reader(template.fd)
+        if self.warming.get(template.group) is not template:
+            template.close()  # replaced by a newer template (restart), which starts the workers
+            return
+        del self.warming[template.group]
         if not ready or self.shutting_down:
             template.close()
         else:
@@ -181,9 +191,7 @@ class WorkerLifecycle:
             self.expect_exit(proc)
 
     def _drop_template(self, template: Template) -> None:
-        if not template.closed:
-            self.loop.remove_reader(template.fileno())
-            template.close()
+        template.close()  # its before_close lets the loop go of its socket
         if self.templates.get(template.group) is template:
             del self.templates[template.group]
             if not self.shutting_down:
@@ -247,6 +255,8 @@ class WorkerLifecycle:
         proc.started_at = time.time()
         proc.started_mono = time.monotonic()
         proc.set_state(ProcessState.STARTING)
+        if proc.hello_timer is not None:  # an earlier try's, relaunched cold since
+            proc.hello_timer.cancel()
         proc.hello_timer = self.loop.call_later(proc.spec.start_timeout, self._no_hello, proc)
         self.loop.add_reader(proc.sock.fileno(), self._on_readable, proc)
         if pid is not None:
@@ -331,7 +341,10 @@ class WorkerLifecycle:
         elif proc.kill_reason is not None and not lease_ran_out:
             how += f" ({proc.kill_reason})"
         elif proc.said_fatal is not None and not lease_ran_out:
-            how += f" (it said: {proc.said_fatal})"
+            if how.endswith(" (could not start)"):
+                how = how.removesuffix(")") + f": {proc.said_fatal})"
+            else:
+                how += f" (it said: {proc.said_fatal})"
         proc.last_exit = how
         self.unregister_worker(proc, f"worker {proc.name} {how}")
         self._cancel_timers(proc)
@@ -415,7 +428,20 @@ class WorkerLifecycle:
 
     def _no_hello(self, proc: WorkerProcess) -> None:
         proc.hello_timer = None
-        if proc.state is ProcessState.STARTING:
+        if proc.state is ProcessState.STARTING and proc.pid is None:
+            # Its template never answered the spawn: stuck (stopped, say). Its workers start
+            # cold from here on.
+            template = self.templates.get(proc.group)
+            log.warning("template for %s did not start worker %s within %g s (start_timeout); "
+                        "killing it, its workers start cold", proc.group, proc.name,
+                        proc.spec.start_timeout)
+            if template is None:
+                self._relaunch_cold(proc)
+                return
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(template.pid, signal.SIGKILL)
+            self._drop_template(template)  # starts its pending spawns, this one too, cold
+        elif proc.state is ProcessState.STARTING:
             log.warning("worker %s did not start within %g s (start_timeout); killing it",
                         proc.name, proc.spec.start_timeout)
             proc.kill_reason = f"no hello within {proc.spec.start_timeout:g} s"

@@ -23,6 +23,7 @@ import signal
 import socket
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn
@@ -236,6 +237,11 @@ class Template:
         self.cwd = Path(spec.cwd)
         self.log_path = template_log_path(spec)
         self._ctrl = ctrl
+        self.fd = ctrl.fileno()  # stays the number it had once the socket is closed
+        # Called just before the control socket closes, however it comes to (close(), or a
+        # failure found on the way): an event loop watching `fd` must stop before the number
+        # can be given to another file.
+        self.before_close: Callable[[], object] | None = None
         self._ready = False
         self._failure: str | None = None
         self._lock = threading.Lock()
@@ -379,11 +385,13 @@ class Template:
     def _fail(self, reason: str) -> NoReturn:
         """Mark the template unusable: every later spawn raises the same LaunchError."""
         self._failure = reason
-        self._ctrl.close()
+        self.close()
         raise LaunchError(reason)
 
     def close(self) -> None:
         """Close the control socket; the template then exits. The caller reaps `pid`."""
+        if not self.closed and self.before_close is not None:
+            self.before_close()
         self._ctrl.close()
 
     def __repr__(self) -> str:
