@@ -148,6 +148,18 @@ def test_greedy_strands_a_job_in_a_cycle_and_optimal_does_not(tmp_path):
     assert stats["b"].stranded == 1 and stats["b"].wait_max == 30.0
 
 
+def test_the_fairsched_policy_plans_as_the_configs_matching_says(tmp_path):
+    (tmp_path / "w.toml").write_text('[scoring]\nmatching = "optimal"\n' + STRAND_WORKERS)
+    (tmp_path / "t.jsonl").write_text(
+        '{"at": 0, "type": "a", "priority": 5, "duration": 30}\n'
+        '{"at": 0, "type": "b", "priority": 0, "duration": 5}\n')
+    result = fairsched("simulate", str(tmp_path / "t.jsonl"), "--workers", str(tmp_path / "w.toml"),
+                       "--policy", "fairsched", "--json")
+    assert result.returncode == 0, result.stderr
+    groups = json.loads(result.stdout)["policies"]["fairsched"]["groups"]
+    assert {g["type"]: g["wait_max"] for g in groups} == {"a": 0.0, "b": 0.0}
+
+
 def test_optimal_never_strands_a_job_on_an_office_day(tmp_path):
     trace, slots, config = load(traces.office_day(hours=3, seed=5), tmp_path)
     for tick in (0.0, 5.0):
@@ -182,10 +194,16 @@ def test_trace_is_read_in_arrival_order_keeping_file_order_for_ties(tmp_path):
 
 BAD_LINES = [
     ('{"at": 1, "type": "a"', "line 2: not valid JSON"),
-    ('[1, 2]', "line 2: must be a JSON object"),
+    ('[1, 2]', "line 2: must be a JSON object, got an array"),
+    ('null', "line 2: must be a JSON object, got null"),
+    ('[' * 100000 + ']' * 100000, "line 2: nests too deeply to be a job"),
     ('{"at": 1, "type": "a", "duration": 1, "prio": 2}', "line 2: unknown key 'prio'"),
     ('{"type": "a", "duration": 1}', "line 2: 'at' is missing"),
-    ('{"at": -1, "type": "a", "duration": 1}', "line 2: 'at' must be a finite number >= 0"),
+    ('{"at": -1, "type": "a", "duration": 1}', r"line 2: 'at' must be a number of seconds from 0 "
+                                               r"to 1e\+09, got -1.0"),
+    ('{"at": 1e300, "type": "a", "duration": 1}', "line 2: 'at' must be a number of seconds"),
+    ('{"at": 1, "type": "a", "duration": 1e308}', r"line 2: 'duration' must be a number of "
+                                                  r"seconds from 0 to 1e\+09"),
     ('{"at": 1, "type": "a", "duration": "long"}', "line 2: 'duration' must be a number"),
     ('{"at": 1, "type": "z", "duration": 1}', "line 2: no worker handles type 'z'"),
     ('{"at": 1, "type": "a", "duration": 1, "priority": 11}', "line 2: 'priority' must be an "
@@ -250,6 +268,8 @@ def test_simulate_json_for_chosen_policies(starvation_files):
 @pytest.mark.parametrize(("args", "message"), [
     (["--policy", "random"], "unknown policy 'random'"),
     (["--tick", "-1"], "--tick"),
+    (["--tick", "1e-13"], "must be 0 or a number of seconds from 0.001 to 1e+09"),
+    (["--tick", "inf"], "must be 0 or a number of seconds from 0.001 to 1e+09"),
 ])
 def test_simulate_bad_usage_exits_2(starvation_files, args, message):
     trace_path, workers_path = starvation_files
@@ -266,7 +286,7 @@ def test_simulate_bad_trace_line_exits_2_with_one_line(tmp_path, starvation_file
     result = fairsched("simulate", str(bad), "--workers", str(workers_path))
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0
-    assert "bad.jsonl line 4: 'duration' must be a finite number >= 0" in result.stderr
+    assert "bad.jsonl line 4: 'duration' must be a number of seconds from 0" in result.stderr
 
 
 def test_simulate_bad_workers_file_exits_2(tmp_path, starvation_files):

@@ -115,14 +115,16 @@ def simulate(trace_path, policies, config_path, tick, as_json, plot_path):
         tick = float(tick)
     except ValueError:
         tick = -1.0
-    if not 0 <= tick < float("inf"):
-        raise click.BadParameter("must be a number of seconds >= 0", param_hint="--tick")
+    if not (tick == 0 or sim.MIN_TICK <= tick <= sim.MAX_SECONDS):
+        raise click.BadParameter(f"must be 0 or a number of seconds from {sim.MIN_TICK:g} to "
+                                 f"{sim.MAX_SECONDS:g}", param_hint="--tick")
     policies = list(dict.fromkeys(policies)) or list(sim.DEFAULT_POLICIES)
     config = load_config(resolve_config_path(config_path))
     type_ids = sim.type_ids_of(config)
     trace = sim.read_trace(trace_path, type_ids)
     slots = sim.slot_layout(config, type_ids)
-    results = [sim.simulate(trace, slots, config.scoring, name, tick) for name in policies]
+    results = [sim.simulate(trace, slots, config.scoring, name, tick, config.matching)
+               for name in policies]
     if plot_path:
         from fairsched.sched.plots import plot_waits
 

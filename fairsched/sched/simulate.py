@@ -58,13 +58,26 @@ def type_ids_of(config: Config) -> dict[str, int]:
     return {t: i for i, t in enumerate(sorted(config.types))}
 
 
+MAX_SECONDS = 1e9  # about 32 years: a trace's times and durations, and sums of them, stay exact
+MIN_TICK = 0.001
+
+
 def _number(value, key: str, where: str, minimum: float = 0.0) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TraceError(f"{where}: '{key}' must be a number of seconds, got {json.dumps(value)}")
+        raise TraceError(f"{where}: '{key}' must be a number of seconds, got {_json_kind(value)}")
     value = float(value)
-    if not math.isfinite(value) or value < minimum:
-        raise TraceError(f"{where}: '{key}' must be a finite number >= {minimum:g}, got {value!r}")
+    if not math.isfinite(value) or not minimum <= value <= MAX_SECONDS:
+        raise TraceError(f"{where}: '{key}' must be a number of seconds from {minimum:g} to "
+                         f"{MAX_SECONDS:g}, got {value!r}")
     return value
+
+
+def _json_kind(value) -> str:
+    """A value as JSON names it, for messages: null, true, an array, ..."""
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
+    kind = {dict: "an object", list: "an array", str: "a string"}.get(type(value))
+    return kind or json.dumps(value)
 
 
 def read_trace(path: str | Path, type_ids: Mapping[str, int]) -> Trace:
@@ -97,8 +110,10 @@ def _parse_line(text: str, where: str, type_ids: Mapping[str, int]) -> tuple:
         job = json.loads(text)
     except ValueError as exc:
         raise TraceError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+    except RecursionError:
+        raise TraceError(f"{where}: nests too deeply to be a job") from None
     if not isinstance(job, dict):
-        raise TraceError(f"{where}: must be a JSON object, got {type(job).__name__}")
+        raise TraceError(f"{where}: must be a JSON object, got {_json_kind(job)}")
     unknown = sorted(set(job) - TRACE_KEYS)
     if unknown:
         raise TraceError(f"{where}: unknown key {unknown[0]!r} "
@@ -176,7 +191,8 @@ class _FairschedPolicy(_Policy):
         return (s.at[j] - p * slope, s.at[j], j)
 
     def planner(self):
-        return core.plan_cycle
+        # The supervisor's own planning: greedy, or optimal when [scoring] matching says so.
+        return optimal_planner() if self.sim.matching == "optimal" else core.plan_cycle
 
     def plan(self, picked, now, free):
         s = self.sim
@@ -272,12 +288,14 @@ class Simulation:
     """One policy's replay of a trace on a fresh pool built from `slots`."""
 
     def __init__(self, trace: Trace, slots: Sequence[tuple[int, ...]], weights: core.Weights,
-                 policy: str, tick: float = 0.0):
+                 policy: str, tick: float = 0.0, matching: str = "greedy"):
         if policy not in _POLICY_CLASSES:
             raise ValueError(f"unknown policy {policy!r} (known: {', '.join(POLICIES)})")
-        if not (tick >= 0 and math.isfinite(tick)):
-            raise ValueError(f"tick must be a number of seconds >= 0, got {tick!r}")
+        if not (tick == 0 or MIN_TICK <= tick <= MAX_SECONDS):
+            raise ValueError(f"tick must be 0 or a number of seconds from {MIN_TICK:g} to "
+                             f"{MAX_SECONDS:g}, got {tick!r}")
         self.tick = tick
+        self.matching = matching
         self.trace = trace
         self.at = trace.at
         self.types = trace.types
@@ -404,9 +422,10 @@ class Simulation:
 
 
 def simulate(trace: Trace, slots: Sequence[tuple[int, ...]], weights: core.Weights,
-             policy: str, tick: float = 0.0) -> PolicyResult:
-    """Replay `trace` under `policy`; with `tick` > 0, cycles run only every `tick` seconds."""
-    return Simulation(trace, slots, weights, policy, tick).run()
+             policy: str, tick: float = 0.0, matching: str = "greedy") -> PolicyResult:
+    """Replay `trace` under `policy`; with `tick` > 0, cycles run only every `tick` seconds;
+    `matching` is the `fairsched` policy's (the config's [scoring] matching)."""
+    return Simulation(trace, slots, weights, policy, tick, matching).run()
 
 
 # -- the report ---------------------------------------------------------------------------------
