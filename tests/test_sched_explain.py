@@ -72,7 +72,19 @@ def test_weights_report_shows_the_tables():
     text = ex.weights_report(W, "defaults")
     assert "    5  320 s (5.3 min)" in text
     assert "B_od / W_a = 256 s" in text
-    assert "     8    62.5" in text
+    assert "     8      62.5" in text
+    assert "p + B_od / W_p = p + 4" in text
+
+
+def test_fractional_and_extreme_weights_read_as_given():
+    text = ex.weights_report(core.Weights(priority=1.5, age=0.004, rarity=0.001, on_demand=0.5,
+                                          on_demand_age=0.0), "test")
+    assert "W_a  =    0.004" in text and "W_r  =    0.001" in text
+    assert "    1  375 s (6.2 min)" in text  # 1.5 / 0.004
+    text = ex.weights_report(core.Weights(priority=1e300, age=1e-300, rarity=1, on_demand=1,
+                                          on_demand_age=0), "test")
+    assert "W_p  =   1e+300" in text
+    assert "never (age_weight is 0, or too small to count)" in text
 
 
 # -- one job from the job table -----------------------------------------------------------------

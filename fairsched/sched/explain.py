@@ -91,14 +91,19 @@ def score_breakdown(weights: core.Weights, *, priority: int, age: float, free_sl
 # -- text ---------------------------------------------------------------------------------------
 
 def _number(value: float) -> str:
-    return f"{value:.2f}".rstrip("0").rstrip(".")
+    """Up to three decimals, without trailing zeros; very large or small ones as 1.5e+12."""
+    if value == 0:
+        return "0"
+    if 1e-3 <= abs(value) < 1e9:
+        return f"{value:.3f}".rstrip("0").rstrip(".")
+    return f"{value:.3g}"
 
 
 def _seconds(value: float) -> str:
     if math.isinf(value):
-        return "never (age_weight is 0)"
+        return "never (age_weight is 0, or too small to count)"
     text = f"{_number(value)} s"
-    if value >= 120:
+    if 120 <= value < 1e9:
         text += f" ({value / 60:.1f} min)"
     return text
 
@@ -128,13 +133,16 @@ def weights_report(weights: core.Weights, source: str) -> str:
         "on-demand vs queued: a fresh on-demand job outranks a queued priority-0 job until that",
         f"  job has waited B_od / W_a = {_seconds(on_demand_crossover(w))}; a waiting on-demand "
         f"job gains {_points(w.age + w.on_demand_age)} points/s instead of {_points(w.age)}",
+        "  a fresh on-demand job of priority p outranks fresh queued jobs below priority",
+        f"  p + B_od / W_p = p + {_number(_divide(w.on_demand, w.priority))}"
+        + (" (W_p is 0: all of them)" if w.priority == 0 else ""),
         "",
         "rarity bonus W_r / n for a job type with n free compatible slots",
-        "  FREE  POINTS  WORTH",
+        "  FREE    POINTS  WORTH",
     ]
     for n, points in rarity_bonuses(w):
         worth = f"{_seconds(_divide(points, w.age))} of waiting" if w.age > 0 else ""
-        lines.append(f"  {n:>4}  {_points(points):>6}  {worth}")
+        lines.append(f"  {n:>4}  {_points(points):>8}  {worth}")
     return "\n".join(lines)
 
 
