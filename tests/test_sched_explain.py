@@ -230,3 +230,10 @@ def test_explain_command_bad_config_exits_2(tmp_path):
     result = fairsched("explain", "--config", str(path))
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0 and "age_weight" in result.stderr
+
+
+def test_a_delayed_job_is_said_to_be_no_candidate_yet():
+    b = ex.score_breakdown(W, priority=0, age=0.0, free_slots=2, on_demand=False)
+    text = ex.job_report(ex.JobExplanation(7, "pdf", "pending", 71.2, b, "test"), W)
+    assert text.splitlines()[0] == ("job 7: type pdf, priority 0, pending, eligible in 71 s "
+                                    "(no candidate until then; the score is the one it starts with)")

@@ -217,8 +217,8 @@ def explain_job(config: Config, job_id: int) -> JobExplanation:
 def job_report(ex: JobExplanation, weights: core.Weights) -> str:
     """An sprio-like table: each component's points and where they come from."""
     b = ex.breakdown
-    when = (f"eligible in {ex.eligible_in:.0f} s" if ex.eligible_in > 0
-            else f"waiting {b.age:.1f} s")
+    when = (f"eligible in {ex.eligible_in:.0f} s (no candidate until then; the score is the "
+            "one it starts with)" if ex.eligible_in > 0 else f"waiting {b.age:.1f} s")
     rarity_from = (f"{_points(weights.rarity)} / {b.free_slots} free compatible slots"
                    if b.free_slots else "no free compatible slot")
     rows = [
