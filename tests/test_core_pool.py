@@ -174,6 +174,20 @@ def test_add_slot_refuses_bad_input_and_changes_nothing(pool, slot_id, types, er
     assert len(pool) == 3 and pool.n_free == 3 and pool.n_type_ids == 3
 
 
+@pytest.mark.parametrize(("call", "error", "message"), [
+    (lambda pool: pool.acquire(1.9), TypeError, "type id must be an integer, got 1.9"),
+    (lambda pool: pool.acquire(None), TypeError, "type id must be an integer, got None"),
+    (lambda pool: pool.acquire(1 << 70), OverflowError, "does not fit in 64 bits"),
+    (lambda pool: pool.free_count(2.7), TypeError, "type id must be an integer, got 2.7"),
+    (lambda pool: pool.remove_worker(0.5), TypeError, "worker id must be an integer, got 0.5"),
+    (lambda pool: pool.free_counts(3.0), TypeError, "n_types must be an integer, got 3.0"),
+])
+def test_both_cores_refuse_an_id_that_is_not_an_integer_alike(pool, call, error, message):
+    with pytest.raises(error, match=message):
+        call(pool)
+    assert len(pool) == 3 and pool.n_free == 3
+
+
 def test_free_counts_refuses_negative_length(pool):
     with pytest.raises(ValueError, match="n_types must be >= 0"):
         pool.free_counts(-1)

@@ -95,9 +95,10 @@ cdef class SlotPool:
         self.by_id[sid] = r
         self.free_total += 1
 
-    def acquire(self, int64_t type_id):
+    def acquire(self, type_id):
         """Reserve the most specialised free slot supporting type_id; its id, or -1."""
-        return self.take(type_id)
+        # Checked as the twin checks it: a C integer argument would take 1.9 for 1.
+        return self.take(as_int64(type_id, "type id"))
 
     def acquire_slot(self, slot_id):
         """Reserve this slot if it exists and is free."""
@@ -115,8 +116,9 @@ cdef class SlotPool:
         self.vacate(r)
         return True
 
-    def remove_worker(self, int64_t worker_id):
+    def remove_worker(self, worker_id_arg):
         """Remove all the worker's slots, free or busy; return the busy ones' ids, ascending."""
+        cdef int64_t worker_id = as_int64(worker_id_arg, "worker id")
         cdef Py_ssize_t r, k
         cdef SlotRec *rec
         cdef list gone = []
@@ -155,14 +157,16 @@ cdef class SlotPool:
         busy.sort()
         return busy
 
-    def free_count(self, int64_t type_id):
+    def free_count(self, type_id_arg):
         """Free slots supporting type_id, in O(1)."""
+        cdef int64_t type_id = as_int64(type_id_arg, "type id")
         if type_id < 0 or type_id >= self.n_index:
             return 0
         return self.index[type_id].n_free
 
-    def free_counts(self, Py_ssize_t n_types):
+    def free_counts(self, n_types_arg):
         """array('q') of free slot counts for type ids 0 .. n_types-1."""
+        cdef Py_ssize_t n_types = as_int64(n_types_arg, "n_types")
         cdef Py_ssize_t t
         cdef array out
         cdef int64_t *data
