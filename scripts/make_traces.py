@@ -42,7 +42,11 @@ def main(argv: list[str] | None = None) -> int:
             scenario = traces.starvation()
         else:
             scenario = traces.SCENARIOS[name](**seeded)
-        trace, workers = scenario.write(out)
+        try:
+            trace, workers = scenario.write(out)
+        except OSError as exc:
+            print(f"make_traces: cannot write to {out}: {exc.strerror or exc}", file=sys.stderr)
+            return 1
         print(f"{trace}: {len(scenario.jobs)} jobs ({scenario.description}); slots in {workers}")
     return 0
 
