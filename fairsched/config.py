@@ -20,6 +20,8 @@ from fairsched.errors import ConfigError
 DEFAULT_CONFIG = "workers.toml"
 DEFAULT_STATE_DIR = ".fairsched"  # beside workers.toml
 MAX_SOCKET_PATH = 107  # bytes of a Unix socket's path on Linux (sun_path less its NUL)
+MAX_WEIGHT = 1e12  # points: larger weights add nothing but float trouble
+MAX_LEVEL_SECONDS = 1e12  # priority_weight / age_weight: the wait one priority level is worth
 NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.]*$")
 TYPE_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:/-]*$")
 
@@ -108,7 +110,8 @@ class _Section:
         raise ConfigError(f"{self.file}: {place} {problem}")
 
     def get(self, key: str, kind: str, default: Any = None, *, required: bool = False,
-            minimum: float | None = None, above: float | None = None) -> Any:
+            minimum: float | None = None, above: float | None = None,
+            maximum: float | None = None) -> Any:
         self.seen.add(key)
         if key not in self.table:
             if required:
@@ -127,6 +130,8 @@ class _Section:
         elif kind == "str":
             if not isinstance(value, str) or not value:
                 self.fail(key, f"must be a non-empty string, got {_kind(value)}")
+            if "\0" in value:
+                self.fail(key, "must not hold a NUL character")
         elif kind == "strlist":
             if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
                 self.fail(key, f"must be a list of non-empty strings, got {_kind(value)}")
@@ -139,10 +144,15 @@ class _Section:
         elif kind == "strtable":
             if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
                 self.fail(key, "must be a table of strings")
+            for name, text in value.items():
+                if not name or "=" in name or "\0" in name or "\0" in text:
+                    self.fail(key, f"has an entry no environment can hold: {name!r}")
         if minimum is not None and value < minimum:
             self.fail(key, f"must be >= {minimum:g}, got {value!r}")
         if above is not None and value <= above:
             self.fail(key, f"must be > {above:g}, got {value!r}")
+        if maximum is not None and value > maximum:
+            self.fail(key, f"must be <= {maximum:g}, got {value!r}")
         return value
 
     def finish(self):
@@ -204,7 +214,7 @@ def load_config(path: str | os.PathLike) -> Config:
     top = _Section(file, "top level", raw)
     sup = _Section(file, "[supervisor]", top.get("supervisor", "table", {}))
     state_dir = base / sup.get("state_dir", "str", DEFAULT_STATE_DIR)
-    lease = sup.get("lease", "number", 15.0, above=0)
+    lease = sup.get("lease", "number", 15.0, minimum=1)
     supervisor = SupervisorSettings(
         state_dir=state_dir,
         shutdown_timeout=sup.get("shutdown_timeout", "number", 10.0, minimum=0),
@@ -221,18 +231,26 @@ def load_config(path: str | os.PathLike) -> Config:
     if len(socket_path) > MAX_SOCKET_PATH:
         sup.fail("state_dir", f"is too deep for the control socket: {state_dir}/control/sock is "
                               f"{len(socket_path)} bytes, Unix sockets take {MAX_SOCKET_PATH}")
-    if supervisor.metrics is not None and not re.match(r"^[^:\s]*:\d+$", supervisor.metrics):
-        sup.fail("metrics", f"must look like 'host:port', got {supervisor.metrics!r}")
+    if supervisor.metrics is not None and not (
+            re.match(r"^[^:\s]*:\d{1,5}$", supervisor.metrics)
+            and int(supervisor.metrics.rpartition(":")[2]) <= 65535):
+        sup.fail("metrics", f"must look like 'host:port' (port 0 to 65535), got "
+                            f"{supervisor.metrics!r}")
     sup.finish()
 
     sc = _Section(file, "[scoring]", top.get("scoring", "table", {}))
+    big = MAX_WEIGHT
     scoring = Weights(
-        priority=sc.get("priority_weight", "number", 1024.0, minimum=0),
-        age=sc.get("age_weight", "number", 16.0, above=0),
-        rarity=sc.get("rarity_weight", "number", 500.0, minimum=0),
-        on_demand=sc.get("on_demand_bonus", "number", 4096.0, minimum=0),
-        on_demand_age=sc.get("on_demand_age_weight", "number", 32.0, minimum=0),
+        priority=sc.get("priority_weight", "number", 1024.0, minimum=0, maximum=big),
+        age=sc.get("age_weight", "number", 16.0, above=0, maximum=big),
+        rarity=sc.get("rarity_weight", "number", 500.0, minimum=0, maximum=big),
+        on_demand=sc.get("on_demand_bonus", "number", 4096.0, minimum=0, maximum=big),
+        on_demand_age=sc.get("on_demand_age_weight", "number", 32.0, minimum=0, maximum=big),
     )
+    if scoring.priority / scoring.age > MAX_LEVEL_SECONDS:
+        sc.fail("age_weight", f"is too small beside priority_weight: one priority level would "
+                              f"take {scoring.priority / scoring.age:.3g} s of waiting (at most "
+                              f"{MAX_LEVEL_SECONDS:g})")
     matching = sc.get("matching", "str", "greedy")
     if matching not in ("greedy", "optimal"):
         sc.fail("matching", f"must be 'greedy' or 'optimal', got {matching!r}")
@@ -281,6 +299,8 @@ def _load_worker(sec: _Section, base: Path) -> WorkerSpec:
         if command[0].startswith(("./", "../")):
             command = [str((base / command[0]).resolve()), *command[1:]]
     cwd = base / sec.get("cwd", "str", ".")
+    if not cwd.is_dir():
+        sec.fail("cwd", f"is not a folder: {cwd}")
     timeout = sec.get("timeout", "number", None, above=0)
     spec = WorkerSpec(
         name=name,
@@ -289,7 +309,7 @@ def _load_worker(sec: _Section, base: Path) -> WorkerSpec:
         command=tuple(command) if command is not None else None,
         processes=sec.get("processes", "int", 1, minimum=1),
         slots=sec.get("slots", "int", 1, minimum=1),
-        max_attempts=sec.get("max_attempts", "int", 3, minimum=1),
+        max_attempts=sec.get("max_attempts", "int", 3, minimum=1, maximum=2**31 - 1),
         timeout=timeout,
         start_timeout=sec.get("start_timeout", "number", 60.0, above=0),
         retry_backoff=sec.get("retry_backoff", "number", 1.0, minimum=0),

@@ -200,16 +200,20 @@ class QueueLink:
             log.error("could not write %d job outcomes before exiting; their jobs return to pending "
                       "when this supervisor's lease expires", len(self.outbox.job_ids()))
         self.closing = True
-        tasks = (self._task, self._writer_task, self._listen_task)
-        for task in tasks:
-            if task is not None:
+        self._wake.set()  # lanes that wait see `closing`, even if a cancel should get lost
+        self._outbox_wake.set()
+        tasks = [t for t in (self._task, self._writer_task, self._listen_task) if t is not None]
+        for attempt in range(3):
+            # Python 3.11's wait_for can swallow a cancel that lands as its work completes:
+            # cancel again rather than wait for ever on a lane that missed it.
+            for task in tasks:
                 task.cancel()
-        for task in tasks:
-            if task is not None:
-                try:
-                    await task
-                except (asyncio.CancelledError, Exception):
-                    pass
+            _, pending = await asyncio.wait(tasks, timeout=1.0)
+            if not pending:
+                break
+            tasks = list(pending)
+        else:
+            log.debug("database lanes still running at exit: %s", tasks)
         if self.writer is not None:
             try:
                 await self.writer.close(deregister=False)
@@ -251,6 +255,13 @@ class QueueLink:
                 self._requeue_claims()
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self.reconnect_max)
+            except Exception:  # never expected: say so, loudly, and keep the lane alive
+                log.exception("the claim lane failed; starting over in %g s", delay)
+                self.connected = False
+                await self._drop_store()
+                self._requeue_claims()
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RECONNECT_MAX)
 
     async def _answer(self, work):
         """Await a lane's round trips; one that hangs counts as a lost connection.
