@@ -206,6 +206,33 @@ def test_an_on_demand_job_its_restart_sent_back_is_answered_when_the_supervisor_
     assert "runs again" not in sup.output(), sup.output()
 
 
+def test_sighup_and_sigusr_are_logged_and_ignored(supervisors):
+    sup = supervisors(ECHO).start()
+    for sig in (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+        sup.signal(sig)
+    deadline = time.monotonic() + 10
+    while sup.output().count("fairsched has no reload") < 3:
+        assert time.monotonic() < deadline, sup.output()
+        time.sleep(0.05)
+    assert "ignoring SIGHUP: fairsched has no reload" in sup.output()
+    assert sup.proc.poll() is None
+    assert sup.cli("submit", "pdf", "--on-demand").returncode == 0
+
+
+@pytest.mark.parametrize("after", [0.2, 0.5])
+def test_a_stop_signal_while_the_supervisor_starts_stops_it_cleanly(supervisors, after):
+    sup = supervisors(ECHO).start(wait=False)
+    time.sleep(after)  # before its loop has taken the signals over, or while it connects
+    sup.signal(signal.SIGTERM)
+    assert sup.wait_exit(timeout=30) == 0, sup.output()
+    assert "Traceback" not in sup.output()
+    gone = [p for p in psutil.process_iter(["cmdline", "environ"])
+            if str(sup.dir) in " ".join(p.info["cmdline"] or [])
+            + " ".join((p.info["environ"] or {}).values())
+            and p.status() != psutil.STATUS_ZOMBIE]
+    assert gone == []
+
+
 def test_stop_command_cancels_cooperative_jobs_quickly(supervisors):
     sup = supervisors(SLOW_PDF + """\
 processes = 2

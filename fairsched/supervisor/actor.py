@@ -26,7 +26,7 @@ from fairsched.supervisor.pipes import WorkerPipes
 from fairsched.supervisor.process import WorkerProcess
 from fairsched.supervisor.queue_link import QueueLink
 from fairsched.supervisor.running import JobHandling
-from fairsched.supervisor.states import ProcessState
+from fairsched.supervisor.states import IGNORED_SIGNALS, STOP_SIGNALS, ProcessState
 from fairsched.supervisor.watchdog import Watchdog
 from fairsched.supervisor.workers import STOP_GRACE, WorkerLifecycle
 from fairsched.worker.launch import Template, become_subreaper
@@ -40,8 +40,10 @@ class Supervisor(WorkerLifecycle, WorkerPipes, JobHandling):
     """The actor. Its state is all set up here; the worker processes (workers.py), their pipes
     (pipes.py) and the jobs (running.py) are handled by the mixins it is made of."""
 
-    def __init__(self, config: Config, observer: Observer | None = None):
+    def __init__(self, config: Config, observer: Observer | None = None,
+                 early_signals: list[int] | None = None):
         self.config = config
+        self.early_signals = early_signals if early_signals is not None else []
         self.observer = observer or Observer()
         self.weights = config.scoring
         self.priority_per_second = self.weights.priority / self.weights.age
@@ -93,12 +95,20 @@ class Supervisor(WorkerLifecycle, WorkerPipes, JobHandling):
         self.log_dir.mkdir(parents=True, exist_ok=True)
         become_subreaper()
         self.loop.add_signal_handler(signal.SIGCHLD, self.reap_workers)
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in STOP_SIGNALS:
             self.loop.add_signal_handler(sig, self.request_shutdown, None)
+        for sig in IGNORED_SIGNALS:
+            self.loop.add_signal_handler(sig, self._ignore_signal, sig)
         self.watchdog = Watchdog(self.loop, self.log_dir / "watchdog.log", self.busy_pids,
                                  self.worker_pids)
         self.watchdog.start()
         self.starting = True
+        for sig in self.early_signals:  # those that came before the loop took them over
+            if sig in STOP_SIGNALS:
+                self.request_shutdown(None)
+            else:
+                self._ignore_signal(sig)
+        self.early_signals.clear()
         try:
             # The handlers import in their templates meanwhile; workers start once the
             # database is known to work, so a supervisor that cannot use it starts none.
@@ -126,6 +136,11 @@ class Supervisor(WorkerLifecycle, WorkerPipes, JobHandling):
                  self.queue.supervisor_id, os.getpid(), core.__impl__, self.queue.kind,
                  len(self.procs), "" if len(self.procs) == 1 else "s")
 
+    def _ignore_signal(self, sig: int) -> None:
+        log.warning("ignoring %s: fairsched has no reload (`fairsched restart NAME` restarts "
+                    "workers with their code as it is now; a changed workers.toml takes a "
+                    "restart of the supervisor)", signal.Signals(sig).name)
+
     def release_signals(self) -> None:
         """Give the signals back before the loop closes.
 
@@ -134,9 +149,9 @@ class Supervisor(WorkerLifecycle, WorkerPipes, JobHandling):
         """
         if self.loop is None:
             return
-        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
+        for sig in (signal.SIGCHLD, *STOP_SIGNALS, *IGNORED_SIGNALS):
             self.loop.remove_signal_handler(sig)
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in (*STOP_SIGNALS, *IGNORED_SIGNALS):
             signal.signal(sig, signal.SIG_IGN)  # shutdown has already begun or finished
 
     def busy_pids(self) -> list[int]:

@@ -4,15 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 
 from fairsched.config import Config
 from fairsched.supervisor.control import ControlServer
+from fairsched.supervisor.states import IGNORED_SIGNALS, STOP_SIGNALS
 from fairsched.supervisor.workers import start_templates
 
 log = logging.getLogger("fairsched.supervisor")
 
 
 def run_supervisor(config: Config) -> int:
+    # Until the loop handles them, signals are noted here and acted on once it does: a stop
+    # that comes while the supervisor starts is not lost, nor does it kill it outright.
+    early: list[int] = []
+    for sig in STOP_SIGNALS + IGNORED_SIGNALS:
+        signal.signal(sig, lambda signum, frame: early.append(signum))
     control = ControlServer(config.control_socket)
     control.lock()  # raises AlreadyRunning: exit 2 before anything starts
     templates = start_templates(config)
@@ -35,7 +42,7 @@ def run_supervisor(config: Config) -> int:
             from fairsched.supervisor.metrics import PrometheusObserver
 
             observer = PrometheusObserver(config.supervisor.metrics)
-        sup = Supervisor(config, observer)
+        sup = Supervisor(config, observer, early_signals=early)
         try:
             try:
                 await sup.start(templates)

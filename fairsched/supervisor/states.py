@@ -1,6 +1,13 @@
-"""Worker process states and the transitions allowed between them, in one place."""
+"""Worker process states and the transitions allowed between them, in one place; the
+signals the supervisor handles."""
 
+import signal
 from enum import StrEnum
+
+# Signals the supervisor stops on, and those it logs and ignores (it has no reload); until its
+# loop takes them over they are noted and acted on then (main.run_supervisor).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+IGNORED_SIGNALS = (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
 
 class ProcessState(StrEnum):
