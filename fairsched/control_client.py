@@ -60,4 +60,7 @@ class ControlClient:
 
     def ps(self) -> dict:
         reply = self.request({"cmd": "ps"})
+        if "ps" not in reply:  # refused: too many connections, say
+            raise NotRunning(f"the supervisor on {self.path} did not answer: "
+                             f"{reply.get('error', 'no reason given')}")
         return reply["ps"]

@@ -453,6 +453,59 @@ def test_garbage_on_control_socket_closes_only_that_connection(supervisors):
     assert "Traceback" not in sup.output()
 
 
+def control_request(path, request: dict) -> list[dict]:
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(str(path))
+        s.settimeout(10)
+        s.sendall(json.dumps(request).encode() + b"\n")
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    return [json.loads(line) for line in data.splitlines()]
+
+
+def test_bad_fields_on_the_control_socket_are_refused(supervisors):
+    sup = supervisors(ECHO).start()
+    path = sup.config.parent / "state" / "control" / "sock"
+    for request, error in [
+        ({"cmd": "submit", "type": "pdf", "timeout": "abc"}, "timeout must be a number of seconds"),
+        ({"cmd": "submit", "type": "pdf", "timeout": [1]}, "timeout must be a number of seconds"),
+        ({"cmd": "submit", "type": "pdf", "timeout": -5}, "timeout must be a number of seconds"),
+        ({"cmd": "submit", "type": "pdf", "payload": json.loads("[" * 501 + "]" * 501)},
+         "payload nests deeper than 500 levels"),
+        ({"cmd": "stop", "timeout": "soon"}, "timeout must be a number of seconds >= 0"),
+    ]:
+        (reply,) = control_request(path, request)
+        assert error in reply["error"] and reply["code"] == 2, reply
+    assert sup.proc.poll() is None and "Traceback" not in sup.output()
+    assert sup.slots()[0]["state"] == "free"  # nothing was started for nobody
+
+
+def test_idle_control_connections_are_capped_and_timed_out(supervisors):
+    sup = supervisors(ECHO).start()
+    path = sup.config.parent / "state" / "control" / "sock"
+    idle = []
+    try:
+        for _ in range(300):  # past the cap; each sends half a request and waits
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(str(path))
+            s.sendall(b'{"cmd": "p')
+            idle.append(s)
+        time.sleep(0.5)
+        result = sup.cli("ps")
+        assert result.returncode == 1
+        assert "serves 256 control connections at once" in result.stderr
+        deadline = time.monotonic() + 30  # then the idle ones are closed
+        while sup.cli("ps").returncode != 0:
+            assert time.monotonic() < deadline, sup.output()[-2000:]
+            time.sleep(0.5)
+        assert "sent no request within 10 s; closing it" in sup.output()
+    finally:
+        for s in idle:
+            s.close()
+    assert sup.cli("submit", "pdf", "--on-demand").returncode == 0
+
+
 def test_an_on_demand_job_that_finishes_through_a_restart_keeps_its_result(supervisors):
     sup = supervisors(SLOW_PDF).start()
     pid = sup.slots("pdf")[0]["pid"]

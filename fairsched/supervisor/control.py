@@ -12,16 +12,19 @@ import contextlib
 import fcntl
 import json
 import logging
+import math
 import os
 from pathlib import Path
 
 from fairsched.errors import FairschedError
-from fairsched.protocol import MAX_PAYLOAD, json_text
+from fairsched.protocol import MAX_DEPTH, MAX_PAYLOAD, json_depth, json_text
 from fairsched.supervisor.status import snapshot
 
 log = logging.getLogger("fairsched.control")
 
 MAX_LINE = 1 << 20
+MAX_CLIENTS = 256  # connections served at once; each on-demand caller holds one while it waits
+REQUEST_WITHIN = 10.0  # seconds a connection has to send its request line
 
 
 class AlreadyRunning(FairschedError):
@@ -81,9 +84,24 @@ class ControlServer:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
+        if len(self._clients) >= MAX_CLIENTS:
+            # Each one holds a file descriptor and a request: past this, one client could
+            # starve the supervisor of the descriptors its workers need.
+            log.warning("%d control connections open; refusing another", len(self._clients))
+            _send(writer, {"ok": False, "code": 1, "event": "refused",
+                           "error": f"the supervisor serves {MAX_CLIENTS} control connections "
+                                    "at once; try again"})
+            with contextlib.suppress(Exception):
+                writer.close()
+            return
         self._clients.add(task)
         try:
-            line = await reader.readline()
+            try:
+                line = await asyncio.wait_for(reader.readline(), REQUEST_WITHIN)
+            except TimeoutError:
+                log.warning("a control connection sent no request within %g s; closing it",
+                            REQUEST_WITHIN)
+                return
             if not line:
                 return
             try:
@@ -123,6 +141,11 @@ class ControlServer:
                                         f"(known: {', '.join(known)})"})
         elif cmd == "stop":
             timeout = request.get("timeout")
+            if timeout is not None and not _seconds(timeout):
+                _send(writer, {"ok": False, "code": 2,
+                               "error": f"timeout must be a number of seconds >= 0, got "
+                                        f"{timeout!r}"})
+                return
             _send(writer, {"ok": True, "pid": os.getpid()})
             await writer.drain()
             sup.request_shutdown(float(timeout) if isinstance(timeout, int | float) else None)
@@ -145,6 +168,11 @@ class ControlServer:
                 final.update(event)
                 done.set()
 
+        timeout = request.get("timeout")
+        if timeout is not None and not (_seconds(timeout) and timeout > 0):
+            _send(writer, {"event": "refused", "code": 2,
+                           "error": f"timeout must be a number of seconds > 0, got {timeout!r}"})
+            return
         priority = request.get("priority", 0)
         if not isinstance(priority, int) or isinstance(priority, bool) or not 0 <= priority <= 10:
             _send(writer, {"event": "refused", "code": 2,
@@ -160,6 +188,10 @@ class ControlServer:
                            "error": f"payload is {len(payload_json)} bytes of JSON; at most "
                                     f"{MAX_PAYLOAD} fit in the frame that takes it to a worker"})
             return
+        if json_depth(payload_json) > MAX_DEPTH:
+            _send(writer, {"event": "refused", "code": 2,
+                           "error": f"payload nests deeper than {MAX_DEPTH} levels"})
+            return
         type_name = str(request.get("type", ""))
         req = sup.submit_on_demand(type_name, payload_json, priority, notify)
         if req is None:
@@ -169,7 +201,6 @@ class ControlServer:
             return
         if not req.done:
             _send(writer, {"event": "accepted", "job_id": req.job_id})
-        timeout = request.get("timeout")
         eof = asyncio.ensure_future(reader.read(1))  # the caller hanging up
         waiter = asyncio.ensure_future(done.wait())
         try:
@@ -184,6 +215,12 @@ class ControlServer:
         finally:
             eof.cancel()
             waiter.cancel()
+
+
+def _seconds(value) -> bool:
+    """Whether `value` is a finite number of seconds >= 0 (from JSON: no bool, no NaN)."""
+    return (isinstance(value, int | float) and not isinstance(value, bool)
+            and math.isfinite(value) and value >= 0)
 
 
 def _send(writer: asyncio.StreamWriter, msg: dict) -> None:

@@ -20,6 +20,7 @@ def run_supervisor(config: Config) -> int:
     early: list[int] = []
     for sig in STOP_SIGNALS + IGNORED_SIGNALS:
         signal.signal(sig, lambda signum, frame: early.append(signum))
+    _raise_file_limit()
     control = ControlServer(config.control_socket)
     control.lock()  # raises AlreadyRunning: exit 2 before anything starts
     templates = start_templates(config)
@@ -66,3 +67,17 @@ def run_supervisor(config: Config) -> int:
             sup.release_signals()
 
     return asyncio.run(main())
+
+
+def _raise_file_limit() -> None:
+    """Let the supervisor open as many files as the hard limit allows (up to 65536): each
+    worker takes a socket and a log file, each control connection one more."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 65536 if hard == resource.RLIM_INFINITY else min(hard, 65536)
+    if soft != resource.RLIM_INFINITY and soft < want:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+        except (ValueError, OSError) as exc:
+            log.debug("cannot raise the open file limit: %s", exc)
