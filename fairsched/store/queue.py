@@ -77,7 +77,9 @@ class Queue:
         embedded one. A state_dir that does not exist is an error unless `create`: a typo
         would otherwise start an empty database no supervisor reads."""
         path = Path(where)
-        if path.suffix == ".toml" or path.is_file():
+        # A file is a workers.toml (one that is not there, if so named: a clear error); never
+        # so with `create`, which the CLI passes a config's state_dir with.
+        if not create and (path.is_file() or (path.suffix == ".toml" and not path.exists())):
             from fairsched.config import load_config
 
             config = load_config(path)
