@@ -134,6 +134,8 @@ def test_config_comes_from_fairsched_config_or_the_current_folder(db, config):
     (["stop", "--timeout", "inf"], "--timeout must be a number of seconds >= 0, got 'inf'"),
     (["stop", "--timeout", "nan"], "--timeout must be a number of seconds >= 0, got 'nan'"),
     (["jobs", "--status", "done"], "--status must be one of"),
+    (["jobs", "--limit", str(2**63)], "--limit must be an integer from 1 to 1000000"),
+    (["submit", "pdf", "--key", "k" * 1001], "key is 1001 bytes; at most 1000"),
     (["cancel", "seven"], "ID must be an integer"),
     (["cancel", "od-4"], "od-4 is an on-demand job: it is in no table"),
 ])

@@ -63,3 +63,15 @@ def test_an_unwritable_plot_path_is_one_line(tmp_path):
                  cwd=tmp_path)
     assert result.returncode == 1
     assert result.stderr.strip().count("\n") == 0
+
+
+def test_a_folder_given_as_the_plot_is_refused_not_written_beside(tmp_path):
+    folder = tmp_path / "plots"
+    folder.mkdir()
+    result = run("explain", "--plot", str(folder),
+                 code=None if importlib.util.find_spec("matplotlib") else WITHOUT_MATPLOTLIB,
+                 cwd=tmp_path)
+    assert result.returncode == 1
+    if importlib.util.find_spec("matplotlib"):
+        assert "is a folder" in result.stderr
+    assert not (tmp_path / "plots.png").exists()

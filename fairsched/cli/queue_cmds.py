@@ -141,7 +141,7 @@ def jobs(status, type_name, limit, as_json, config_path):
     """List jobs, newest first."""
     if status is not None and status not in STATUSES:
         raise UsageProblem(f"--status must be one of {', '.join(STATUSES)}, got {status!r}")
-    limit = parse_int("--limit", limit, 1) or 100
+    limit = parse_int("--limit", limit, 1, 1_000_000) or 100
     config = load_config(resolve_config_path(config_path))
     with open_queue(config) as queue:
         rows = queue.list_jobs(status=status, type=type_name, limit=limit)

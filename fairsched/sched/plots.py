@@ -34,6 +34,8 @@ def _pyplot():
 def _save(fig, plt, path: str | Path) -> Path:
     path = Path(path)
     try:
+        if path.is_dir():  # matplotlib would write <folder>.png beside it
+            raise IsADirectoryError(f"{path} is a folder")
         fig.savefig(path, dpi=110)
     except (OSError, ValueError) as exc:
         raise FairschedError(f"cannot write plot {path}: {exc}") from None

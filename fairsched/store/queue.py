@@ -30,6 +30,7 @@ JOB_COLUMNS = (
 )
 JOB_FIELDS = frozenset({"type", "payload", "priority", "max_attempts", "delay", "key"})
 INT4_MAX = 2**31 - 1
+MAX_KEY = 1000  # bytes of an idempotency key
 
 # One statement per batch. Ids are drawn before the insert so every input row, inserted or
 # not, is matched to its id by position; a row whose key names an unfinished job gets that
@@ -288,6 +289,8 @@ def job_row(job: Mapping[str, Any], index: int = 0) -> tuple:
     key = job.get("key")
     if key is not None and not _is_text(key):
         raise ValueError(f"key must be non-empty text (UTF-8, no NUL), got {key!r}")
+    if key is not None and len(key.encode()) > MAX_KEY:  # the unique index takes no more
+        raise ValueError(f"key is {len(key.encode())} bytes; at most {MAX_KEY}")
     payload = encode_json(job.get("payload"), "payload")
     if payload is not None and len(payload) > MAX_PAYLOAD:
         raise ValueError(f"payload is {len(payload)} bytes of JSON; at most {MAX_PAYLOAD} fit in"
