@@ -10,6 +10,22 @@ import time
 TEXT_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
 
 
+def one_line(text: str) -> str:
+    """`text` on one line: line breaks and NUL spelled out (a worker's error may hold both)."""
+    if "\n" in text or "\r" in text or "\0" in text:
+        text = text.replace("\r\n", "\\n").replace("\n", "\\n").replace("\r", "\\r")
+        text = text.replace("\0", "\\0")
+    return text
+
+
+class TextFormatter(logging.Formatter):
+    """TEXT_FORMAT, one line per record (a traceback still follows on lines of its own)."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = one_line(record.message)
+        return super().formatMessage(record)
+
+
 def fields(**values) -> dict:
     """`extra=` for a log line: the JSON format shows these as keys of its object."""
     return {"fields": values}
@@ -35,7 +51,7 @@ def setup_logging(fmt: str = "text", level: str = "info") -> None:
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter(TEXT_FORMAT))
+        handler.setFormatter(TextFormatter(TEXT_FORMAT))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

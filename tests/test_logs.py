@@ -2,6 +2,7 @@
 
 import functools
 import json
+import logging
 import os
 import re
 import signal
@@ -11,6 +12,7 @@ import time
 
 import pytest
 
+from fairsched.logs import TEXT_FORMAT, TextFormatter
 from tests.supervisor_harness import Supervisor
 
 WORKERS = """
@@ -186,3 +188,27 @@ def test_children_exiting_during_shutdown_leave_stderr_clean(supervisors):
             time.sleep(0.0005)
         assert sup.wait_exit() == 0
         assert sup.entries()  # every line of stderr is a JSON object
+
+
+def test_an_error_of_several_lines_stays_on_one_line(supervisors):
+    sup = supervisors("""
+[[worker]]
+name = "bad"
+types = ["bad"]
+handler = "sup_handlers:fail_permanently"
+""").start()
+    result = sup.cli("submit", "bad", "--on-demand", "--payload",
+                     json.dumps({"why": "first line\nsecond line\u0000"}))
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        "fairsched: job od-1 failed: PermanentError: first line\\nsecond line\\0"], result.stderr
+    (line,) = [ln for ln in sup.output().splitlines() if "failed for good" in ln]
+    assert json.loads(line)["error"] == "PermanentError: first line\nsecond line\0"
+
+
+def test_the_text_format_keeps_a_record_on_one_line():
+    formatter = TextFormatter(TEXT_FORMAT)
+    record = logging.LogRecord("fairsched.supervisor", logging.WARNING, __file__, 1,
+                               "job %s failed: %s", ("od-1", "boom\nsecond\r\nthird\0"), None)
+    assert formatter.format(record).endswith("job od-1 failed: boom\\nsecond\\nthird\\0")
+

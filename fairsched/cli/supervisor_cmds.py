@@ -14,6 +14,7 @@ from fairsched.cli import main
 from fairsched.cli.common import config_option, fail, parse_seconds, reports_errors
 from fairsched.config import control_socket_of, load_config, resolve_config_path
 from fairsched.control_client import ControlClient
+from fairsched.logs import one_line
 
 socket_option = click.option(
     "--socket", "socket_path", metavar="PATH", help="The supervisor's control socket.")
@@ -143,7 +144,7 @@ def submit_on_demand(config_path, socket_path, type_name, payload, priority, tim
             click.echo(json.dumps(event.get("result")))
             return 0
         elif kind == "error":
-            fail(f"job {event.get('job_id')} failed: {event.get('error')}", 1)
+            fail(f"job {event.get('job_id')} failed: {one_line(str(event.get('error')))}", 1)
         elif kind == "timeout":
             fail(f"job {event.get('job_id')}: {event.get('error')}", 1)
     fail("the supervisor closed the connection before the job finished", 1)

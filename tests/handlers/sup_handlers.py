@@ -60,7 +60,7 @@ def fail(job: fairsched.Job):
 
 
 def fail_permanently(job: fairsched.Job):
-    raise fairsched.PermanentError("this input can never work")
+    raise fairsched.PermanentError((job.payload or {}).get("why", "this input can never work"))
 
 
 def record(job: fairsched.Job):
