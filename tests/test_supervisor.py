@@ -422,6 +422,10 @@ def test_second_supervisor_refused_and_stale_socket_taken_over(supervisors):
     second = sup.cli("supervise", "--config", str(sup.config), timeout=30)
     assert second.returncode == 2
     assert "another supervisor" in second.stderr
+    as_json = sup.cli("supervise", "--config", str(sup.config), "--log-format", "json")
+    assert as_json.returncode == 2
+    (line,) = as_json.stderr.splitlines()  # JSON like every other line of that log
+    assert json.loads(line)["message"].startswith("another supervisor"), line
     pid = sup.slots("pdf")[0]["pid"]
     sup.proc.kill()  # no cleanup: the socket file stays behind
     sup.proc.wait()

@@ -4,6 +4,7 @@ codes."""
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import sys
 import traceback
@@ -44,7 +45,10 @@ def parse_seconds(option: str, text: str | None, *, positive: bool = False,
 def fail(message: str, code: int) -> NoReturn:
     if _debugging() and sys.exc_info()[1] is not None:
         traceback.print_exc()
-    click.echo(f"fairsched: {message}", err=True)
+    if any(type(h.formatter).__name__ == "JsonFormatter" for h in logging.getLogger().handlers):
+        logging.getLogger("fairsched").error(message)  # `supervise --log-format json`: JSON too
+    else:
+        click.echo(f"fairsched: {message}", err=True)
     sys.exit(code)
 
 

@@ -203,7 +203,7 @@ class QueueLink:
         self._wake.set()  # lanes that wait see `closing`, even if a cancel should get lost
         self._outbox_wake.set()
         tasks = [t for t in (self._task, self._writer_task, self._listen_task) if t is not None]
-        for _ in range(3):
+        for _ in range(3 if tasks else 0):
             # Python 3.11's wait_for can swallow a cancel that lands as its work completes:
             # cancel again rather than wait for ever on a lane that missed it.
             for task in tasks:
