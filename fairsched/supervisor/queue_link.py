@@ -203,16 +203,16 @@ class QueueLink:
         self._wake.set()  # lanes that wait see `closing`, even if a cancel should get lost
         self._outbox_wake.set()
         tasks = [t for t in (self._task, self._writer_task, self._listen_task) if t is not None]
-        for _ in range(3 if tasks else 0):
+        for _ in range(3):
+            if not tasks:
+                break
             # Python 3.11's wait_for can swallow a cancel that lands as its work completes:
             # cancel again rather than wait for ever on a lane that missed it.
             for task in tasks:
                 task.cancel()
             _, pending = await asyncio.wait(tasks, timeout=1.0)
-            if not pending:
-                break
             tasks = list(pending)
-        else:
+        if tasks:
             log.debug("database lanes still running at exit: %s", tasks)
         if self.writer is not None:
             try:
