@@ -212,3 +212,22 @@ def test_the_text_format_keeps_a_record_on_one_line():
                                "job %s failed: %s", ("od-1", "boom\nsecond\r\nthird\0"), None)
     assert formatter.format(record).endswith("job od-1 failed: boom\\nsecond\\nthird\\0")
 
+
+
+def test_a_supervisor_bug_is_logged_in_the_logs_format(tmp_path):
+    config = tmp_path / "workers.toml"
+    config.write_text('[[worker]]\nname = "a"\ntypes = ["a"]\ncommand = ["true"]\n')
+    code = (
+        "import fairsched.supervisor.main as m\n"
+        "def broken(config):\n"
+        "    raise RuntimeError('a bug')\n"
+        "m.run_supervisor = broken\n"
+        "from fairsched.cli import main\n"
+        f"main(['supervise', '--config', {str(config)!r}, '--log-format', 'json'])\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 1
+    (line,) = proc.stderr.splitlines()
+    entry = json.loads(line)
+    assert entry["message"] == "the supervisor failed: a bug"
+    assert "RuntimeError: a bug" in entry["exception"]

@@ -88,6 +88,15 @@ def reports_errors(func):
     return wrapper
 
 
+def expected_error(exc: BaseException) -> bool:
+    """Whether reports_errors turns `exc` into one line (otherwise it is a bug)."""
+    from fairsched.sched import TraceError
+
+    return (isinstance(exc, UsageProblem | FairschedError | TraceError | ValueError | OSError
+                       | RecursionError)
+            or _is_database_error(exc))
+
+
 def _is_database_error(exc: Exception) -> bool:
     # A command that never imported psycopg cannot have raised one of its errors.
     psycopg = sys.modules.get("psycopg")

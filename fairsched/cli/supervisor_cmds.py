@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import sys
 import time
@@ -11,7 +12,13 @@ from pathlib import Path
 import click
 
 from fairsched.cli import main
-from fairsched.cli.common import config_option, fail, parse_seconds, reports_errors
+from fairsched.cli.common import (
+    config_option,
+    expected_error,
+    fail,
+    parse_seconds,
+    reports_errors,
+)
 from fairsched.config import control_socket_of, load_config, resolve_config_path
 from fairsched.control_client import ControlClient
 from fairsched.logs import one_line
@@ -46,6 +53,12 @@ def supervise(config_path, log_format, log_level):
         code = run_supervisor(config)
     except AlreadyRunning as exc:
         fail(str(exc), 2)
+    except Exception as exc:
+        if expected_error(exc):
+            raise  # reports_errors: one line, the contract's exit code
+        # A bug: its traceback goes to the log, in the log's format (JSON lines included).
+        logging.getLogger("fairsched").exception("the supervisor failed: %s", exc)
+        sys.exit(1)
     sys.exit(code)
 
 
