@@ -298,9 +298,9 @@ def _load_worker(sec: _Section, base: Path) -> WorkerSpec:
             sec.fail("command", "must not be empty")
         if command[0].startswith(("./", "../")):
             command = [str((base / command[0]).resolve()), *command[1:]]
+    # Not checked here: queue commands on another host need no handler folder, and a group
+    # whose folder is missing ends `fatal` saying so, while the others run.
     cwd = base / sec.get("cwd", "str", ".")
-    if not cwd.is_dir():
-        sec.fail("cwd", f"is not a folder: {cwd}")
     timeout = sec.get("timeout", "number", None, above=0)
     spec = WorkerSpec(
         name=name,

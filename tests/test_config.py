@@ -103,8 +103,6 @@ BAD = [
      "key 'env' has an entry no environment can hold: 'X'"),
     ("state_dir with NUL", GOOD.replace('state_dir = "state"', 'state_dir = "st\\u0000ate"'),
      "[supervisor] key 'state_dir' must not hold a NUL character"),
-    ("cwd that is not there", GOOD.replace("timeout = 5", 'timeout = 5\ncwd = "nowhere"'),
-     "[[worker]] 'tool' key 'cwd' is not a folder: "),
     ("age weight too small to count", GOOD.replace("age_weight = 32", "age_weight = 1e-320"),
      "[scoring] key 'age_weight' is too small beside priority_weight"),
     ("weight too large", GOOD.replace("age_weight = 32", "age_weight = 32\nrarity_weight = 1e300"),

@@ -4,6 +4,7 @@ delayed jobs; a lost connection; the retry backoff."""
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 
 import psycopg
@@ -78,6 +79,19 @@ async def test_a_rescue_takes_only_those_whose_watched_heartbeat_stood_still(db)
         assert await rescuer.rescue_expired([(victim.supervisor_id, watched)]) == 0
         ((_, watched, _),) = await rescuer.peers()
         assert await rescuer.rescue_expired([(victim.supervisor_id, watched)]) == 1
+    assert job(db, job_id)["status"] == "pending"
+
+
+@run_async
+async def test_a_supervisor_that_left_with_jobs_running_is_a_suspect_at_once(db):
+    (job_id,) = enqueue(db, {"type": "pdf"})
+    async with stores(db) as (rescuer,):
+        leaving = await AsyncStore.connect(db)
+        await leaving.claim([job_id], {"pdf": 3})
+        await leaving.close()  # its row stays, its heartbeat at -infinity
+        ((peer_id, beat, _),) = await rescuer.peers()  # readable, though no date
+        assert (peer_id, beat) == (leaving.supervisor_id, -math.inf)
+        assert await rescuer.rescue_expired([(peer_id, beat)]) == 1
     assert job(db, job_id)["status"] == "pending"
 
 

@@ -4,6 +4,7 @@ import contextlib
 import json
 import os
 import re
+import resource
 import signal
 import socket
 import sys
@@ -485,12 +486,19 @@ def test_bad_fields_on_the_control_socket_are_refused(supervisors):
     assert sup.slots()[0]["state"] == "free"  # nothing was started for nobody
 
 
+def _room_for(n: int) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < n + 256:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, n + 1024), hard))
+
+
 def test_idle_control_connections_are_capped_and_timed_out(supervisors):
+    _room_for(600)
     sup = supervisors(ECHO).start()
     path = sup.config.parent / "state" / "control" / "sock"
     idle = []
     try:
-        for _ in range(300):  # past the cap; each sends half a request and waits
+        for _ in range(560):  # past the cap; each sends half a request and waits
             s = socket.socket(socket.AF_UNIX)
             s.connect(str(path))
             s.sendall(b'{"cmd": "p')
@@ -498,7 +506,7 @@ def test_idle_control_connections_are_capped_and_timed_out(supervisors):
         time.sleep(0.5)
         result = sup.cli("ps")
         assert result.returncode == 1
-        assert "serves 256 control connections at once" in result.stderr
+        assert "serves 512 control connections at once" in result.stderr
         deadline = time.monotonic() + 30  # then the idle ones are closed
         while sup.cli("ps").returncode != 0:
             assert time.monotonic() < deadline, sup.output()[-2000:]
@@ -508,6 +516,31 @@ def test_idle_control_connections_are_capped_and_timed_out(supervisors):
         for s in idle:
             s.close()
     assert sup.cli("submit", "pdf", "--on-demand").returncode == 0
+
+
+def test_waiting_on_demand_callers_leave_room_for_the_operator(supervisors):
+    _room_for(300)
+    sup = supervisors(SLOW_PDF).start()
+    path = sup.config.parent / "state" / "control" / "sock"
+    callers = []
+    try:
+        for _ in range(256):
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(str(path))
+            s.settimeout(10)
+            s.sendall(b'{"cmd": "submit", "type": "pdf", "payload": {"seconds": 30}}\n')
+            callers.append(s)
+        for s in callers:
+            assert b'"accepted"' in s.recv(4096)
+        refused = sup.cli("submit", "pdf", "--on-demand")
+        assert refused.returncode == 1
+        assert "256 on-demand requests are waiting already; try again" in refused.stderr
+        ps = sup.cli("ps", "--json")  # the operator still gets in
+        assert ps.returncode == 0
+        assert json.loads(ps.stdout)["supervisor"]["waiting_on_demand"] == 255
+    finally:
+        for s in callers:
+            s.close()
 
 
 def test_an_on_demand_job_that_finishes_through_a_restart_keeps_its_result(supervisors):

@@ -119,7 +119,8 @@ def stop(config_path, socket_path, timeout):
     replies = client.stream({"cmd": "stop", "timeout": timeout}, timeout=None)
     first = next(replies, None)
     if not first or not first.get("ok"):
-        fail("the supervisor did not accept the stop request", 1)
+        fail(f"the supervisor did not accept the stop request: "
+             f"{(first or {}).get('error', 'no answer')}", int((first or {}).get("code", 1)))
     for _ in replies:  # the connection closes when the supervisor has stopped
         pass
     import psutil  # here: `supervise` and `submit` start 10 ms sooner without it

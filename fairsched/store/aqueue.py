@@ -290,11 +290,12 @@ class AsyncStore:
         again under the same id, and the jobs it lost can no longer be finished by it."""
         return await _renew(self.conn, self.supervisor_id, self.host, self.lease)
 
-    async def peers(self) -> list[tuple[int, Any, float]]:
-        """(id, heartbeat_at, lease) of every other registered supervisor."""
+    async def peers(self) -> list[tuple[int, float, float]]:
+        """(id, heartbeat_at as epoch seconds, lease) of every other registered supervisor;
+        -inf for one that deregistered with jobs still running (close())."""
         cur = await self.conn.execute(
-            "SELECT id, heartbeat_at, lease FROM fairsched_supervisors WHERE id <> %s",
-            (self.supervisor_id,))
+            "SELECT id, extract(epoch FROM heartbeat_at)::float8, lease"
+            " FROM fairsched_supervisors WHERE id <> %s", (self.supervisor_id,))
         return await cur.fetchall()
 
     async def rescue_expired(self, suspects: Iterable[tuple[int, Any]] | None = None) -> int:
@@ -315,8 +316,9 @@ class AsyncStore:
                 suspects = list(suspects)
                 cur = await self.conn.execute(
                     "DELETE FROM fairsched_supervisors s"
-                    " USING unnest(%s::bigint[], %s::timestamptz[]) AS seen(id, heartbeat_at)"
-                    " WHERE s.id = seen.id AND s.heartbeat_at = seen.heartbeat_at AND s.id <> %s"
+                    " USING unnest(%s::bigint[], %s::float8[]) AS seen(id, heartbeat_at)"
+                    " WHERE s.id = seen.id AND s.id <> %s"
+                    " AND extract(epoch FROM s.heartbeat_at)::float8 = seen.heartbeat_at"
                     " AND s.heartbeat_at < now() - s.lease * interval '1 second' RETURNING s.id",
                     ([i for i, _ in suspects], [h for _, h in suspects], self.supervisor_id))
             dead = [row[0] for row in await cur.fetchall()]

@@ -175,6 +175,14 @@ class Supervisor(WorkerLifecycle, WorkerPipes, JobHandling):
         if self.shutting_down:
             return
         self.shutting_down = True
+        try:
+            await self._shut_down(timeout)
+        except Exception:  # never expected; the process must still end, and say why
+            log.exception("the shutdown failed part way")
+        finally:
+            self.stopped.set()
+
+    async def _shut_down(self, timeout: float | None) -> None:
         self.lease.stop()
         timeout = self.config.supervisor.shutdown_timeout if timeout is None else timeout
         if self.up:  # not when it could not start at all: the caller says why
@@ -217,7 +225,6 @@ class Supervisor(WorkerLifecycle, WorkerPipes, JobHandling):
         self.observer.stop()
         if self.up:
             log.info("supervisor stopped")
-        self.stopped.set()
 
     async def _wait_changed(self, timeout: float) -> None:
         self.changed.clear()

@@ -23,7 +23,8 @@ from fairsched.supervisor.status import snapshot
 log = logging.getLogger("fairsched.control")
 
 MAX_LINE = 1 << 20
-MAX_CLIENTS = 256  # connections served at once; each on-demand caller holds one while it waits
+MAX_CLIENTS = 512  # connections served at once: each holds a file descriptor
+MAX_WAITING = 256  # on-demand callers waiting at once, each holding its connection and payload
 REQUEST_WITHIN = 10.0  # seconds a connection has to send its request line
 
 
@@ -42,6 +43,7 @@ class ControlServer:
         self._lock_fd: int | None = None
         self._server: asyncio.AbstractServer | None = None
         self._clients: set[asyncio.Task] = set()
+        self._waiting = 0  # on-demand callers connected now: ps, stop, restart keep room
 
     def lock(self) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -157,6 +159,18 @@ class ControlServer:
         await writer.drain()
 
     async def _submit(self, request: dict, reader, writer) -> None:
+        if self._waiting >= MAX_WAITING:
+            _send(writer, {"event": "refused", "code": 1,
+                           "error": f"{MAX_WAITING} on-demand requests are waiting already; "
+                                    "try again"})
+            return
+        self._waiting += 1
+        try:
+            await self._serve_submit(request, reader, writer)
+        finally:
+            self._waiting -= 1
+
+    async def _serve_submit(self, request: dict, reader, writer) -> None:
         sup = self.sup
         done = asyncio.Event()
         final: dict = {}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -225,17 +226,23 @@ class QueueLink:
             except Exception as exc:  # the database may be gone; the lease covers it
                 log.warning("could not deregister from the database: %s", exc)
         if self.database is not None:
-            await asyncio.get_running_loop().run_in_executor(None, self.database.close)
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, self.database.close)
+            except Exception as exc:  # the embedded server would not stop: say so, exit anyway
+                log.error("%s", exc)
 
     # -- the lane -------------------------------------------------------------------------------
 
     async def _run(self) -> None:
         delay = RECONNECT_FIRST
+        lost = False  # the database went out of reach (not a lane that failed and started over)
         while not self.closing:
             try:
                 if self.store is None:
                     await self._answer(self._connect())
-                    log.info("database connection restored")
+                    if lost:
+                        log.info("database connection restored")
+                    lost = False
                     self.sup.schedule()
                 await self._answer(self._drain())
                 delay = RECONNECT_FIRST
@@ -250,6 +257,7 @@ class QueueLink:
                 if self.connected:
                     log.error("lost the database: %s; reconnecting (workers keep running)",
                               str(exc).strip().splitlines()[0] if str(exc).strip() else exc)
+                    lost = True
                 self.connected = False
                 await self._drop_store()
                 self._requeue_claims()
@@ -261,7 +269,7 @@ class QueueLink:
                 await self._drop_store()
                 self._requeue_claims()
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, RECONNECT_MAX)
+                delay = min(delay * 2, self.reconnect_max)
 
     async def _answer(self, work):
         """Await a lane's round trips; one that hangs counts as a lost connection.
@@ -441,7 +449,8 @@ class QueueLink:
         for peer_id, beat, lease in peers:
             last = self._peer_beats.get(peer_id)
             seen[peer_id] = last if last is not None and last[0] == beat else (beat, now)
-            if now - seen[peer_id][1] >= lease:
+            # -inf: it left with jobs still running (AsyncStore.close): no need to wait.
+            if now - seen[peer_id][1] >= lease or beat == -math.inf:
                 suspects.append((peer_id, beat))
         self._peer_beats = seen
         return suspects

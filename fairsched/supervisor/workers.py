@@ -324,13 +324,8 @@ class WorkerLifecycle:
     def worker_exited(self, proc: WorkerProcess, status: int) -> None:
         # Whatever its jobs started in its process group (a converter's subprocess, say) goes
         # with it: those jobs may run again elsewhere, and nothing outlives its worker.
-        try:
+        with contextlib.suppress(OSError):  # nothing left in the group: the usual case
             os.killpg(proc.pid, signal.SIGKILL)
-        except OSError:
-            pass  # nothing left in the group (the usual case)
-        else:
-            log.info("worker %s left processes running in its process group; killed them",
-                     proc.name)
         lease_ran_out = self.killed_by_watchdog(proc)
         if self.watchdog is not None:
             self.watchdog.gone(proc.pid)
@@ -440,6 +435,7 @@ class WorkerLifecycle:
                 return
             with contextlib.suppress(ProcessLookupError):
                 os.kill(template.pid, signal.SIGKILL)
+            del self.templates[proc.group]  # said why already: no "template exited" line
             self._drop_template(template)  # starts its pending spawns, this one too, cold
         elif proc.state is ProcessState.STARTING:
             log.warning("worker %s did not start within %g s (start_timeout); killing it",
