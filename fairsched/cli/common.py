@@ -13,6 +13,7 @@ from typing import NoReturn
 import click
 
 from fairsched.errors import ConfigError, FairschedError
+from fairsched.logs import JsonFormatter
 
 config_option = click.option(
     "--config", "config_path", metavar="PATH",
@@ -45,7 +46,7 @@ def parse_seconds(option: str, text: str | None, *, positive: bool = False,
 def fail(message: str, code: int) -> NoReturn:
     if _debugging() and sys.exc_info()[1] is not None:
         traceback.print_exc()
-    if any(type(h.formatter).__name__ == "JsonFormatter" for h in logging.getLogger().handlers):
+    if any(isinstance(h.formatter, JsonFormatter) for h in logging.getLogger().handlers):
         logging.getLogger("fairsched").error(message)  # `supervise --log-format json`: JSON too
     else:
         click.echo(f"fairsched: {message}", err=True)

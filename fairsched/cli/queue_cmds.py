@@ -69,11 +69,10 @@ def submit_queued(config: Config, type_name: str, payload: Any, *, priority: int
     with open_queue(config) as queue:
         job_id = queue.enqueue(type_name, payload, priority=priority, max_attempts=max_attempts,
                                delay=delay, key=key)
-        if key is None:
+        if key is None or queue.same_job(job_id, type_name, payload, priority):
             return job_id
         held = queue.get_job(job_id)
-        same = held is None or queue.same_job(job_id, type_name, payload, priority)
-    if not same:
+    if held is not None:
         fail(f"key {key!r} is held by job {job_id} (type {held['type']}, priority "
              f"{held['priority']}, payload {json.dumps(held['payload'])[:60]}), not this job; "
              f"nothing was queued", 1)

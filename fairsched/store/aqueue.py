@@ -298,10 +298,10 @@ class AsyncStore:
             " FROM fairsched_supervisors WHERE id <> %s", (self.supervisor_id,))
         return await cur.fetchall()
 
-    async def rescue_expired(self, suspects: Iterable[tuple[int, Any]] | None = None) -> int:
+    async def rescue_expired(self, suspects: Iterable[tuple[int, float]] | None = None) -> int:
         """Hand back the running jobs of supervisors whose lease expired; return how many.
 
-        With `suspects`, (id, heartbeat_at) pairs the caller has watched stand still for a
+        With `suspects`, (id, heartbeat_at epoch) pairs the caller has watched stand still for a
         whole lease on its own clock, only those, and only while their heartbeat is still
         the one watched: then a step of the database server's clock cannot make live
         supervisors look dead.

@@ -87,7 +87,7 @@ class QueueLink:
         self._listen_task: asyncio.Task | None = None
         self._next_heartbeat = 0.0
         self._in_touch_since = 0.0  # monotonic time of the claim lane's last (re)connection
-        self._peer_beats: dict[int, tuple[Any, float]] = {}  # id: (heartbeat_at, seen since)
+        self._peer_beats: dict[int, tuple[float, float]] = {}  # id: (heartbeat_at, seen since)
         self._next_poll = 0.0
         self.claim_losses = 0
         self.answer_within = self.settings.lease * ANSWER_WITHIN
@@ -253,18 +253,13 @@ class QueueLink:
                     except TimeoutError:
                         pass
                 self._wake.clear()
-            except DB_ERRORS as exc:
-                if self.connected:
+            except Exception as exc:
+                if not isinstance(exc, DB_ERRORS):  # never expected: say so, loudly
+                    log.exception("the claim lane failed; starting over in %g s", delay)
+                elif self.connected:
                     log.error("lost the database: %s; reconnecting (workers keep running)",
                               str(exc).strip().splitlines()[0] if str(exc).strip() else exc)
                     lost = True
-                self.connected = False
-                await self._drop_store()
-                self._requeue_claims()
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, self.reconnect_max)
-            except Exception:  # never expected: say so, loudly, and keep the lane alive
-                log.exception("the claim lane failed; starting over in %g s", delay)
                 self.connected = False
                 await self._drop_store()
                 self._requeue_claims()
@@ -441,7 +436,7 @@ class QueueLink:
                 if sum(1 for _ in rows) < sum(2 * n for n in wanted.values()):
                     await self._arm_delayed_wakeup()
 
-    def _watch_peers(self, peers, now: float) -> list[tuple[int, Any]]:
+    def _watch_peers(self, peers, now: float) -> list[tuple[int, float]]:
         """The other supervisors whose heartbeat has stood still for their whole lease, by
         this process's monotonic clock: (id, heartbeat_at) for rescue_expired. The table's
         timestamps alone would take everyone for dead when the server's clock jumps ahead."""

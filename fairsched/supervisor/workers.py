@@ -109,8 +109,7 @@ class WorkerLifecycle:
             return
         importing = self.warming.pop(spec.name, None)
         if importing is not None:  # the code may have changed since it began: start over
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(importing.pid, signal.SIGKILL)
+            importing.kill()
         old = self.templates.pop(spec.name, None)
         if old is not None:
             self._drop_template(old)  # it exits; spawns it had under way start cold
@@ -127,8 +126,7 @@ class WorkerLifecycle:
             log.warning("template for %s did not import %s within %g s (start_timeout); "
                         "killing it, its workers start cold", template.group, template.handler,
                         procs[0].spec.start_timeout)
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(template.pid, signal.SIGKILL)
+            template.kill()
             ready = False
         except OSError as exc:  # the cold path reports the real problem
             log.debug("no template for %s: %s", template.group, exc)
@@ -190,11 +188,11 @@ class WorkerLifecycle:
         elif proc.sock is None:  # its pipe closed before the template's answer came
             self.expect_exit(proc)
 
-    def _drop_template(self, template: Template) -> None:
+    def _drop_template(self, template: Template, *, why_said: bool = False) -> None:
         template.close()  # its before_close lets the loop go of its socket
         if self.templates.get(template.group) is template:
             del self.templates[template.group]
-            if not self.shutting_down:
+            if not (self.shutting_down or why_said):
                 log.warning("template for %s exited; replacements start cold", template.group)
         pending = self.pending_spawns.pop(template.group, collections.deque())
         for proc, incarnation in pending:
@@ -433,10 +431,8 @@ class WorkerLifecycle:
             if template is None:
                 self._relaunch_cold(proc)
                 return
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(template.pid, signal.SIGKILL)
-            del self.templates[proc.group]  # said why already: no "template exited" line
-            self._drop_template(template)  # starts its pending spawns, this one too, cold
+            template.kill()
+            self._drop_template(template, why_said=True)  # its pending spawns start cold
         elif proc.state is ProcessState.STARTING:
             log.warning("worker %s did not start within %g s (start_timeout); killing it",
                         proc.name, proc.spec.start_timeout)

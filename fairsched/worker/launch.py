@@ -14,6 +14,7 @@ workers' parent-death signal when the thread that started them exits.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import functools
 import json
@@ -387,6 +388,12 @@ class Template:
         self._failure = reason
         self.close()
         raise LaunchError(reason)
+
+    def kill(self) -> None:
+        """SIGKILL the template (stuck, or importing code that has changed since); the caller
+        closes it and reaps `pid`."""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
 
     def close(self) -> None:
         """Close the control socket; the template then exits. The caller reaps `pid`."""
