@@ -131,7 +131,8 @@ def test_job_and_worker_lines_are_json(supervisors):
     first = sup.slots("pdf")[0]["pid"]
     assert sup.find(rf"worker pdf-1 spawned \(pid {first}\)", level="info")
     os.kill(first, signal.SIGKILL)
-    sup.wait_log(r"worker pdf-1 killed by SIGKILL, perhaps out of memory; restarting in 0 s")
+    sup.wait_log(r"worker pdf-1 killed by SIGKILL from outside fairsched \(not the OOM killer\); "
+                 r"restarting in 0 s")
     row = sup.wait_for(lambda ps: [s for s in ps["slots"] if s["group"] == "pdf"
                                    and s["state"] == "free" and s["pid"] != first],
                        what="pdf-1 back")

@@ -613,7 +613,7 @@ max_attempts = 1
         wait_all_finished(db, done, timeout=30, sups=[sup])
         (row,) = job_rows(db, {job})
         assert row[1:3] == ("failed", 1)
-        assert row[5] == "worker slow-1 killed by SIGKILL, perhaps out of memory", row[5]
+        assert row[5] == "worker slow-1 killed by SIGKILL from outside fairsched (not the OOM killer)", row[5]
 
 
 def test_a_job_that_finished_while_its_supervisor_was_stalled_succeeds(supervisors, db,

@@ -59,6 +59,7 @@ class WorkerProcess:
     kill_reason: str | None = None  # why the supervisor killed this incarnation, for ps
     said_fatal: str | None = None  # the error of the 'fatal' message it sent
     warned_progress: bool = False  # it was told once that its progress fields are ignored
+    oom_kills_at_start: int | None = None  # the kernel's OOM kill count when it started
 
     @property
     def name(self) -> str:
@@ -91,9 +92,11 @@ class WorkerProcess:
             return None
 
 
-def describe_exit(status: int, sent: set | frozenset = frozenset()) -> str:
-    """Human words for a waitpid status, e.g. 'killed by SIGKILL, perhaps out of memory';
-    `sent`: the signals the supervisor itself sent the process."""
+def describe_exit(status: int, sent: set | frozenset = frozenset(),
+                  oom_kills: tuple[int | None, int | None] = (None, None)) -> str:
+    """Human words for a waitpid status, e.g. 'killed by SIGKILL: out of memory';
+    `sent`: the signals the supervisor itself sent the process; `oom_kills`: the kernel's
+    OOM kill count (oom_kill_count) when the process started and now."""
     import os
     import signal
 
@@ -106,7 +109,13 @@ def describe_exit(status: int, sent: set | frozenset = frozenset()) -> str:
         if sig in sent:
             hint = " from the supervisor"
         elif sig == signal.SIGKILL:
-            hint = ", perhaps out of memory"  # the kernel's OOM killer sends SIGKILL
+            before, now = oom_kills
+            if before is None or now is None:
+                hint = ", perhaps out of memory"  # the kernel's OOM killer sends SIGKILL
+            elif now > before:
+                hint = ": out of memory (the kernel's OOM killer ran while it lived)"
+            else:
+                hint = " from outside fairsched (not the OOM killer)"
         else:
             hint = ""
         return f"killed by {name}{hint}"
@@ -116,3 +125,16 @@ def describe_exit(status: int, sent: set | frozenset = frozenset()) -> str:
             return f"exited with code {code} (could not start)"
         return f"exited with code {code}"
     return f"ended with status {status}"
+
+
+def oom_kill_count(vmstat: str = "/proc/vmstat") -> int | None:
+    """How many processes the kernel's OOM killer has killed since boot (any cgroup's OOM
+    too), or None where the kernel does not say."""
+    try:
+        with open(vmstat, "rb") as f:
+            for line in f:
+                if line.startswith(b"oom_kill "):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None

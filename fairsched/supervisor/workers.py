@@ -22,6 +22,7 @@ from fairsched.supervisor.process import (
     EXIT_CANNOT_START,
     WorkerProcess,
     describe_exit,
+    oom_kill_count,
     restart_delay,
 )
 from fairsched.supervisor.states import ProcessState
@@ -252,6 +253,7 @@ class WorkerLifecycle:
         proc.writing = False
         proc.started_at = time.time()
         proc.started_mono = time.monotonic()
+        proc.oom_kills_at_start = oom_kill_count()
         proc.set_state(ProcessState.STARTING)
         if proc.hello_timer is not None:  # an earlier try's, relaunched cold since
             proc.hello_timer.cancel()
@@ -328,7 +330,8 @@ class WorkerLifecycle:
         if self.watchdog is not None:
             self.watchdog.gone(proc.pid)
         how = ("killed by the lease watchdog" if lease_ran_out
-               else describe_exit(status, proc.signalled))
+               else describe_exit(status, proc.signalled,
+                                  (proc.oom_kills_at_start, oom_kill_count())))
         if proc.refused_work:
             how += " after refusing work"
         elif proc.kill_reason is not None and not lease_ran_out:
