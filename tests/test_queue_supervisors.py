@@ -836,3 +836,19 @@ def test_a_payload_no_worker_could_read_fails_its_job_and_nothing_else(superviso
     listing = sup.cli("jobs", "--json")  # the listing shows such a row too
     assert listing.returncode == 0, listing.stderr
     assert {j["id"] for j in json.loads(listing.stdout)} == {big, deep, small}
+
+
+def test_results_sent_just_before_a_restart_are_never_lost(supervisors, db, tmp_path):
+    # Restarted workers finish the job at hand, answer and exit at once: their exits are often
+    # reaped (SIGCHLD, another worker's exit reaping them too) before their last frames are
+    # read. Those frames count first: no job is given back, none runs twice.
+    sup = supervisors(RECORD.format(processes=8, slots=1)).start()
+    runs = tmp_path / "runs"
+    jobs = enqueue(db, [{"type": "rec", "payload": {"log": str(runs), "seconds": 0.2}}] * 120)
+    for _ in range(8):
+        time.sleep(0.4)
+        assert sup.cli("restart", "rec").returncode == 0
+    wait_all_finished(db, len(jobs), timeout=180, sups=[sup])
+    twice = [job for job, n in recorded(runs).items() if n > 1]
+    assert not twice, (twice, sup.output()[-3000:])
+    assert [r[1] for r in job_rows(db, set(jobs))] == ["succeeded"] * len(jobs)

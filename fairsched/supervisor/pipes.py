@@ -90,10 +90,9 @@ class WorkerPipes:
 
     def _on_readable(self, proc: WorkerProcess) -> bool:
         """Read from the worker once and act on it; whether there was anything to read."""
-        buffer = self.read_buffer
         sock = proc.sock
         try:
-            size = sock.recv_into(buffer)
+            size = sock.recv_into(self.read_buffer)
         except BlockingIOError:
             return False
         except OSError:
@@ -107,19 +106,37 @@ class WorkerPipes:
                 self.unregister_worker(proc, f"worker {proc.name} closed its pipe")
                 self.expect_exit(proc)
             return True
+        self._take(proc, sock, size)
+        return True
+
+    def read_last_words(self, proc: WorkerProcess) -> None:
+        """Act on all an exited worker wrote before it went, so that a result it sent is its
+        job's outcome and not a crash: its exit can be reaped (SIGCHLD) before its last
+        frames are read."""
+        sock = proc.sock
+        while sock is not None and proc.sock is sock:
+            try:
+                size = sock.recv_into(self.read_buffer)
+            except OSError:  # BlockingIOError: nothing more; a reset: nothing at all
+                return
+            if not size:
+                return
+            self._take(proc, sock, size)
+
+    def _take(self, proc: WorkerProcess, sock, size: int) -> None:
+        """Decode and act on `size` bytes read from the worker's socket `sock`."""
         try:
-            messages = proc.decoder.feed(buffer[:size])
+            messages = proc.decoder.feed(self.read_buffer[:size])
             for msg in messages:
                 validate(msg)
                 self.handle_message(proc, msg)
                 if proc.sock is not sock:  # dropped, perhaps restarted: the rest was its own
-                    return True
+                    return
         except ProtocolError as exc:
             log.error("worker %s sent a bad frame: %s; killing it", proc.name, exc)
             proc.kill_reason = f"it sent a bad frame: {exc}"
             self.kill_worker(proc, signal.SIGKILL)
             self.unregister_worker(proc, f"worker {proc.name} sent a bad frame: {exc}")
-        return True
 
     def handle_message(self, proc: WorkerProcess, msg: dict) -> None:
         kind = msg["t"]

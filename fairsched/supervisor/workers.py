@@ -326,6 +326,7 @@ class WorkerLifecycle:
         # with it: those jobs may run again elsewhere, and nothing outlives its worker.
         with contextlib.suppress(OSError):  # nothing left in the group: the usual case
             os.killpg(proc.pid, signal.SIGKILL)
+        self.read_last_words(proc)
         lease_ran_out = self.killed_by_watchdog(proc)
         if self.watchdog is not None:
             self.watchdog.gone(proc.pid)
