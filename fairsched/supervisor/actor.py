@@ -67,6 +67,8 @@ class Supervisor(WorkerLifecycle, WorkerPipes, JobHandling):
         self.warming: dict[str, Template] = {}  # templates still importing their handler
         self.pending_spawns: dict[str, collections.deque] = {}
         self.early_exits: dict[int, int] = {}
+        self._unknown_exit: tuple[int, float] | None = None  # (pid, first seen): reap_workers
+        self._orphan_timer: asyncio.TimerHandle | None = None
         self.shutting_down = False
         self.stopped = asyncio.Event()
         self.changed = asyncio.Event()

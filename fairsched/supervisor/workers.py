@@ -38,6 +38,7 @@ log = logging.getLogger("fairsched.supervisor")
 STOP_GRACE = 2.0  # SIGTERM to SIGKILL for a worker that is stopped or timed out
 EXIT_GRACE = 2.0  # a worker that closed its pipe gets this long to exit before SIGKILL
 REAP_WAIT = 0.002  # seconds the loop waits, at most, for a worker whose pipe closed to exit
+ORPHAN_GRACE = 1.0  # seconds a child not known as ours stays a zombie for whoever waits for it
 
 
 def launch_spec(proc: WorkerProcess, log_dir: Path) -> LaunchSpec:
@@ -181,7 +182,11 @@ class WorkerLifecycle:
             log.info("worker %s spawned (pid %d)", proc.name, pid,
                      extra=fields(event="worker_spawned", worker=proc.name, group=proc.group, pid=pid))
         status = self.early_exits.pop(pid, None)
-        if status is not None:  # reaped before we knew whose it was
+        if status is None:  # it may have exited before we knew whose it was: it waits for us
+            with contextlib.suppress(ChildProcessError):
+                done, status = os.waitpid(pid, os.WNOHANG)
+                status = status if done else None
+        if status is not None:  # it exited before we knew whose it was
             self.by_pid.pop(pid, None)
             self.worker_exited(proc, status)
         elif proc.state is ProcessState.STOPPING:
@@ -272,30 +277,71 @@ class WorkerLifecycle:
         self.fail_unrunnable_requests()
 
     def reap_workers(self) -> None:
-        """Collect every exited child; several SIGCHLDs fold into one call."""
-        while True:
+        """Collect the exits of this supervisor's children; several SIGCHLDs fold into one call.
+
+        Its own (workers, templates, the lease watchdog) are reaped by pid. Another child (a
+        job's helper re-parented here when its worker died, a template's worker that exited
+        before its pid reached us) is reaped only once it has been a zombie for ORPHAN_GRACE:
+        a child that library code started and waits for itself, such as the embedded
+        PostgreSQL's pg_ctl run from a thread, must keep its exit status for its waiter.
+        """
+        for pid in [*self.by_pid, *self.template_pids,
+                    *([self.watchdog.pid] if self.watchdog and self.watchdog.pid else [])]:
             try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
+                done, status = os.waitpid(pid, os.WNOHANG)
             except ChildProcessError:
+                continue
+            if done:
+                self._reaped(pid, status)
+        while True:
+            try:  # peek: which child has exited, without reaping it
+                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                info = None
+            if info is None:
+                self._unknown_exit = None
                 return
-            if pid == 0:
-                return
-            proc = self.by_pid.pop(pid, None)
-            if proc is not None:
-                self.worker_exited(proc, status)
-            elif self.watchdog is not None and pid == self.watchdog.pid:
-                self.watchdog.exited(status)
-                self._changed()
-            elif pid in self.template_pids:
-                group = self.template_pids.pop(pid)
-                template = self.templates.get(group)
-                if template is not None and template.pid == pid:
-                    self._drop_template(template)
-            else:
-                # A template-forked worker can exit before its pid reaches us.
-                self.early_exits[pid] = status
-                while len(self.early_exits) > 256:
-                    self.early_exits.pop(next(iter(self.early_exits)))
+            pid, now = info.si_pid, time.monotonic()
+            if not self._is_own(pid):
+                if self._unknown_exit is None or self._unknown_exit[0] != pid:
+                    self._unknown_exit = (pid, now)
+                if now - self._unknown_exit[1] < ORPHAN_GRACE:
+                    if self._orphan_timer is None:
+                        self._orphan_timer = self.loop.call_later(ORPHAN_GRACE,
+                                                                  self._reap_orphans_later)
+                    return
+            try:
+                done, status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:  # its waiter took it meanwhile
+                continue
+            if done:
+                self._reaped(pid, status)
+
+    def _reap_orphans_later(self) -> None:
+        self._orphan_timer = None
+        self.reap_workers()
+
+    def _is_own(self, pid: int) -> bool:
+        return (pid in self.by_pid or pid in self.template_pids
+                or (self.watchdog is not None and pid == self.watchdog.pid))
+
+    def _reaped(self, pid: int, status: int) -> None:
+        proc = self.by_pid.pop(pid, None)
+        if proc is not None:
+            self.worker_exited(proc, status)
+        elif self.watchdog is not None and pid == self.watchdog.pid:
+            self.watchdog.exited(status)
+            self._changed()
+        elif pid in self.template_pids:
+            group = self.template_pids.pop(pid)
+            template = self.templates.get(group)
+            if template is not None and template.pid == pid:
+                self._drop_template(template)
+        else:
+            # A template-forked worker can exit before its pid reaches us.
+            self.early_exits[pid] = status
+            while len(self.early_exits) > 256:
+                self.early_exits.pop(next(iter(self.early_exits)))
 
     def reap_worker(self, proc: WorkerProcess) -> bool:
         """Reap `proc`, whose pipe just closed, if it exits within REAP_WAIT; whether it did.
