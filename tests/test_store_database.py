@@ -240,3 +240,45 @@ def test_sigterm_while_the_embedded_server_starts_stops_it_too(monkeypatch, shor
     left = [p.pid for p in psutil.process_iter(["cmdline"])
             if pgdata in " ".join(p.info["cmdline"] or [])]
     assert left == []
+
+
+def embedded_config(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "noop_handlers.py").write_text("def noop(job):\n    return None\n")
+    config = folder / "workers.toml"
+    config.write_text('[supervisor]\nstate_dir = "state"\n\n[[worker]]\nname = "noop"\n'
+                      'types = ["noop"]\nhandler = "noop_handlers:noop"\n')
+    return config
+
+
+def test_an_embedded_server_that_cannot_start_fails_supervise_in_one_line(monkeypatch, short_tmp):
+    # pg_ctl runs in a thread of the supervisor, whose SIGCHLD handler must leave its exit
+    # status to it: taken, it read as success and the start waited for ever.
+    monkeypatch.delenv(ENV_URL, raising=False)
+    config = embedded_config(short_tmp)
+    cli = [sys.executable, "-m", "fairsched"]
+    made = subprocess.run([*cli, "jobs", "--config", str(config)], capture_output=True, text=True,
+                          timeout=60)
+    assert made.returncode == 0, made.stderr
+    with open(short_tmp / "state" / "pg" / "postgresql.conf", "a") as conf:
+        conf.write("bogus_setting = 1\n")
+    for command in ("jobs", "supervise"):
+        result = subprocess.run([*cli, command, "--config", str(config)], capture_output=True,
+                                text=True, timeout=60)
+        assert result.returncode == 1, (command, result.stderr)
+        errors = [ln for ln in result.stderr.splitlines() if "INFO" not in ln]
+        assert len(errors) == 1, (command, result.stderr)
+        assert 'unrecognized configuration parameter "bogus_setting"' in errors[0], errors
+        assert "contains errors (see " in errors[0], errors
+
+
+def test_an_embedded_server_under_a_path_with_a_space_is_refused_in_one_line(monkeypatch,
+                                                                             short_tmp):
+    monkeypatch.delenv(ENV_URL, raising=False)
+    config = embedded_config(short_tmp / "my docs")
+    result = subprocess.run([sys.executable, "-m", "fairsched", "jobs", "--config", str(config)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert "cannot take a path with a space" in result.stderr
+    assert "[supervisor] key 'state_dir'" in result.stderr

