@@ -852,3 +852,46 @@ def test_results_sent_just_before_a_restart_are_never_lost(supervisors, db, tmp_
     twice = [job for job, n in recorded(runs).items() if n > 1]
     assert not twice, (twice, sup.output()[-3000:])
     assert [r[1] for r in job_rows(db, set(jobs))] == ["succeeded"] * len(jobs)
+
+
+def test_a_backlog_of_large_results_is_written_once_the_database_is_back(db):
+    # Results gathered while PostgreSQL was out of reach go out in statements of a few MB,
+    # each answered well within its time limit, whatever the backlog's size.
+    from tests.pg_proxy import PgProxy
+
+    proxy = PgProxy(db)
+    sup = Supervisor(proxy.url_through, """
+[[worker]]
+name = "big"
+types = ["big"]
+handler = "sup_handlers:big"
+slots = 24
+""", supervisor="lease = 20\n")
+    try:
+        sup.start()
+        ids = enqueue(db, [{"type": "big", "payload": {"seconds": 1.5, "size": 600_000}}] * 24)
+        sup.wait_for(lambda ps: all(s["state"] == "busy" for s in ps["slots"]), what="all busy")
+        proxy.cut()
+        time.sleep(3)  # every job ends meanwhile: 14 MB of results wait
+        proxy.heal()
+        wait_all_finished(db, len(ids), timeout=60, sups=[sup])
+        with psycopg.connect(db) as conn:
+            rows = conn.execute("SELECT id, status, attempts, result->>'id',"
+                                " length(result->>'blob') FROM fairsched_jobs").fetchall()
+        assert sorted(rows) == [(i, "succeeded", 1, str(i), 600_000) for i in ids]
+    finally:
+        sup.close()
+        proxy.close()
+
+
+def test_a_statement_of_results_holds_a_few_megabytes_or_a_thousand_rows():
+    from fairsched.supervisor.queue_link import CHUNK_BYTES, CHUNK_ROWS, completion_chunk
+
+    small = [(i, 1, None) for i in range(2500)]
+    assert completion_chunk(small) == small[:CHUNK_ROWS]
+    blob = "x" * (CHUNK_BYTES // 3)
+    large = [(i, 1, blob) for i in range(10)]
+    assert completion_chunk(large) == large[:3]
+    huge = [(1, 1, "x" * (CHUNK_BYTES * 2)), (2, 1, None)]
+    assert completion_chunk(huge) == huge[:1]  # one result always goes, however large
+    assert completion_chunk([]) == []

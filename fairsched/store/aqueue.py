@@ -369,14 +369,19 @@ class AsyncStore:
                   if await self.fail(job_id, claim, error, permanent=True, retry_delay=0)]
         self.unstorable = [(job_id, error) for job_id, _, error in unstorable
                            if job_id in failed]
-        if not storable:
-            return failed
+        return failed + await self.complete_encoded(storable)
+
+    async def complete_encoded(self, items: list[tuple[int, int, str | None]]) -> list[int]:
+        """complete() for results already encoded (queue.encode_json): (id, claim, JSON text
+        or None); return the ids that changed."""
+        if not items:
+            return []
         cur = await self.conn.execute(COMPLETE_SQL, {
-            "me": self.supervisor_id, "ids": [job_id for job_id, _, _ in storable],
+            "me": self.supervisor_id, "ids": [job_id for job_id, _, _ in items],
             "done": _keyed_by_id((job_id, f"[{claim},{result or 'null'}]")
-                                 for job_id, claim, result in storable),
+                                 for job_id, claim, result in items),
         })
-        return failed + [row[0] for row in await cur.fetchall()]
+        return [row[0] for row in await cur.fetchall()]
 
     async def completed_already(self, items: Iterable[tuple[int, int]]) -> set[int]:
         """Of (id, claim) pairs, the jobs this supervisor has recorded succeeded under that

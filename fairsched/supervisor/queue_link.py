@@ -21,7 +21,8 @@ from typing import Any
 import psycopg
 
 from fairsched.store.aqueue import AsyncStore
-from fairsched.store.database import open_database
+from fairsched.store.database import first_line, open_database
+from fairsched.store.queue import encode_json
 
 log = logging.getLogger("fairsched.queue")
 
@@ -37,6 +38,24 @@ DB_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError)
 # the two together stay short of lease.CANCEL_AT, so a database that is slow but answers never
 # makes this supervisor give its jobs back.
 ANSWER_WITHIN = 1 / 4
+
+
+# One statement writes at most this many results, or this many bytes of them: a backlog
+# gathered while the database was out of reach (results of up to a frame, 1 MiB, each) goes
+# out in statements that each finish well within ANSWER_WITHIN, and stay far below the 256 MB
+# a jsonb value can hold.
+CHUNK_ROWS = 1000
+CHUNK_BYTES = 4 << 20
+
+
+def completion_chunk(completions: list) -> list:
+    """The first (id, claim, JSON text) completions that fit in one statement (at least one)."""
+    size = 0
+    for n, (_, _, text) in enumerate(completions[:CHUNK_ROWS]):
+        size += len(text) if text else 4
+        if size > CHUNK_BYTES and n:
+            return completions[:n]
+    return completions[:CHUNK_ROWS]
 
 
 @dataclass
@@ -115,7 +134,18 @@ class QueueLink:
         self.wake()
 
     def complete(self, job_id: int, claim: int, result: Any) -> None:
-        self.outbox.completions.append((job_id, claim, result))
+        try:
+            text = encode_json(result, "result")
+        except ValueError as exc:  # NaN, a NUL character: the job fails for good instead
+            why = f"the result could not be stored: {exc}"
+
+            def said(status, job_id=job_id, why=why):  # the actor logged "succeeded" already
+                if status == "failed":
+                    log.warning("job %s failed for good after all: %s", job_id, why)
+
+            self.fail(Failure(job_id, claim, why, permanent=True, retry_delay=0, done=said))
+            return
+        self.outbox.completions.append((job_id, claim, text))
         self._outbox_wake.set()
 
     def fail(self, failure: Failure) -> None:
@@ -339,7 +369,11 @@ class QueueLink:
                 else:
                     await self._outbox_wake.wait()
             except DB_ERRORS as exc:
-                log.debug("outcome lane lost the database: %s", exc)
+                if self.connected:  # the claim lane gets its answers: the trouble is here
+                    log.warning("could not write %d job outcomes: %s; trying again in %g s",
+                                len(self.outbox.job_ids()), first_line(exc), delay)
+                else:  # the claim lane says the database is lost, once
+                    log.debug("outcome lane lost the database: %s", exc)
                 writer, self.writer = self.writer, None
                 if writer is not None:
                     try:
@@ -358,14 +392,12 @@ class QueueLink:
         box = self.outbox
         refused = []
         if box.completions:
-            batch = box.completions[:]
-            changed = set(await store.complete(batch))
+            batch = completion_chunk(box.completions)
+            changed = set(await store.complete_encoded(batch))
             unchanged = [(job_id, claim) for job_id, claim, _ in batch if job_id not in changed]
             if unchanged:  # written already, by a try whose answer was lost, or not ours now
                 done = await store.completed_already(unchanged)
                 refused += [job_id for job_id, _ in unchanged if job_id not in done]
-            for job_id, why in store.unstorable:  # logged "succeeded" by the actor already
-                log.warning("job %s failed for good after all: %s", job_id, why)
             del box.completions[:len(batch)]
         while box.failures:
             f = box.failures[0]

@@ -123,3 +123,9 @@ def awkward(job: fairsched.Job):
     if do == "error":
         raise RuntimeError("a broken \ud800 pair and a NUL \x00")
     return {"ok": job.id}
+
+
+def big(job: fairsched.Job):
+    """Sleeps payload['seconds'], then returns a result of about payload['size'] bytes."""
+    time.sleep(float(job.payload.get("seconds", 0)))
+    return {"id": job.id, "blob": "x" * int(job.payload["size"])}
