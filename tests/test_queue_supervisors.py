@@ -895,3 +895,44 @@ def test_a_statement_of_results_holds_a_few_megabytes_or_a_thousand_rows():
     huge = [(1, 1, "x" * (CHUNK_BYTES * 2)), (2, 1, None)]
     assert completion_chunk(huge) == huge[:1]  # one result always goes, however large
     assert completion_chunk([]) == []
+
+
+def started_within(url, ids) -> list[float]:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute("SELECT extract(epoch FROM started_at - created_at) FROM fairsched_jobs"
+                            " WHERE id = ANY(%s)", (ids,)).fetchall()
+    return [float(r[0]) for r in rows]
+
+
+def test_a_job_notified_while_a_fetch_runs_is_not_left_for_the_poll(supervisors, db, tmp_path):
+    # The second job of each pair commits after the fetch its partner woke has taken its
+    # snapshot, and its notification comes while that fetch runs: it must not be taken for
+    # drained, or it waits for the next poll (here 600 s) or the next insert.
+    sup = supervisors(RECORD.format(processes=1, slots=8),
+                      supervisor="poll_interval = 600\n").start()
+    log = tmp_path / "runs"
+    job = {"type": "rec", "payload": {"log": str(log)}}
+    ids = []
+    with psycopg.connect(db, autocommit=True) as a, psycopg.connect(db, autocommit=True) as b:
+        for pair in range(40):
+            ids += Queue(a).enqueue_many([job])
+            time.sleep(0.001 * (pair % 3))
+            ids += Queue(b).enqueue_many([job])
+            wait_all_finished(db, len(ids), timeout=30, sups=[sup])
+    waits = started_within(db, ids)
+    assert len(waits) == len(ids) and max(waits) < 2, sorted(waits)[-5:]
+
+
+def test_jobs_inserted_while_the_notification_connection_was_down_start_at_once(
+        supervisors, db, tmp_path):
+    sup = supervisors(RECORD.format(processes=1, slots=2),
+                      supervisor="poll_interval = 600\n").start()
+    log = tmp_path / "runs"
+    with psycopg.connect(db, autocommit=True) as conn:
+        with conn.transaction():  # the listener goes, and the job's notification with it
+            (gone,) = conn.execute("SELECT count(pg_terminate_backend(pid)) FROM"
+                                   " pg_stat_activity WHERE query LIKE 'LISTEN %'").fetchone()
+            ids = Queue(conn).enqueue_many([{"type": "rec", "payload": {"log": str(log)}}])
+    assert gone >= 1
+    wait_all_finished(db, 1, timeout=30, sups=[sup])
+    assert started_within(db, ids)[0] < 3

@@ -58,6 +58,7 @@ class Supervisor(WorkerLifecycle, WorkerPipes, JobHandling):
         self.requests: dict[int, Request] = {}  # waiting on-demand requests by number
         self.cache: dict[int, object] = {}  # fetched queued candidates, not yet claimed
         self.exhausted: set[str] = set()  # types whose last fetch came back short
+        self.notified: set[str] = set()  # types with new jobs notified since the last fetch began
         self.losses_in_row = 0
         self.queue = QueueLink(self, config)
         self.lease = LeaseGuard(self, config.supervisor.lease)
@@ -326,7 +327,8 @@ class Supervisor(WorkerLifecycle, WorkerPipes, JobHandling):
         for qj in rows:
             counts[qj.type] = counts.get(qj.type, 0) + 1
         for t, free in wanted.items():
-            if counts.get(t, 0) < 2 * free:
+            # Jobs notified while it ran may have come too late for it: not drained yet.
+            if counts.get(t, 0) < 2 * free and t not in self.notified:
                 self.exhausted.add(t)
             else:
                 self.exhausted.discard(t)
@@ -364,6 +366,7 @@ class Supervisor(WorkerLifecycle, WorkerPipes, JobHandling):
         self.schedule()
 
     def on_jobs_notified(self, type_name: str) -> None:
+        self.notified.add(type_name)
         self.exhausted.discard(type_name)
         if type_name in self.type_ids and self.pool.free_count(self.type_ids[type_name]):
             self.queue.request_fetch()

@@ -463,6 +463,7 @@ class QueueLink:
             self.fetch_wanted = False
             wanted = self.sup.free_by_type()
             if wanted:
+                self.sup.notified.clear()  # rows notified before this fetch are in its answer
                 rows = await store.fetch(wanted, self.sup.priority_per_second)
                 self.sup.on_fetched(rows, wanted)
                 if sum(1 for _ in rows) < sum(2 * n for n in wanted.values()):
@@ -494,9 +495,15 @@ class QueueLink:
 
     async def _listen(self) -> None:
         delay = RECONNECT_FIRST
+        lost = False
         while not self.closing:
             try:
-                async for kind, value in self.store_listen():
+                notifications = await self.store_listen()
+                if lost:  # what was notified while it was down never came: look afresh
+                    lost = False
+                    self.sup.on_poll()
+                    self.request_fetch()
+                async for kind, value in notifications:
                     delay = RECONNECT_FIRST
                     if kind == "jobs":
                         self.sup.on_jobs_notified(value)
@@ -506,6 +513,7 @@ class QueueLink:
                 raise
             except Exception as exc:
                 log.debug("notification connection lost: %s", exc)
+            lost = True
             await asyncio.sleep(delay)
             delay = min(delay * 2, self.reconnect_max)
 
