@@ -164,6 +164,11 @@ async def test_next_eligible_at_is_the_earliest_delayed_job(db):
         assert await store.next_eligible_at() == b_at
         assert await store.next_eligible_at(["a"]) == a_at
         assert await store.next_eligible_at(["c"]) is None
+        # The wait, by the server's clock alone: right whatever this host's clock says.
+        (server_now,) = sql(db, "SELECT extract(epoch FROM now())::float8")[0]
+        assert 99 < await store.next_eligible_in() <= b_at - server_now + 0.001
+        assert 499 < await store.next_eligible_in(["a"]) <= 500
+        assert await store.next_eligible_in(["c"]) is None
 
 
 @run_async

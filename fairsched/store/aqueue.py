@@ -198,7 +198,8 @@ WITH RECURSIVE pending_types(type) AS (
     UNION ALL
     SELECT unnest(%(types)s::text[])
 )
-SELECT extract(epoch FROM min(next.run_after))::float8
+SELECT extract(epoch FROM min(next.run_after))::float8,
+       extract(epoch FROM min(next.run_after) - now())::float8
   FROM wanted
  CROSS JOIN generate_series(0, {MAX_PRIORITY}) AS level(priority)
  CROSS JOIN LATERAL (
@@ -436,10 +437,19 @@ class AsyncStore:
 
     async def next_eligible_at(self, types: Iterable[str] | None = None) -> float | None:
         """Epoch seconds when the next delayed job (of `types`, or of any type) becomes eligible."""
+        return (await self._next_eligible(types))[0]
+
+    async def next_eligible_in(self, types: Iterable[str] | None = None) -> float | None:
+        """Seconds until the next delayed job (of `types`, or of any type) becomes eligible, by
+        the server's clock: a timer armed with it is right however far this host's clock is
+        from the server's."""
+        return (await self._next_eligible(types))[1]
+
+    async def _next_eligible(self, types: Iterable[str] | None) -> tuple[float | None, float | None]:
         cur = await self.conn.execute(
             NEXT_ELIGIBLE_SQL, {"types": None if types is None else list(types)})
         row = await cur.fetchone()
-        return row[0] if row else None
+        return (row[0], row[1]) if row else (None, None)
 
     def listen(self) -> Notifications:
         """Notifications on a connection of their own: ('jobs', type) and ('cancel', job_id).

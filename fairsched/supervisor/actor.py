@@ -374,8 +374,8 @@ class Supervisor(WorkerLifecycle, WorkerPipes, JobHandling):
     def on_poll(self) -> None:
         self.exhausted.clear()
 
-    def wake_at(self, at: float) -> None:
-        delay = max(0.0, at - time.time())
+    def wake_in(self, delay: float) -> None:
+        delay = max(0.0, delay)
         if self._wake_handle is not None:
             if self._wake_handle.when() <= self.loop.time() + delay:
                 return

@@ -489,9 +489,9 @@ class QueueLink:
         self.sup.lease.expired()
 
     async def _arm_delayed_wakeup(self) -> None:
-        at = await self.store.next_eligible_at()
-        if at is not None:
-            self.sup.wake_at(at)
+        delay = await self.store.next_eligible_in()
+        if delay is not None:
+            self.sup.wake_in(delay)
 
     async def _listen(self) -> None:
         delay = RECONNECT_FIRST
