@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from datetime import timedelta
 
 import psycopg
@@ -248,3 +249,17 @@ def test_queue_open_takes_a_workers_toml_and_refuses_a_state_dir_that_is_not_the
         with pytest.raises(DatabaseUnavailable, match=": no embedded database here; give the"):
             Queue.open(wrong)
     assert not (tmp_path / "typo").exists() and not (tmp_path / "pg").exists()
+
+
+def test_a_job_enqueued_late_in_a_long_transaction_keeps_its_whole_delay(db):
+    with psycopg.connect(db) as conn:  # one transaction, 1.5 s old when the jobs go in
+        conn.execute("SELECT 1")
+        time.sleep(1.5)
+        (job,) = Queue(conn).enqueue_many([{"type": "pdf", "delay": 2}])
+        conn.commit()
+        age, wait = conn.execute(
+            "SELECT extract(epoch FROM clock_timestamp() - created_at),"
+            " extract(epoch FROM run_after - clock_timestamp()) FROM fairsched_jobs"
+            " WHERE id = %s", (job,)).fetchone()
+    assert float(age) < 1.0
+    assert float(wait) > 1.0

@@ -32,7 +32,9 @@ JOB_FIELDS = frozenset({"type", "payload", "priority", "max_attempts", "delay", 
 INT4_MAX = 2**31 - 1
 MAX_KEY = 1000  # bytes of an idempotency key
 
-# One statement per batch. Ids are drawn before the insert so every input row, inserted or
+# One statement per batch, timed from the statement, not from the start of the caller's
+# transaction (now()): a job enqueued late in a long transaction neither starts older than
+# it is nor has its delay cut short. Ids are drawn before the insert so every input row, inserted or
 # not, is matched to its id by position; a row whose key names an unfinished job gets that
 # job's id instead (seen in the statement's snapshot, taken before the insert).
 ENQUEUE_SQL = """
@@ -43,10 +45,10 @@ WITH input AS MATERIALIZED (
            WITH ORDINALITY AS u(type, priority, payload, max_attempts, delay, key, ord)
 ), inserted AS (
     INSERT INTO fairsched_jobs
-           (id, type, priority, payload, max_attempts, run_after, idempotency_key)
+           (id, type, priority, payload, max_attempts, created_at, run_after, idempotency_key)
     OVERRIDING SYSTEM VALUE
-    SELECT id, type, priority, payload, max_attempts,
-           now() + delay * interval '1 second', key
+    SELECT id, type, priority, payload, max_attempts, statement_timestamp(),
+           statement_timestamp() + delay * interval '1 second', key
       FROM input ORDER BY ord
     ON CONFLICT (idempotency_key)
        WHERE idempotency_key IS NOT NULL AND status IN ('pending', 'running')
