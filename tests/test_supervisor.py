@@ -828,3 +828,32 @@ def test_ps_and_stop_still_reach_a_supervisor_whose_config_broke_since(superviso
     stopped = sup.cli("stop")
     assert stopped.returncode == 0, stopped.stderr
     assert sup.wait_exit(10) == 0
+
+
+def test_an_on_demand_caller_that_stops_reading_costs_the_supervisor_no_memory(supervisors):
+    # A caller suspended (Ctrl-Z) while its job reports progress: the supervisor holds only
+    # the latest progress for it, and sends it and the result once the caller reads again.
+    sup = supervisors("""
+[[worker]]
+name = "chatty"
+types = ["chatty"]
+handler = "sup_handlers:chatty"
+""").start()
+    supervisor = psutil.Process(sup.proc.pid)
+    before = supervisor.memory_info().rss
+    n = 150_000  # about 20 MB of progress events
+    caller = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    caller.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    caller.connect(str(sup.dir / "state" / "control" / "sock"))
+    caller.sendall(json.dumps({"cmd": "submit", "type": "chatty", "payload": {"n": n}}).encode()
+                   + b"\n")
+    sup.wait_for(lambda ps: ps["supervisor"]["counters"].get("succeeded", 0) == 1,
+                 timeout=120, what="the job done")
+    grown = supervisor.memory_info().rss - before
+    events = [json.loads(line) for line in caller.makefile("rb")]
+    caller.close()
+    assert events[-1] == {"event": "result", "job_id": events[0]["job_id"],
+                          "result": {"steps": n}}, events[-1]
+    progress = [e for e in events if e["event"] == "progress"]
+    assert 0 < len(progress) < n // 2
+    assert grown < 8 << 20, f"the supervisor grew by {grown >> 20} MiB"

@@ -25,6 +25,7 @@ log = logging.getLogger("fairsched.control")
 MAX_LINE = 1 << 20
 MAX_CLIENTS = 512  # connections served at once: each holds a file descriptor
 MAX_WAITING = 256  # on-demand callers waiting at once, each holding its connection and payload
+HOLD_PROGRESS_AT = 64 << 10  # bytes unread by an on-demand caller: further progress waits
 REQUEST_WITHIN = 10.0  # seconds a connection has to send its request line
 
 
@@ -174,13 +175,32 @@ class ControlServer:
         sup = self.sup
         done = asyncio.Event()
         final: dict = {}
+        held: dict = {}  # the latest progress event, held back while the caller reads slowly
+        flushing: list[asyncio.Task] = []
 
         def notify(event: dict) -> None:
-            if not writer.is_closing():
-                _send(writer, event)
             if event["event"] in ("result", "error"):
                 final.update(event)
                 done.set()
+                held.clear()  # stale now
+            if writer.is_closing():
+                return
+            if (event["event"] == "progress"
+                    and writer.transport.get_write_buffer_size() >= HOLD_PROGRESS_AT):
+                # A caller that reads slowly (or is suspended) gets the latest progress once
+                # it catches up, not every one: what waits here for it stays bounded.
+                held["event"] = event
+                if not flushing or flushing[-1].done():
+                    flushing[:] = [asyncio.ensure_future(send_held())]
+                return
+            _send(writer, event)
+
+        async def send_held() -> None:
+            with contextlib.suppress(ConnectionError):
+                await writer.drain()
+            event = held.pop("event", None)
+            if event is not None and not writer.is_closing():
+                _send(writer, event)
 
         timeout = request.get("timeout")
         if timeout is not None and not (_seconds(timeout) and timeout > 0):
@@ -229,6 +249,8 @@ class ControlServer:
         finally:
             eof.cancel()
             waiter.cancel()
+            for task in flushing:
+                task.cancel()
 
 
 def _seconds(value) -> bool:

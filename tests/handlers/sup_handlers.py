@@ -129,3 +129,11 @@ def big(job: fairsched.Job):
     """Sleeps payload['seconds'], then returns a result of about payload['size'] bytes."""
     time.sleep(float(job.payload.get("seconds", 0)))
     return {"id": job.id, "blob": "x" * int(job.payload["size"])}
+
+
+def chatty(job: fairsched.Job):
+    """Reports progress payload['n'] times, as fast as it can, then returns how many."""
+    n = int(job.payload["n"])
+    for i in range(n):
+        job.progress(i / n, f"step {i} of {n}: " + "x" * 80)
+    return {"steps": n}
