@@ -400,8 +400,10 @@ max_attempts = 1
     sup.wait_for(lambda ps: ps["slots"][0]["state"] == "free" and ps["slots"][0]["pid"] != pid,
                  what="replacement")
     # The supervisor's own kill is not taken for the kernel's OOM killer.
-    how = "killed by SIGKILL from the supervisor" if ignore_cancel else "exited with code 0"
+    how = ("killed by SIGKILL from the supervisor (it ignored SIGTERM for 2 s)" if ignore_cancel
+           else "exited with code 0")
     assert f"worker pdf-1 {how}" in sup.output(), sup.output()
+    assert ("worker pdf-1 still runs 2 s after SIGTERM; killing it" in sup.output()) == ignore_cancel
     assert "out of memory" not in sup.output() and "OOM" not in sup.output()
 
 

@@ -542,7 +542,16 @@ class WorkerLifecycle:
         except PermissionError:
             os.kill(proc.pid, sig)
         if grace is not None and proc.kill_timer is None:
-            proc.kill_timer = self.loop.call_later(grace, self.kill_worker, proc, signal.SIGKILL)
+            proc.kill_timer = self.loop.call_later(grace, self._kill_after_grace, proc, grace)
+
+    def _kill_after_grace(self, proc: WorkerProcess, grace: float) -> None:
+        proc.kill_timer = None
+        if proc.pid is None:
+            return
+        log.warning("worker %s still runs %g s after SIGTERM; killing it", proc.name, grace)
+        if proc.kill_reason is None:
+            proc.kill_reason = f"it ignored SIGTERM for {grace:g} s"
+        self.kill_worker(proc, signal.SIGKILL)
 
     def stop_worker(self, proc: WorkerProcess, *, kill_now: bool = False) -> None:
         """Take the worker's slots out of the index, then SIGTERM (or SIGKILL) it."""
@@ -568,6 +577,7 @@ class WorkerLifecycle:
                 log.info("worker %s restarted by the operator", proc.name)
                 self._respawn(proc)
             elif proc.state in (ProcessState.STARTING, ProcessState.RUNNING):
+                log.info("worker %s restarted by the operator (pid %s)", proc.name, proc.pid)
                 for rj in list(self.running.values()):
                     if rj.proc is proc:
                         self.cancel_job(rj, "restart")
