@@ -148,17 +148,22 @@ class _Section:
                 if not name or "=" in name or "\0" in name or "\0" in text:
                     self.fail(key, f"has an entry no environment can hold: {name!r}")
         if minimum is not None and value < minimum:
-            self.fail(key, f"must be >= {minimum:g}, got {value!r}")
+            self.fail(key, f"must be >= {_bound(minimum)}, got {value!r}")
         if above is not None and value <= above:
-            self.fail(key, f"must be > {above:g}, got {value!r}")
+            self.fail(key, f"must be > {_bound(above)}, got {value!r}")
         if maximum is not None and value > maximum:
-            self.fail(key, f"must be <= {maximum:g}, got {value!r}")
+            self.fail(key, f"must be <= {_bound(maximum)}, got {value!r}")
         return value
 
     def finish(self):
         unknown = sorted(set(self.table) - self.seen)
         if unknown:
             self.fail(unknown[0], "is not a known setting")
+
+
+def _bound(limit: float) -> str:
+    """A bound as a user reads it: integers in full (2147483647), others short (1e+12)."""
+    return str(limit) if isinstance(limit, int) else f"{limit:g}"
 
 
 def _kind(value: Any) -> str:

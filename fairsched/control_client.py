@@ -37,8 +37,10 @@ class ControlClient:
                              f"{exc.strerror or exc}") from None
         return sock
 
-    def stream(self, request: dict, timeout: float | None = ...) -> Iterator[dict]:
-        """Send one request and yield every reply line until the supervisor closes."""
+    def stream(self, request: dict, timeout: float | None = ...,
+               then: float | None = ...) -> Iterator[dict]:
+        """Send one request and yield every reply line until the supervisor closes; `timeout`
+        (default: the client's) for each, or for the first only when `then` is given."""
         sock = self._connect()
         if timeout is not ...:
             sock.settimeout(timeout)
@@ -50,6 +52,8 @@ class ControlClient:
                     buf = line.strip()
                     if buf:
                         yield json.loads(buf)
+                        if then is not ...:
+                            sock.settimeout(then)
         finally:
             sock.close()
 

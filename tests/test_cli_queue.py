@@ -137,6 +137,11 @@ def test_config_comes_from_fairsched_config_or_the_current_folder(db, config):
     (["jobs", "--limit", str(2**63)], "--limit must be an integer from 1 to 1000000"),
     (["submit", "pdf", "--key", "k" * 1001], "key is 1001 bytes; at most 1000"),
     (["cancel", "seven"], "ID must be an integer"),
+    # A typo must not name another job: only plain ASCII digits are an id.
+    (["cancel", "1_0"], "ID must be an integer from 1 to 9223372036854775807, got '1_0'"),
+    (["cancel", " 1"], "ID must be an integer"),
+    (["retry", "\u0661"], "ID must be an integer"),
+    (["submit", "pdf", "--priority", "0_5"], "--priority must be an integer from 0 to 10"),
     (["cancel", "od-4"], "od-4 is an on-demand job: it is in no table"),
 ])
 def test_bad_usage_is_one_line_exit_2_and_writes_nothing(db, config, args, message):
@@ -155,6 +160,15 @@ def test_a_broken_config_is_one_line_exit_2(db, tmp_path):
     bad.write_text(WORKERS_TOML.replace("types = [\"pdf\", \"ocr\"]", "types = []"))
     line = one_line_error(fairsched("submit", "pdf", "--config", str(bad), url=db), 2)
     assert "types" in line
+
+
+def test_a_database_setting_that_is_no_url_names_its_file(tmp_path):
+    bad = tmp_path / "db.toml"
+    bad.write_text(WORKERS_TOML.replace('state_dir = "state"',
+                                        'state_dir = "state"\ndatabase = "not a url"'))
+    for command in (["jobs"], ["submit", "pdf"], ["supervise"]):
+        line = one_line_error(fairsched(*command, "--config", str(bad), url=None), 2)
+        assert f"{bad}: [supervisor] key 'database' is not a PostgreSQL URL" in line, line
 
 
 def test_jobs_shows_a_table_and_json(db, config):

@@ -91,7 +91,7 @@ BAD = [
      GOOD.replace("shutdown_timeout = 3", "shutdown_timeout = 3\nlease = 6\nheartbeat_interval = 2.5"),
      "key 'heartbeat_interval' must be at most a third of lease (6 s)"),
     ("attempts past the column", GOOD.replace("timeout = 5", "timeout = 5\nmax_attempts = 2147483648"),
-     "key 'max_attempts' must be <= 2.14748e+09, got 2147483648"),
+     "key 'max_attempts' must be <= 2147483647, got 2147483648"),
     ("lease too short to renew", GOOD.replace("shutdown_timeout = 3", "shutdown_timeout = 3\nlease = 1e-9"),
      "[supervisor] key 'lease' must be >= 1, got 1e-09"),
     ("metrics port past 65535", GOOD.replace("shutdown_timeout = 3",

@@ -7,6 +7,7 @@ import re
 import resource
 import signal
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -859,3 +860,31 @@ handler = "sup_handlers:chatty"
     progress = [e for e in events if e["event"] == "progress"]
     assert 0 < len(progress) < n // 2
     assert grown < 8 << 20, f"the supervisor grew by {grown >> 20} MiB"
+
+
+def test_ps_watch_into_a_pipe_its_reader_closed_ends_quietly(supervisors):
+    sup = supervisors(ECHO).start()
+    watch = subprocess.Popen([sys.executable, "-m", "fairsched", "ps", "--watch"], env=sup.env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    watch.stdout.readline()  # it draws; then its reader goes, as `| head -1` does
+    watch.stdout.close()
+    assert watch.wait(30) == 1
+    assert watch.stderr.read() == b""  # no word of a control socket lost: the supervisor is fine
+    watch.stderr.close()
+    assert sup.cli("ps").returncode == 0
+
+
+def test_stop_gives_up_on_a_supervisor_that_does_not_answer(supervisors):
+    sup = supervisors(ECHO).start()
+    sup.proc.send_signal(signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        result = sup.cli("stop", timeout=90)
+        waited = time.monotonic() - started
+    finally:
+        sup.proc.send_signal(signal.SIGCONT)
+    assert result.returncode == 1
+    assert "the supervisor did not answer within 30 s" in result.stderr, result.stderr
+    assert waited < 60
+    assert sup.cli("stop").returncode == 0  # awake again, it stops as asked
+    assert sup.proc.wait(30) == 0

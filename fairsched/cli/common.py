@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import os
 import sys
 import traceback
 from typing import NoReturn
@@ -53,6 +54,24 @@ def fail(message: str, code: int) -> NoReturn:
     sys.exit(code)
 
 
+def _stdout_gone() -> bool:
+    """Whether standard output is a pipe whose reader has closed it."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return True
+    except (OSError, ValueError):
+        return False
+    try:
+        import select
+
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), 0)  # POLLERR is reported whatever is asked
+        return any(ev & select.POLLERR for _, ev in poller.poll(0))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def _debugging() -> bool:
     """`fairsched --debug ...`: errors show their traceback too."""
     ctx = click.get_current_context(silent=True)
@@ -73,6 +92,12 @@ def reports_errors(func):
             fail(str(exc), 1)
         except ValueError as exc:  # a value the options let through and the library refused
             fail(str(exc), 2)
+        except BrokenPipeError as exc:
+            if not _stdout_gone():
+                fail(f"lost the supervisor's control socket: {exc}", 1)
+            # Our reader left (`ps --watch | head`): nothing to say, and no one to say it to.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(1)
         except (ConnectionError, TimeoutError) as exc:
             fail(f"lost the supervisor's control socket: {exc}", 1)
         except OSError as exc:  # state_dir not writable, a file where a folder should be, ...

@@ -7,6 +7,7 @@ the exit code the README lists (1: the operation failed, 2: bad usage or configu
 from __future__ import annotations
 
 import json
+import re
 import sys
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -26,7 +27,8 @@ def open_queue(config: Config) -> Queue:
     # Imported here: the database driver loads only for the commands that use it.
     from fairsched.store.queue import Queue
 
-    return Queue.open(config.supervisor.state_dir, config.supervisor.database, create=True)
+    return Queue.open(config.supervisor.state_dir, config.supervisor.database, create=True,
+                      config_file=config.path)
 
 
 # -- submit -----------------------------------------------------------------------------------
@@ -45,10 +47,9 @@ def parse_payload(text: str | None) -> Any:
 def parse_int(option: str, text: str | None, low: int, high: int | None = None) -> int | None:
     if text is None:
         return None
-    try:
-        value = int(text)
-    except ValueError:
-        value = None
+    # ASCII digits only: int() would also take "1_0", " 1" or other scripts' digits, and a
+    # typo could then name another job.
+    value = int(text) if re.fullmatch(r"[0-9]{1,20}", text) else None
     if value is None or value < low or (high is not None and value > high):
         bounds = f"from {low} to {high}" if high is not None else f">= {low}"
         raise UsageProblem(f"{option} must be an integer {bounds}, got {text!r}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from pathlib import Path
 
 import click
@@ -31,10 +32,7 @@ def _finite(value):
 
 
 def parse_job_id(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
+    value = int(text) if re.fullmatch(r"[0-9]{1,20}", text) else 0  # ASCII digits only
     if not 1 <= value <= 2**63 - 1:
         raise click.BadParameter(f"must be a job id (an integer >= 1), got {text!r}")
     return value

@@ -23,12 +23,14 @@ from fairsched.config import control_socket_of, load_config, resolve_config_path
 from fairsched.control_client import ControlClient
 from fairsched.logs import one_line
 
+ANSWER_WITHIN = 30.0  # seconds a supervisor has to answer a command (not to carry it out)
+
 socket_option = click.option(
     "--socket", "socket_path", metavar="PATH", help="The supervisor's control socket.")
 
 
 def control_client(config_path: str | None, socket_path: str | None,
-                   timeout: float | None = 30.0) -> ControlClient:
+                   timeout: float | None = ANSWER_WITHIN) -> ControlClient:
     if socket_path:
         return ControlClient(Path(socket_path), timeout)
     return ControlClient(control_socket_of(resolve_config_path(config_path)), timeout)
@@ -47,8 +49,8 @@ def supervise(config_path, log_format, log_level):
     from fairsched.supervisor.control import AlreadyRunning
     from fairsched.supervisor.main import run_supervisor
 
+    setup_logging(log_format, log_level)  # first: a bad config is told in the log's format
     config = load_config(resolve_config_path(config_path))
-    setup_logging(log_format, log_level)
     try:
         code = run_supervisor(config)
     except AlreadyRunning as exc:
@@ -115,9 +117,15 @@ def restart(name, config_path, socket_path):
 def stop(config_path, socket_path, timeout):
     """Gracefully stop the running supervisor and wait until it has exited."""
     timeout = parse_seconds("--timeout", timeout) if timeout is not None else None
-    client = control_client(config_path, socket_path, timeout=None)
-    replies = client.stream({"cmd": "stop", "timeout": timeout}, timeout=None)
-    first = next(replies, None)
+    client = control_client(config_path, socket_path)
+    # The shutdown takes its time; the answer that it began does not.
+    replies = client.stream({"cmd": "stop", "timeout": timeout}, timeout=ANSWER_WITHIN,
+                            then=None)
+    try:
+        first = next(replies, None)
+    except TimeoutError:
+        fail(f"the supervisor did not answer within {ANSWER_WITHIN:g} s (stalled, or stopped "
+             "with SIGSTOP?); `fairsched ps` tells whether it still answers", 1)
     if not first or not first.get("ok"):
         fail(f"the supervisor did not accept the stop request: "
              f"{(first or {}).get('error', 'no answer')}", int((first or {}).get("code", 1)))

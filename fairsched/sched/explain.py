@@ -194,7 +194,8 @@ def explain_job(config: Config, job_id: int) -> JobExplanation:
     from fairsched.store.errors import JobNotFound
     from fairsched.store.queue import Queue
 
-    with Queue.open(config.supervisor.state_dir, config.supervisor.database, create=True) as queue:
+    with Queue.open(config.supervisor.state_dir, config.supervisor.database, create=True,
+                    config_file=config.path) as queue:
         job = queue.get_job(job_id)
         # The database clock, so the age does not depend on this host's clock.
         (now,) = queue.conn.execute("SELECT extract(epoch FROM now())::float8").fetchone()

@@ -66,23 +66,28 @@ class Database:
         self.close()
 
 
-def chosen_url(url: str | None) -> str | None:
-    """FAIRSCHED_DATABASE_URL, else `url` (the `database` setting): checked, or None for the
-    embedded server. BadDatabaseURL names the one that is not a connection string."""
+def chosen_url(url: str | None, config_file: str | os.PathLike | None = None) -> str | None:
+    """FAIRSCHED_DATABASE_URL, else `url` (the `database` setting of `config_file`): checked,
+    or None for the embedded server. BadDatabaseURL names the one that is not a connection
+    string."""
     chosen = os.environ.get(ENV_URL) or url
     if chosen:
         try:
             conninfo_to_dict(chosen)
         except psycopg.ProgrammingError as exc:
-            source = ENV_URL if os.environ.get(ENV_URL) else "[supervisor] key 'database'"
+            source = (ENV_URL if os.environ.get(ENV_URL)
+                      else f"{config_file}: [supervisor] key 'database'" if config_file
+                      else "[supervisor] key 'database'")
             raise BadDatabaseURL(f"{source} is not a PostgreSQL URL or connection string: "
                                  f"{first_line(exc)}") from None
     return chosen
 
 
-def open_database(state_dir: Path, url: str | None) -> Database:
-    """FAIRSCHED_DATABASE_URL, else `url` (the `database` setting), else the embedded server."""
-    chosen = chosen_url(url)
+def open_database(state_dir: Path, url: str | None,
+                  config_file: str | os.PathLike | None = None) -> Database:
+    """FAIRSCHED_DATABASE_URL, else `url` (the `database` setting of `config_file`), else the
+    embedded server."""
+    chosen = chosen_url(url, config_file)
     if chosen:
         database = Database(url=chosen, kind="external")
     else:

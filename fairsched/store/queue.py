@@ -73,12 +73,14 @@ class Queue:
         self._database = database
 
     @classmethod
-    def open(cls, where: Path | str, url: str | None = None, *, create: bool = False) -> Queue:
+    def open(cls, where: Path | str, url: str | None = None, *, create: bool = False,
+             config_file: Path | str | None = None) -> Queue:
         """Open the database of a supervisor and own the connection: `where` is its
         workers.toml (its state_dir and `database` setting) or its state_dir. `url` (and
         FAIRSCHED_DATABASE_URL before it) names an external database instead of the
         embedded one. A state_dir that does not exist is an error unless `create`: a typo
-        would otherwise start an empty database no supervisor reads."""
+        would otherwise start an empty database no supervisor reads. `config_file`: the
+        workers.toml that `url` comes from, named in errors."""
         path = Path(where)
         # A file is a workers.toml (one that is not there, if so named: a clear error); never
         # so with `create`, which the CLI passes a config's state_dir with.
@@ -86,12 +88,14 @@ class Queue:
             from fairsched.config import load_config
 
             config = load_config(path)
-            path, url = config.supervisor.state_dir, url or config.supervisor.database
-        elif not (create or (path / "pg").is_dir() or chosen_url(url)):
+            if not url:
+                url, config_file = config.supervisor.database, path
+            path = config.supervisor.state_dir
+        elif not (create or (path / "pg").is_dir() or chosen_url(url, config_file)):
             raise DatabaseUnavailable(
                 f"{path}: no embedded database here; give the supervisor's workers.toml (it "
                 "names the database), or the state_dir of one that uses the embedded database")
-        database = open_database(path, url)
+        database = open_database(path, url, config_file)
         try:
             conn = database.connect()
         except BaseException:

@@ -32,7 +32,8 @@ def run_supervisor(config: Config) -> int:
     from fairsched.store.errors import StoreError
     from fairsched.supervisor.actor import Supervisor
 
-    chosen_url(config.supervisor.database)  # a URL that is not one: exit 2, no worker started
+    # A URL that is not one: exit 2, no worker started.
+    chosen_url(config.supervisor.database, config.path)
 
     sup = None
 

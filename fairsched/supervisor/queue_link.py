@@ -165,7 +165,8 @@ class QueueLink:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self.database = await loop.run_in_executor(
-            None, open_database, self.settings.state_dir, self.settings.database)
+            None, open_database, self.settings.state_dir, self.settings.database,
+            self.config.path)
         await self._connect()
         self._task = asyncio.create_task(self._run(), name="fairsched-queue")
         self._writer_task = asyncio.create_task(self._run_outcomes(), name="fairsched-outcomes")
