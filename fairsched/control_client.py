@@ -45,7 +45,10 @@ class ControlClient:
         if timeout is not ...:
             sock.settimeout(timeout)
         try:
-            sock.sendall(json.dumps(request).encode() + b"\n")
+            try:
+                sock.sendall(json.dumps(request).encode() + b"\n")
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # it may have said why (too many connections) before it closed: read on
             buf = b""
             with sock.makefile("rb") as f:
                 for line in f:
