@@ -172,6 +172,20 @@ async def test_next_eligible_at_is_the_earliest_delayed_job(db):
 
 
 @run_async
+async def test_the_heartbeat_measures_the_servers_clock_against_this_hosts(db):
+    async with stores(db) as (store,):
+        await store.heartbeat()
+        assert abs(store.clock_offset) < 0.5  # one host, one clock
+        # now() is the start of the transaction: inside one begun 1.5 s ago, the server's
+        # clock reads 1.5 s behind this host's.
+        async with store.conn.transaction():
+            await store.conn.execute("SELECT 1")
+            await asyncio.sleep(1.5)
+            assert await store.heartbeat()
+        assert -1.8 < store.clock_offset < -1.2, store.clock_offset
+
+
+@run_async
 async def test_a_lost_connection_is_an_operational_error(db):
     (job_id,) = enqueue(db, {"type": "pdf"})
     async with stores(db) as (store,):

@@ -14,6 +14,7 @@ import math
 import os
 import random
 import socket
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -243,6 +244,9 @@ class AsyncStore:
         self.host = host
         # Set by a reconnect that found this supervisor's row gone: its jobs were rescued.
         self.lease_lost = False
+        # The server's clock minus this host's, as of the last heartbeat: job times read from
+        # the table (created_at, run_after) less this are times of this host's clock.
+        self.clock_offset = 0.0
         self._listeners: set[Notifications] = set()
 
     @classmethod
@@ -258,7 +262,7 @@ class AsyncStore:
             raise ValueError(f"lease must be a number of seconds > 0, got {lease!r}")
         host = host or socket.gethostname()
         conn = await open_connection(url, float(lease))
-        renewed = True
+        renewed: float | None = 0.0
         try:
             if supervisor_id is None:
                 cur = await conn.execute(
@@ -271,7 +275,7 @@ class AsyncStore:
             await conn.close()
             raise
         store = cls(conn, url, supervisor_id, float(lease), host)
-        store.lease_lost = not renewed
+        store.lease_lost = renewed is None
         return store
 
     async def reconnect(self) -> None:
@@ -279,7 +283,7 @@ class AsyncStore:
         old = self.conn
         conn = await open_connection(self.url, self.lease)
         try:
-            self.lease_lost = not await _renew(conn, self.supervisor_id, self.host, self.lease)
+            self.lease_lost = await _renew(conn, self.supervisor_id, self.host, self.lease) is None
         except BaseException:
             await conn.close()
             raise
@@ -289,7 +293,12 @@ class AsyncStore:
     async def heartbeat(self) -> bool:
         """Renew the lease. False: it had expired and the row was rescued; it is registered
         again under the same id, and the jobs it lost can no longer be finished by it."""
-        return await _renew(self.conn, self.supervisor_id, self.host, self.lease)
+        sent = time.time()
+        server_now = await _renew(self.conn, self.supervisor_id, self.host, self.lease)
+        if server_now is None:
+            return False
+        self.clock_offset = server_now - (sent + time.time()) / 2
+        return True
 
     async def peers(self) -> list[tuple[int, float, float]]:
         """(id, heartbeat_at as epoch seconds, lease) of every other registered supervisor;
@@ -503,16 +512,19 @@ async def open_connection(url: str, lease: float) -> psycopg.AsyncConnection:
 
 
 async def _renew(conn: psycopg.AsyncConnection, supervisor_id: int, host: str,
-                 lease: float) -> bool:
-    """Renew the lease of a known supervisor; False when its row was gone (the lease had
-    expired and its jobs were rescued), in which case it is registered again."""
+                 lease: float) -> float | None:
+    """Renew the lease of a known supervisor: the server's clock (epoch seconds), or None when
+    its row was gone (the lease had expired and its jobs were rescued), in which case it is
+    registered again."""
     cur = await conn.execute(
         "UPDATE fairsched_supervisors SET heartbeat_at = now(), host = %s, pid = %s, lease = %s"
-        " WHERE id = %s RETURNING id", (host, os.getpid(), lease, supervisor_id))
-    if await cur.fetchone() is not None:
-        return True
+        " WHERE id = %s RETURNING extract(epoch FROM now())::float8",
+        (host, os.getpid(), lease, supervisor_id))
+    row = await cur.fetchone()
+    if row is not None:
+        return row[0]
     await _register(conn, supervisor_id, host, lease)
-    return False
+    return None
 
 
 async def _register(conn: psycopg.AsyncConnection, supervisor_id: int, host: str,

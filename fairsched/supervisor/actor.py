@@ -269,13 +269,14 @@ class Supervisor(WorkerLifecycle, WorkerPipes, JobHandling):
             on_demand.append(1)
             ids.append(req.core_id)
         type_ids = self.type_ids
+        offset = self.queue.clock_offset  # queued jobs' times are the server's; requests' ours
         for qj in () if self.lease.fenced else self.cache.values():
             tid = type_ids.get(qj.type)
             if tid is not None:
                 entries.append(qj)
                 types.append(tid)
                 priorities.append(qj.priority)
-                eligible.append(qj.eligible_at)
+                eligible.append(qj.eligible_at - offset)
                 on_demand.append(0)
                 ids.append(qj.id)
         if entries:

@@ -109,6 +109,7 @@ class QueueLink:
         self._peer_beats: dict[int, tuple[float, float]] = {}  # id: (heartbeat_at, seen since)
         self._next_poll = 0.0
         self.claim_losses = 0
+        self.clock_offset = 0.0  # the server's clock minus this host's (AsyncStore.clock_offset)
         self.answer_within = self.settings.lease * ANSWER_WITHIN
         self._abandoned: set[asyncio.Task] = set()
         # Reconnect at least every quarter lease once the database is back, so a supervisor
@@ -433,6 +434,7 @@ class QueueLink:
             sent_at = asyncio.get_running_loop().time()
             if not await store.heartbeat():
                 self._lease_lost()
+            self.clock_offset = store.clock_offset
             self.sup.lease.renewed(sent_at)
             # Judge others dead only after a whole lease in touch: when the database itself was
             # out of reach (or frozen) past the lease, every supervisor's heartbeat is old, and

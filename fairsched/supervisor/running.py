@@ -42,7 +42,8 @@ class JobHandling:
                             payload_json=entry.payload_json or "null", attempt=attempt,
                             max_attempts=entry.max_attempts or proc.spec.max_attempts,
                             proc=proc, slot_id=slot_id, slot_index=index,
-                            eligible_at=entry.eligible_at, claim=entry.claim)
+                            eligible_at=entry.eligible_at - self.queue.clock_offset,
+                            claim=entry.claim)
         self.running[slot_id] = rj
         self.running_by_job[rj.job_id] = rj
         if rj.request is None:
