@@ -314,8 +314,9 @@ class WorkerLifecycle:
                 done, status = os.waitpid(pid, os.WNOHANG)
             except ChildProcessError:  # its waiter took it meanwhile
                 continue
-            if done:
-                self._reaped(pid, status)
+            if not done:  # never expected after the peek; do not spin on it
+                return
+            self._reaped(pid, status)
 
     def _reap_orphans_later(self) -> None:
         self._orphan_timer = None
