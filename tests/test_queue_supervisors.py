@@ -745,6 +745,19 @@ max_attempts = 1
     while alive(child):
         assert time.monotonic() < deadline, f"the job's child {child} outlived its worker"
         time.sleep(0.05)
+    # Orphaned, the child was the supervisor's to reap (it is their subreaper): no zombie stays.
+    while zombies := zombie_children(sup.proc.pid):
+        assert time.monotonic() < deadline, zombies
+        time.sleep(0.05)
+
+
+def zombie_children(pid: int) -> list[int]:
+    zombies = []
+    for child in psutil.Process(pid).children():
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if child.status() == psutil.STATUS_ZOMBIE:
+                zombies.append(child.pid)
+    return zombies
 
 
 def test_a_worker_stopped_from_outside_takes_no_more_work_and_comes_back(supervisors, db):
