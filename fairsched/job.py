@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import numbers
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -35,13 +37,17 @@ class Job:
         self._stopped = False  # cancelled() said True: what the handler returns is partial
 
     def progress(self, fraction: float | None = None, message: str = "") -> None:
-        """Report how far the job is (0..1, or None when unknown); shows in `fairsched ps`."""
+        """Report how far the job is (0..1, or None when unknown); shows in `fairsched ps`.
+
+        Any real number goes (a Fraction, a numpy scalar); one a little past the range, as
+        `done / total` can be, is clamped into 0..1, and NaN counts as unknown. Only what is
+        no number at all raises (TypeError): a mistake in the handler, not in its arithmetic.
+        """
         if fraction is not None:
-            if isinstance(fraction, bool) or not isinstance(fraction, int | float):
+            if isinstance(fraction, bool) or not isinstance(fraction, numbers.Real):
                 raise TypeError(f"progress fraction must be a number or None, got {fraction!r}")
-            if not 0 <= fraction <= 1:
-                raise ValueError(f"progress fraction must be between 0 and 1, got {fraction!r}")
             fraction = float(fraction)
+            fraction = None if math.isnan(fraction) else min(1.0, max(0.0, fraction))
         message = str(message)[:MAX_MESSAGE]
         if self._send is None or self._done:
             return

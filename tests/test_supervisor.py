@@ -5,6 +5,7 @@ import json
 import os
 import re
 import resource
+import shutil
 import signal
 import socket
 import subprocess
@@ -888,3 +889,50 @@ def test_stop_gives_up_on_a_supervisor_that_does_not_answer(supervisors):
     assert waited < 60
     assert sup.cli("stop").returncode == 0  # awake again, it stops as asked
     assert sup.proc.wait(30) == 0
+
+
+def test_a_handler_folder_may_hold_what_the_worker_itself_imports(supervisors):
+    # A json.py beside workers.toml is the handler's business: the worker's own `import
+    # json` is done before that folder goes first on sys.path.
+    sup = supervisors(ECHO)
+    (sup.dir / "json.py").write_text("raise ImportError('not the standard library json')\n")
+    sup.start()
+    result = sup.cli("submit", "pdf", "--on-demand", "--payload", '{"n": 1}')
+    assert result.returncode == 0, result.stderr + sup.output()[-2000:]
+
+
+def test_a_handler_that_starts_threads_at_import_runs_in_cold_workers(supervisors):
+    sup = supervisors("""
+[[worker]]
+name = "threaded"
+types = ["threaded"]
+handler = "thread_on_import:handle"
+processes = 2
+""")
+    shutil.copy(Path(__file__).parent / "handlers" / "thread_on_import.py", sup.dir)
+    sup.start()
+    for _ in range(4):
+        result = sup.cli("submit", "threaded", "--on-demand", timeout=30)
+        assert result.returncode == 0, result.stderr
+    assert re.search(r"WARNING +fairsched.supervisor: template for threaded: importing "
+                     r"thread_on_import:handle started 1 thread\(s\)", sup.output()), sup.output()
+
+
+def test_ps_shows_any_progress_message_on_its_own_row(supervisors):
+    # Text from a handler (a file name with a broken surrogate, a line break, an escape
+    # sequence) must neither break the table nor the terminal.
+    sup = supervisors("""
+[[worker]]
+name = "says"
+types = ["says"]
+handler = "sup_handlers:says"
+""").start()
+    caller = sup.spawn_cli("submit", "says", "--on-demand", "--payload",
+                           json.dumps({"message": "\ud800x\nWORKER FAKE\x1b[2J"}))
+    sup.wait_for(lambda ps: ps["slots"][0]["message"], what="the message")
+    result = sup.cli("ps")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == 3, lines  # the supervisor, the header, the one slot
+    assert "50% \\ud800x\\nWORKER FAKE\\x1b[2" in lines[2], lines[2]  # cut at 30
+    caller.kill()

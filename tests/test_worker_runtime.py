@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -70,7 +71,10 @@ def test_launch_sets_up_environment_directory_session_and_stdin(start):
     assert env["FAIRSCHED_TYPES"] == "echo"
     assert env["FAIRSCHED_HANDLER"] == "worker_handlers:environment"
     assert env["EXTRA"] == "yes"
-    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(HERE.resolve())
+    # The handler's folder is first on sys.path, not on PYTHONPATH: it would come before the
+    # standard library for the worker's own imports too.
+    assert seen["sys_path_0"] == str(HERE.resolve())
+    assert str(HERE.resolve()) not in env.get("PYTHONPATH", "").split(os.pathsep)
     assert seen["cwd"] == str(HERE.resolve())
     assert seen["sid"] == peer.pid  # its own session, so killpg reaches all it starts
     assert seen["stdin_is_devnull"]
@@ -107,15 +111,34 @@ def test_permanent_error_is_marked_permanent(start):
     ("worker_handlers:huge", "result is too large: frame of"),
     ("worker_handlers:unreadable",
      "result is not JSON-serialisable: RuntimeError: this mapping cannot be read"),
+    # Deeper than the supervisor reads: a clear failure, not a frame that gets it killed.
+    ("worker_handlers:deep", "result nests deeper than 499 levels"),
 ])
 def test_result_that_cannot_be_sent_is_a_permanent_error_not_a_crash(start, handler, words):
     peer = start(handler=handler)
     peer.hello()
-    peer.run(1)
+    peer.run(1, payload={"depth": 980})
     msg = peer.expect("error")
     assert msg["permanent"] is True and words in msg["error"]
-    peer.run(2)
+    peer.run(2, payload={"depth": 980})
     assert peer.expect("error")["job_id"] == 2  # still serving
+
+
+def test_a_result_as_deep_as_a_payload_may_be_goes_through(start):
+    peer = start(handler="worker_handlers:deep")
+    peer.hello()
+    peer.run(1, payload={"depth": 499})
+    assert peer.expect("result")["job_id"] == 1
+
+
+def test_an_async_handler_is_run_to_its_end(start):
+    peer = start(handler="worker_handlers:async_echo", slots=2)
+    peer.hello()
+    peer.run(1, payload={"n": 1}, slot=0)
+    peer.run(2, payload={"n": 2}, slot=1)
+    results = {m["job_id"]: m["result"] for m in (peer.expect("result"), peer.expect("result"))}
+    assert results == {1: {"payload": {"n": 1}, "awaited": True},
+                       2: {"payload": {"n": 2}, "awaited": True}}
 
 
 def test_sys_exit_in_a_handler_fails_the_job_not_the_worker(start):
@@ -309,6 +332,8 @@ def test_stop_when_idle_exits_0_at_once(start):
     ("broken_on_import:handle",
      "could not start: cannot import handler 'broken_on_import:handle': ImportError: the pdf "
      "library is not installed"),
+    ("interrupt_on_import:handle",
+     "could not start: cannot import handler 'interrupt_on_import:handle': KeyboardInterrupt"),
 ])
 def test_handler_import_failure_exits_78_with_one_clear_line(start, handler, line):
     peer = start(handler=handler)
@@ -403,11 +428,17 @@ def test_job_outside_a_worker_reports_nowhere_and_checks_its_arguments():
     assert not job.cancelled()
     job._cancel()
     assert job.cancelled()
-    with pytest.raises(ValueError, match="between 0 and 1, got 1.5"):
-        job.progress(1.5)
     with pytest.raises(TypeError, match="a number or None, got '50%'"):
         job.progress("50%")
     sent = []
     Job("x", "pdf", slot=2, send=sent.append).progress(1, "all")
     assert sent == [{"t": "progress", "slot": 2, "job_id": "x", "fraction": 1.0,
                      "message": "all"}]
+    # Arithmetic never fails a job: a little past the range is clamped, NaN is unknown, and
+    # any real number goes.
+    reported = Job("x", "pdf", send=sent.append)
+    for fraction, shown in [(3 * 0.1 / 0.3, 1.0), (1.5, 1.0), (-1e-17, 0.0),
+                            (float("nan"), None), (Fraction(1, 4), 0.25), (1, 1.0)]:
+        sent.clear()
+        reported.progress(fraction)
+        assert sent[0]["fraction"] == shown, (fraction, sent)

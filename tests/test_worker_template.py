@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from handlers.worker_peer import HERE, Peer, _alive, make_spec
 
-from fairsched.worker.launch import LaunchError, Template, launch, launch_fast
+from fairsched.worker.launch import LaunchError, StartsCold, Template, launch, launch_fast
 
 
 @pytest.fixture
@@ -142,6 +142,22 @@ def test_template_that_cannot_import_the_handler_reports_and_falls_back(template
     assert peer.recv()["t"] == "fatal"
     assert peer.wait_exit() == 78
     assert "No module named 'no_such_module_here'" in peer.log().splitlines()[-1]
+
+
+def test_a_handler_that_starts_threads_at_import_gets_cold_workers(templates):
+    # A fork carries over the forking thread alone: the template will not fork these.
+    template, spec = templates.start(handler="thread_on_import:handle")
+    with pytest.raises(StartsCold, match=r"importing thread_on_import:handle started 1 "
+                                         r"thread\(s\), which a forked worker would not have"):
+        template.wait_ready()
+    assert os.waitpid(template.pid, 0)[1] == 0
+    pool = {"w": template}
+    peer = templates.adopt(launch_fast(spec, "inc-1", pool), "inc-1", spec, child=True)
+    assert pool == {}
+    peer.hello()
+    for job in range(1, 4):
+        peer.run(job)
+        assert peer.expect("result")["result"]["threads"] >= 2  # its own thread, alive
 
 
 def test_dead_template_makes_spawn_raise_and_launch_fast_go_cold(templates):

@@ -7,6 +7,7 @@ import functools
 import logging
 import math
 import os
+import re
 import sys
 import traceback
 from typing import NoReturn
@@ -42,6 +43,16 @@ def parse_seconds(option: str, text: str | None, *, positive: bool = False,
             bound = f"from 0 to {maximum:.0f}"
         raise UsageProblem(f"{option} must be a number of seconds {bound}, got {text!r}")
     return value
+
+
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def printable(text: str) -> str:
+    """`text` safe in a terminal table: control characters (a line break, an escape sequence
+    that would redraw the screen) and lone surrogates, which no terminal encoding takes,
+    spelled out as Python does (\\n, \\x1b, \\ud800)."""
+    return _UNPRINTABLE.sub(lambda m: repr(m.group())[1:-1], text)
 
 
 def fail(message: str, code: int) -> NoReturn:

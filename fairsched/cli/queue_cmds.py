@@ -15,7 +15,14 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from fairsched.cli import main
-from fairsched.cli.common import UsageProblem, config_option, fail, parse_seconds, reports_errors
+from fairsched.cli.common import (
+    UsageProblem,
+    config_option,
+    fail,
+    parse_seconds,
+    printable,
+    reports_errors,
+)
 from fairsched.config import Config, load_config, resolve_config_path
 from fairsched.store.schema import MAX_DELAY, MAX_PRIORITY, STATUSES
 
@@ -172,12 +179,12 @@ def jobs_table(rows: list[dict], now: datetime, max_attempts: dict[str, int]) ->
             status += f" (in {duration((row['run_after'] - now).total_seconds())})"
         maximum = row["max_attempts"] or max_attempts.get(row["type"], "-")
         error = (row["last_error"] or "").strip().splitlines()
-        error = error[0] if error else ""
+        error = printable(error[0]) if error else ""
         if error and row["status"] in ("succeeded", "cancelled"):
             error = f"(an earlier attempt) {error}"  # not why it ended as it did
         if len(error) > 60:
             error = error[:59] + "…"
-        lines.append((str(row["id"]), row["type"], str(row["priority"]), status,
+        lines.append((str(row["id"]), printable(row["type"]), str(row["priority"]), status,
                       f"{row['attempts']}/{maximum}",
                       duration((now - row["created_at"]).total_seconds()), error))
     widths = [max(len(line[i]) for line in lines) for i in range(len(header) - 1)]

@@ -17,6 +17,7 @@ from fairsched.cli.common import (
     expected_error,
     fail,
     parse_seconds,
+    printable,
     reports_errors,
 )
 from fairsched.config import control_socket_of, load_config, resolve_config_path
@@ -232,7 +233,7 @@ def render_ps(data: dict) -> str:
         progress = "-"
         if s.get("progress") is not None or s.get("message"):
             pct = f"{s['progress'] * 100:.0f}%" if s.get("progress") is not None else ""
-            progress = " ".join(x for x in (pct, s.get("message") or "") if x)[:30]
+            progress = " ".join(x for x in (pct, printable(s.get("message") or "")) if x)[:30]
         if s.get("cancelling"):
             progress = "cancelling" + ("" if progress == "-" else f"; {progress}")[:30]
         rows.append([
@@ -248,8 +249,8 @@ def render_ps(data: dict) -> str:
         if s["slot"] != 0:
             continue
         if s["state"] == "fatal" and s.get("fatal_reason"):
-            lines.append(f"{s['worker']} is fatal: {s['fatal_reason']} "
+            lines.append(f"{s['worker']} is fatal: {printable(s['fatal_reason'])} "
                          f"(fix it, then `fairsched restart {s['worker']}`)")
         elif s["restarts"] and s.get("last_exit"):
-            lines.append(f"{s['worker']} last exited: {s['last_exit']}")
+            lines.append(f"{s['worker']} last exited: {printable(s['last_exit'])}")
     return "\n".join(lines) + "\n"

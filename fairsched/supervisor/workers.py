@@ -28,6 +28,7 @@ from fairsched.supervisor.process import (
 from fairsched.supervisor.states import ProcessState
 from fairsched.worker.launch import (
     LaunchSpec,
+    StartsCold,
     Template,
     become_subreaper,
     launch,
@@ -129,6 +130,9 @@ class WorkerLifecycle:
                         "killing it, its workers start cold", template.group, template.handler,
                         procs[0].spec.start_timeout)
             template.kill()
+            ready = False
+        except StartsCold as exc:  # its workers will run, but the operator should know why
+            log.warning("%s", exc)
             ready = False
         except OSError as exc:  # the cold path reports the real problem
             log.debug("no template for %s: %s", template.group, exc)

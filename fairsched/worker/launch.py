@@ -44,6 +44,10 @@ class LaunchError(OSError):
     """A worker or template could not be started; the message says why in one line."""
 
 
+class StartsCold(LaunchError):
+    """The template imported its handler but will not fork workers from it: they start cold."""
+
+
 @dataclass
 class LaunchSpec:
     name: str  # process name, e.g. "pdf-1"
@@ -88,12 +92,11 @@ def worker_variables(spec: LaunchSpec, incarnation: str) -> dict[str, str]:
     return env
 
 
-def python_environ(env: dict[str, str] | None = None, first: str | None = None) -> dict[str, str]:
+def python_environ(env: dict[str, str] | None = None) -> dict[str, str]:
     """`env` (this process's environment by default) for a Python child that must import this
-    same fairsched: its folder goes on PYTHONPATH when it runs from a source tree; `first`,
-    if given, goes before it."""
+    same fairsched: its folder goes on PYTHONPATH when it runs from a source tree."""
     env = dict(os.environ if env is None else env)
-    paths = [first] if first else []
+    paths = []
     root = Path(fairsched.__file__).resolve().parent.parent
     if root.name not in ("site-packages", "dist-packages"):
         paths.append(str(root))
@@ -107,8 +110,8 @@ def python_environ(env: dict[str, str] | None = None, first: str | None = None) 
 def _base_environ(spec: LaunchSpec) -> dict[str, str]:
     env = dict(os.environ)
     env.update(spec.env)
-    if spec.handler is not None:  # the handler's folder first, for its imports
-        env = python_environ(env, first=str(Path(spec.cwd).resolve()))
+    if spec.handler is not None:  # the worker imports its handler from its cwd (load_handler)
+        env = python_environ(env)
     return env
 
 
@@ -278,6 +281,8 @@ class Template:
         if self._ready:
             return
         reply = self._request(None, (), timeout, "starting")
+        if reply.get("cold"):
+            self._fail(f"template for {self.group}: {reply.get('error')}", StartsCold)
         if reply.get("ready") is not True:
             self._fail(f"template for {self.group} could not start: "
                        f"{reply.get('error', 'no reason given')}")
@@ -383,11 +388,11 @@ class Template:
             self._fail(f"template for {self.group} sent a reply that is not a JSON object")
         return answer
 
-    def _fail(self, reason: str) -> NoReturn:
+    def _fail(self, reason: str, error: type[LaunchError] = LaunchError) -> NoReturn:
         """Mark the template unusable: every later spawn raises the same LaunchError."""
         self._failure = reason
         self.close()
-        raise LaunchError(reason)
+        raise error(reason)
 
     def kill(self) -> None:
         """SIGKILL the template (stuck, or importing code that has changed since); the caller

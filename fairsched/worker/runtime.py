@@ -8,7 +8,9 @@ under one write lock. docs/protocol.md is the contract this side keeps.
 from __future__ import annotations
 
 import collections
+import functools
 import importlib
+import inspect
 import os
 import re
 import select
@@ -26,12 +28,14 @@ from typing import Any, NoReturn
 from fairsched.errors import PermanentError
 from fairsched.job import Job
 from fairsched.protocol import (
+    MAX_DEPTH,
     PROTOCOL_VERSION,
     READ_SIZE,
     SUPERVISOR_MESSAGES,
     FrameDecoder,
     ProtocolError,
     encode,
+    json_depth,
     validate,
 )
 from fairsched.worker._linux import set_parent_death_signal, set_title
@@ -109,9 +113,15 @@ def load_handler(ref: str | None) -> Handler:
     if not HANDLER_RE.match(ref):
         raise StartupError(f"handler {ref!r} must look like 'package.module:function'")
     module_name, _, func_name = ref.partition(":")
+    # The worker's folder (its group's cwd) first, as a script's is, but only now: the
+    # worker's own imports are done, so a json.py beside workers.toml is not taken for
+    # the standard library's by them.
+    folder = os.getcwd()
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
     try:
         module = importlib.import_module(module_name)
-    except (Exception, SystemExit) as exc:
+    except BaseException as exc:  # SystemExit, KeyboardInterrupt too: it could not start
         missing = isinstance(exc, ModuleNotFoundError) and exc.name is not None and (
             module_name == exc.name or module_name.startswith(exc.name + "."))
         if not missing:  # an error inside the module: its traceback shows where
@@ -124,7 +134,20 @@ def load_handler(ref: str | None) -> Handler:
                            f"attribute {func_name!r}") from None
     if not callable(handler):
         raise StartupError(f"handler {ref!r} is a {type(handler).__name__}, not a function")
+    if inspect.iscoroutinefunction(handler):
+        return _run_coroutine(handler)
     return handler
+
+
+def _run_coroutine(handler: Callable[[Job], Any]) -> Handler:
+    """An `async def` handler, run to its end in an event loop of its own for each job (in
+    the job's thread, so that slots stay independent)."""
+    @functools.wraps(handler)
+    def run(job: Job) -> Any:
+        import asyncio
+
+        return asyncio.run(handler(job))
+    return run
 
 
 def describe_exception(exc: BaseException) -> str:
@@ -372,11 +395,15 @@ class Worker:
         if job._stopped:
             head = {**head, "stopped": True}
         try:
-            return encode({"t": "result", **head, "result": value})
+            data = encode({"t": "result", **head, "result": value})
         except ProtocolError as exc:
             error = f"result is too large: {exc}"
         except Exception as exc:  # TypeError mostly; whatever a strange object's methods raise
             error = f"result is not JSON-serialisable: {describe_exception(exc)}"
+        else:  # the supervisor reads no deeper than it sends payloads
+            if len(data) <= 2 * MAX_DEPTH or json_depth(data[4:].decode("ascii")) <= MAX_DEPTH:
+                return data
+            error = f"result nests deeper than {MAX_DEPTH - 1} levels"
         note(f"job {job.id} ({job.type}) failed permanently: {error}")
         return encode({"t": "error", **head, "error": error, "permanent": True})
 

@@ -22,6 +22,7 @@ import signal
 import socket
 import struct
 import sys
+import threading
 import time
 import traceback
 from typing import NoReturn
@@ -61,6 +62,14 @@ def main(args: list[str]) -> NoReturn:
         _die_with_parent()
         gc.disable()  # no collection leaves holes among the objects the workers will share
         handler = load_handler(os.environ.get("FAIRSCHED_HANDLER"))
+        if threading.active_count() > 1:
+            # A fork carries over the calling thread alone: a worker forked now would find
+            # the module's threads gone, and any lock one of them held locked for good.
+            _reply(ctrl, {"cold": True, "error": (
+                f"importing {os.environ.get('FAIRSCHED_HANDLER')} started "
+                f"{threading.active_count() - 1} thread(s), which a forked worker would not "
+                "have: its workers start cold, each importing it itself")})
+            exit_now(0)
     except (StartupError, OSError) as exc:
         print(f"fairsched template for {group} could not start: {exc}", file=sys.stderr)
         if ctrl is not None:

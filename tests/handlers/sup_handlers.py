@@ -137,3 +137,11 @@ def chatty(job: fairsched.Job):
     for i in range(n):
         job.progress(i / n, f"step {i} of {n}: " + "x" * 80)
     return {"steps": n}
+
+
+def says(job: fairsched.Job):
+    """Reports progress with payload['message'], then waits (up to 30 s) to be cancelled."""
+    job.progress(0.5, job.payload["message"])
+    deadline = time.monotonic() + 30
+    while not job.cancelled() and time.monotonic() < deadline:
+        time.sleep(0.02)

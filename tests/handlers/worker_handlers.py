@@ -31,7 +31,7 @@ def environment(job: fairsched.Job):
     devnull = os.stat(os.devnull)
     return {"env": {k: v for k, v in os.environ.items()
                     if k.startswith("FAIRSCHED_") or k in ("EXTRA", "PYTHONPATH")},
-            "cwd": os.getcwd(), "pid": os.getpid(), "sid": os.getsid(0),
+            "cwd": os.getcwd(), "sys_path_0": sys.path[0], "pid": os.getpid(), "sid": os.getsid(0),
             "stdin_is_devnull": (stdin.st_dev, stdin.st_ino) == (devnull.st_dev, devnull.st_ino)}
 
 
@@ -111,3 +111,19 @@ def threads(job: fairsched.Job):
 
 
 NOT_CALLABLE = 42
+
+
+def deep(job: fairsched.Job):
+    """A result nested payload['depth'] levels deep."""
+    value = []
+    for _ in range(job.payload["depth"] - 1):
+        value = [value]
+    return value
+
+
+async def async_echo(job: fairsched.Job):
+    """An `async def` handler: awaits, then echoes."""
+    import asyncio
+
+    await asyncio.sleep(0.01)
+    return {"payload": job.payload, "awaited": True}

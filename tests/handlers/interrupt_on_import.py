@@ -1,0 +1,7 @@
+"""A handler module whose import is interrupted (KeyboardInterrupt): it cannot start."""
+
+raise KeyboardInterrupt
+
+
+def handle(job):
+    return None
