@@ -936,3 +936,12 @@ handler = "sup_handlers:says"
     assert len(lines) == 3, lines  # the supervisor, the header, the one slot
     assert "50% \\ud800x\\nWORKER FAKE\\x1b[2" in lines[2], lines[2]  # cut at 30
     caller.kill()
+
+
+def test_a_worker_that_dies_before_its_hello_is_shown_with_its_last_words(supervisors):
+    sup = misbehaving(supervisors, "early", "early", "max_restarts = 1").start()
+    ps = sup.wait_for(lambda ps: next(s for s in ps["slots"] if s["group"] == "early")["state"]
+                      == "fatal", what="early fatal")
+    early = next(s for s in ps["slots"] if s["group"] == "early")
+    assert early["fatal_reason"] == ("exited with code 1 before its hello (its log ends: licence "
+                                     "server unreachable); crashed 2 times within 60 s"), early

@@ -378,6 +378,7 @@ class WorkerLifecycle:
         with contextlib.suppress(OSError):  # nothing left in the group: the usual case
             os.killpg(proc.pid, signal.SIGKILL)
         self.read_last_words(proc)
+        before_hello = proc.state is ProcessState.STARTING
         lease_ran_out = self.killed_by_watchdog(proc)
         if self.watchdog is not None:
             self.watchdog.gone(proc.pid)
@@ -393,6 +394,10 @@ class WorkerLifecycle:
                 how = how.removesuffix(")") + f": {proc.said_fatal})"
             else:
                 how += f" (it said: {proc.said_fatal})"
+        elif (before_hello and not lease_ran_out and not proc.signalled
+              and not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == EXIT_CANNOT_START)):
+            # It died on its way up, saying nothing on the pipe: its log may say why.
+            how += f" before its hello (its log ends: {self._last_log_line(proc)[:300]})"
         proc.last_exit = how
         self.unregister_worker(proc, f"worker {proc.name} {how}")
         self._cancel_timers(proc)

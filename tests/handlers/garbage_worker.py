@@ -4,7 +4,8 @@
 `sleep` for its first job, writes "<its pid> <the sleep's pid>" to the job's payload["pids"],
 and never reads its pipe again), `fatal` (says it cannot start, exits 78), `stranger` (answers
 its first job with a result for another job), `scribble` (reports progress with fields of the
-wrong type or range, then succeeds) or `cut` (writes half a frame and exits)."""
+wrong type or range, then succeeds), `cut` (writes half a frame and exits) or `early` (says why on
+stderr and exits 1 before its hello)."""
 
 import json
 import os
@@ -25,6 +26,9 @@ def send(msg):
 
 if mode == "mute":
     time.sleep(600)
+if mode == "early":
+    print("licence server unreachable", file=sys.stderr)
+    sys.exit(1)
 if mode == "fatal":
     send({"t": "fatal", "error": "no licence file in /etc/render"})
     sys.exit(78)
