@@ -210,6 +210,10 @@ BAD_LINES = [
                                                                "integer from 0 to 10"),
     ('{"at": 1, "type": "a", "duration": 1, "on_demand": 1}', "line 2: 'on_demand' must be "
                                                                "true or false"),
+    ('{"at": 1' + "0" * 400 + ', "type": "a", "duration": 1}',
+     r"line 2: 'at' must be a number of seconds from 0 to 1e\+09, got inf"),
+    ('{"at": 1, "type": "a", "duration": 1, "priority": 9' + "9" * 5000 + "}",
+     "line 2: not usable JSON (Exceeds the limit"),
 ]
 
 
@@ -329,6 +333,23 @@ def reference_starts(trace, slots, weights, tick):
             placed = set(idx)
             pending = [j for k, j in enumerate(pending) if k not in placed]
     return starts
+
+
+def test_scores_tied_but_for_rounding_are_settled_as_the_core_settles_them(tmp_path):
+    # At t=100 jobs 1 (priority 0, since 0.1) and 2 (priority 1, since 64.1) score alike;
+    # the core starts the older, job 1. The per-type key of job 2 rounds a hair lower.
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"at": 0, "type": "pdf", "duration": 100}\n'
+                    '{"at": 0.1, "type": "pdf", "duration": 1}\n'
+                    '{"at": 64.1, "type": "pdf", "duration": 1, "priority": 1}\n')
+    (tmp_path / "w.toml").write_text('[[worker]]\nname = "pdf"\ntypes = ["pdf"]\n'
+                                     'command = ["x"]\n')
+    config = load_config(tmp_path / "w.toml")
+    trace = sim.read_trace(path, sim.type_ids_of(config))
+    slots = sim.slot_layout(config, sim.type_ids_of(config))
+    result = sim.simulate(trace, slots, config.scoring, "fairsched", 0.0)
+    assert result.starts == reference_starts(trace, slots, config.scoring, 0.0)
+    assert result.starts == [0.0, 100.0, 101.0]
 
 
 @pytest.mark.parametrize("tick", [0.0, 7.0])

@@ -65,7 +65,10 @@ MIN_TICK = 0.001
 def _number(value, key: str, where: str, minimum: float = 0.0) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TraceError(f"{where}: '{key}' must be a number of seconds, got {_json_kind(value)}")
-    value = float(value)
+    try:
+        value = float(value)
+    except OverflowError:  # an integer past any float
+        value = math.inf
     if not math.isfinite(value) or not minimum <= value <= MAX_SECONDS:
         raise TraceError(f"{where}: '{key}' must be a number of seconds from {minimum:g} to "
                          f"{MAX_SECONDS:g}, got {value!r}")
@@ -108,8 +111,10 @@ def read_trace(path: str | Path, type_ids: Mapping[str, int]) -> Trace:
 def _parse_line(text: str, where: str, type_ids: Mapping[str, int]) -> tuple:
     try:
         job = json.loads(text)
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         raise TraceError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+    except ValueError as exc:  # an integer of more digits than Python converts
+        raise TraceError(f"{where}: not usable JSON ({exc})") from None
     except RecursionError:
         raise TraceError(f"{where}: nests too deeply to be a job") from None
     if not isinstance(job, dict):
@@ -157,6 +162,7 @@ class _Policy:
 
     name = ""
     split_on_demand = False  # fairsched ranks on-demand jobs of a type on their own slope
+    near_ties = False  # keys are rounded scores: let the core order those within rounding
 
     def __init__(self, sim: Simulation):
         self.sim = sim
@@ -172,6 +178,7 @@ class _Policy:
 class _FairschedPolicy(_Policy):
     name = "fairsched"
     split_on_demand = True
+    near_ties = True
 
     def __init__(self, sim: Simulation):
         super().__init__(sim)
@@ -329,6 +336,7 @@ class Simulation:
         release = pool.release
         heappush, heappop = heapq.heappush, heapq.heappop
         tick = self.tick
+        near_ties = policy.near_ties
         cycles = 0
         last_finish = 0.0
         i = 0
@@ -360,6 +368,12 @@ class Simulation:
                     for heap in heaps[t]:
                         for _ in range(min(k, len(heap))):
                             picked.append(heappop(heap))
+                        if near_ties and heap and picked:
+                            # Keys within rounding of the last one taken may be exact ties
+                            # of score: the core's tie-break (older first) settles those.
+                            last = picked[-1][0]
+                            while heap and heap[0][0] - last <= 1e-9 * max(1.0, abs(last)):
+                                picked.append(heappop(heap))
             if not picked:
                 continue
             cycles += 1
