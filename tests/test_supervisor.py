@@ -945,3 +945,19 @@ def test_a_worker_that_dies_before_its_hello_is_shown_with_its_last_words(superv
     early = next(s for s in ps["slots"] if s["group"] == "early")
     assert early["fatal_reason"] == ("exited with code 1 before its hello (its log ends: licence "
                                      "server unreachable); crashed 2 times within 60 s"), early
+
+
+def test_a_retried_on_demand_job_waits_from_its_retry(supervisors):
+    # As a queued job's retry does: its first run is not counted as waiting (nor scored so).
+    sup = supervisors("""
+[[worker]]
+name = "flaky"
+types = ["flaky"]
+handler = "sup_handlers:flaky_once"
+""").start()
+    result = sup.cli("submit", "flaky", "--on-demand", "--payload", '{"seconds": 1.5}')
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {"attempt": 2}
+    waited = re.search(r"job od-1 started: type flaky, worker flaky-1, slot 0, attempt 2/3, "
+                       r"waited (\d+\.\d+) s", sup.output())
+    assert waited and float(waited.group(1)) < 0.5, sup.output()

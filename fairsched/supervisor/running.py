@@ -199,6 +199,7 @@ class JobHandling:
         if req.notify is not None:
             req.notify({"event": "retry", "job_id": req.job_id, "error": error,
                         "attempt": req.attempts})
+        req.eligible_at = time.time()  # a retry's age counts from the retry, as a queued one's
         self.requests[req.number] = req
 
     def _record(self, rj: RunningJob, outcome: str, duration: float) -> None:

@@ -145,3 +145,11 @@ def says(job: fairsched.Job):
     deadline = time.monotonic() + 30
     while not job.cancelled() and time.monotonic() < deadline:
         time.sleep(0.02)
+
+
+def flaky_once(job: fairsched.Job):
+    """Its first attempt works payload['seconds'] and fails; later ones succeed."""
+    if job.attempt == 1:
+        time.sleep(float(job.payload["seconds"]))
+        raise RuntimeError("the first attempt fails on purpose")
+    return {"attempt": job.attempt}
