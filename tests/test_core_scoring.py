@@ -106,6 +106,16 @@ def test_absurd_times_still_give_a_total_order(core):
     assert list(order) == [1, 2, 0]
 
 
+def test_scores_spread_past_the_largest_double_still_order_exactly(core):
+    # 1.7e308 - -1.7e308 overflows: the compiled bucket sort falls back to one bucket.
+    w = core.Weights(priority=1.7e308 / 2**62, age=0.0, rarity=0.0, on_demand_age=0.0)
+    rows = [(0, -2**62, 0.0, 0, 1), (0, 2**62, 0.0, 0, 2), (0, 0, 0.0, 0, 3),
+            (0, 2**61, 0.0, 0, 4), (0, -5, 0.0, 0, 5)]
+    scores, order = rank(core, 1.0, rows, free=[1], weights=w)
+    assert all(math.isfinite(x) for x in scores)
+    assert list(order) == [1, 3, 2, 4, 0]
+
+
 @pytest.mark.parametrize("now", [float("nan"), float("inf"), "10", None])
 def test_now_must_be_a_finite_number(core, now):
     with pytest.raises((ValueError, TypeError), match="now must be"):

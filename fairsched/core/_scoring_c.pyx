@@ -214,7 +214,9 @@ cdef int order_into(const double[::1] scores, const double[::1] eligible_at,
                 high = s
             if s < low:
                 low = s
-    if high > low:
+    # A spread past the largest double (scores near +-1.8e308) leaves scale 0: one bucket,
+    # and no inf x 0 in _bucket.
+    if high > low and isfinite(high - low):
         scale = (n - 1) / (high - low)
         if not (scale < INFINITY):
             scale = 0.0

@@ -78,9 +78,10 @@ def score_breakdown(weights: core.Weights, *, priority: int, age: float, free_sl
     free_slots = max(0, int(free_slots))
     rarity = weights.rarity / free_slots if free_slots > 0 else 0.0
     bonus = weights.on_demand + age * weights.on_demand_age if on_demand else 0.0
-    # Type id 0 with `free_slots` free slots; eligible `age` seconds before now.
-    now = 1_000_000_000.0
-    cands = core.Candidates.from_lists([0], [priority], [now - age], [on_demand], [0])
+    # Type id 0 with `free_slots` free slots; eligible `age` seconds before now. Now is 0, so
+    # the age reaches the core exactly as given: the total equals the sum of its parts.
+    now = 0.0
+    cands = core.Candidates.from_lists([0], [priority], [-age], [on_demand], [0])
     scores, _ = core.score_candidates(cands, now, [free_slots], weights)
     return Breakdown(
         priority=priority, age=age, free_slots=free_slots, on_demand=bool(on_demand),
@@ -135,7 +136,8 @@ def weights_report(weights: core.Weights, source: str) -> str:
         f"job gains {_points(w.age + w.on_demand_age)} points/s instead of {_points(w.age)}",
         "  a fresh on-demand job of priority p outranks fresh queued jobs below priority",
         f"  p + B_od / W_p = p + {_number(_divide(w.on_demand, w.priority))}"
-        + (" (W_p is 0: all of them)" if w.priority == 0 else ""),
+        + (" (W_p is 0: all of them)" if w.priority == 0 and w.on_demand > 0
+           else " (B_od and W_p are 0: none, when just as old)" if w.priority == 0 else ""),
         "",
         "rarity bonus W_r / n for a job type with n free compatible slots",
         "  FREE    POINTS  WORTH",
