@@ -8,6 +8,7 @@ import resource
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -676,6 +677,56 @@ def test_a_stuck_template_is_replaced_by_cold_starts(supervisors):
     assert sup.cli("submit", "pdf", "--on-demand").returncode == 0
 
 
+def templates_of(sup, group: str) -> list[psutil.Process]:
+    found = []
+    for child in psutil.Process(sup.proc.pid).children():
+        with contextlib.suppress(psutil.Error):
+            if f"template {group} " in " ".join(child.cmdline()):
+                found.append(child)
+    return found
+
+
+def test_a_template_that_dies_is_replaced_and_workers_fork_from_it_again(supervisors):
+    # One kill (the OOM killer's, say) must not leave the group starting cold for good. A
+    # worker forked from a template finds the template's objects frozen (gc.freeze); a cold
+    # one finds none.
+    sup = supervisors("""
+[[worker]]
+name = "frozen"
+types = ["frozen"]
+handler = "frozen:handle"
+""")
+    (sup.dir / "frozen.py").write_text(
+        "import gc\n\ndef handle(job):\n    return gc.get_freeze_count() > 0\n")
+    sup.start()
+
+    def forked() -> bool:
+        result = sup.cli("submit", "frozen", "--on-demand")
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)
+
+    def replace_worker() -> None:
+        (old,) = [s["pid"] for s in sup.slots()]
+        os.kill(old, signal.SIGKILL)
+        sup.wait_for(lambda ps: ps["slots"][0]["state"] == "free"
+                     and ps["slots"][0]["pid"] not in (None, old), what="frozen-1 back")
+
+    assert forked()
+    (template,) = templates_of(sup, "frozen")
+    template.kill()
+    replace_worker()  # at once: cold, the new template is still to come
+    assert not forked()
+    deadline = time.monotonic() + 20
+    while [t.pid for t in templates_of(sup, "frozen")] in ([], [template.pid]):
+        assert time.monotonic() < deadline, sup.output()[-2000:]
+        time.sleep(0.1)
+    assert re.search(r"template for frozen exited; replacements start cold until a new one "
+                     r"has imported frozen:handle \(in 1 s\)", sup.output()), sup.output()
+    time.sleep(0.5)  # it has imported its (quick) module and takes spawns
+    replace_worker()
+    assert forked()
+
+
 def test_restart_is_refused_while_the_supervisor_stops(supervisors):
     sup = supervisors(SLOW_PDF, shutdown_timeout=10).start()
     caller = sup.spawn_cli("submit", "pdf", "--on-demand", "--payload",
@@ -961,3 +1012,24 @@ handler = "sup_handlers:flaky_once"
     waited = re.search(r"job od-1 started: type flaky, worker flaky-1, slot 0, attempt 2/3, "
                        r"waited (\d+\.\d+) s", sup.output())
     assert waited and float(waited.group(1)) < 0.5, sup.output()
+
+
+def test_a_caller_that_hangs_up_is_no_warning_and_a_bad_request_is_one(supervisors):
+    sup = supervisors(ECHO).start()
+    path = str(sup.dir / "state" / "control" / "sock")
+    for _ in range(20):  # ask, and leave before the answer
+        s = socket.socket(socket.AF_UNIX)
+        s.connect(path)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        s.sendall(b'{"cmd": "ps"}\n')
+        s.close()
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(path)
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            s.sendall(b"x" * (2 << 20))  # no line end within the 1 MiB a request may have
+    deadline = time.monotonic() + 10
+    while "control connection dropped: bad or oversized request" not in sup.output():
+        assert time.monotonic() < deadline, sup.output()[-2000:]
+        time.sleep(0.1)
+    assert sup.output().count("control connection dropped") == 1, sup.output()[-3000:]
+    assert sup.cli("ps").returncode == 0

@@ -66,6 +66,8 @@ class Supervisor(WorkerLifecycle, WorkerPipes, JobHandling):
         self.templates: dict[str, Template] = {}
         self.template_pids: dict[int, str] = {}
         self.warming: dict[str, Template] = {}  # templates still importing their handler
+        self.template_losses: dict[str, list[float]] = {}  # monotonic times, by group
+        self.template_timers: dict[str, asyncio.TimerHandle] = {}  # replacements due
         self.pending_spawns: dict[str, collections.deque] = {}
         self.early_exits: dict[int, int] = {}
         self._unknown_exit: tuple[int, float] | None = None  # (pid, first seen): reap_workers

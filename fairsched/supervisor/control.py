@@ -116,7 +116,9 @@ class ControlServer:
                 writer.write(b'{"ok": false, "error": "bad request"}\n')
                 return
             await self._dispatch(request, reader, writer)
-        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
+        except ConnectionError:  # the caller hung up before reading all it asked for
+            log.debug("a control connection closed before its answer was read")
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
             log.warning("control connection dropped: bad or oversized request")
         except asyncio.CancelledError:
             pass

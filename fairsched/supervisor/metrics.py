@@ -273,7 +273,7 @@ class PrometheusObserver(Observer):
             self._stop_refresh()
             return
         self.server = server
-        self.thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1},
+        self.thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.5},
                                        name="fairsched-metrics", daemon=True)
         self.thread.start()
         host, port = server.server_address[:2]

@@ -11,6 +11,7 @@ restarts. Both connections act as the same supervisor id.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import time
@@ -500,8 +501,10 @@ class QueueLink:
         delay = RECONNECT_FIRST
         lost = False
         while not self.closing:
+            notifications = None
             try:
-                notifications = await self.store_listen()
+                notifications = self.store_listen()
+                await notifications
                 if lost:  # what was notified while it was down never came: look afresh
                     lost = False
                     self.sup.on_poll()
@@ -516,6 +519,9 @@ class QueueLink:
                 raise
             except Exception as exc:
                 log.debug("notification connection lost: %s", exc)
+            if notifications is not None:  # its store would hold on to it until it closes
+                with contextlib.suppress(Exception):
+                    await notifications.aclose()
             lost = True
             await asyncio.sleep(delay)
             delay = min(delay * 2, self.reconnect_max)

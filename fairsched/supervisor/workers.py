@@ -40,6 +40,9 @@ STOP_GRACE = 2.0  # SIGTERM to SIGKILL for a worker that is stopped or timed out
 EXIT_GRACE = 2.0  # a worker that closed its pipe gets this long to exit before SIGKILL
 REAP_WAIT = 0.002  # seconds the loop waits, at most, for a worker whose pipe closed to exit
 ORPHAN_GRACE = 1.0  # seconds a child not known as ours stays a zombie for whoever waits for it
+TEMPLATE_DELAY_FIRST = 1.0  # seconds before a lost template is replaced; doubles per recent loss
+TEMPLATE_DELAY_MAX = 60.0
+TEMPLATE_CALM = 600.0  # seconds after which a template's losses are forgotten
 
 
 def launch_spec(proc: WorkerProcess, log_dir: Path) -> LaunchSpec:
@@ -110,6 +113,9 @@ class WorkerLifecycle:
         it is now, for the workers started from here on (`fairsched restart`)."""
         if spec.handler is None or self.shutting_down:
             return
+        timer = self.template_timers.pop(spec.name, None)
+        if timer is not None:  # a replacement was due: this one comes now
+            timer.cancel()
         importing = self.warming.pop(spec.name, None)
         if importing is not None:  # the code may have changed since it began: start over
             importing.kill()
@@ -202,12 +208,38 @@ class WorkerLifecycle:
         template.close()  # its before_close lets the loop go of its socket
         if self.templates.get(template.group) is template:
             del self.templates[template.group]
-            if not (self.shutting_down or why_said):
-                log.warning("template for %s exited; replacements start cold", template.group)
+            if not self.shutting_down:
+                delay = self._replace_template_later(template.group)
+                if not why_said:
+                    log.warning("template for %s exited; replacements start cold until a new "
+                                "one has imported %s (in %g s)", template.group,
+                                template.handler, delay)
         pending = self.pending_spawns.pop(template.group, collections.deque())
         for proc, incarnation in pending:
             if proc.incarnation == incarnation and proc.pid is None:
                 self._relaunch_cold(proc)
+
+    def _replace_template_later(self, group: str) -> float:
+        """Start a new template for `group` after a delay that doubles with each loss in the
+        last TEMPLATE_CALM seconds (1 s, 2 s, ... up to a minute): a template killed once (by
+        the OOM killer, say) is back at once, one that keeps dying does not spin."""
+        now = time.monotonic()
+        losses = [t for t in self.template_losses.get(group, []) if now - t < TEMPLATE_CALM]
+        losses.append(now)
+        self.template_losses[group] = losses
+        delay = min(TEMPLATE_DELAY_MAX, TEMPLATE_DELAY_FIRST * 2 ** (len(losses) - 1))
+        timer = self.template_timers.pop(group, None)
+        if timer is not None:
+            timer.cancel()
+        self.template_timers[group] = self.loop.call_later(delay, self._replace_template, group)
+        return delay
+
+    def _replace_template(self, group: str) -> None:
+        self.template_timers.pop(group, None)
+        if self.shutting_down or group in self.templates or group in self.warming:
+            return
+        spec = next(p.spec for p in self.procs if p.group == group)
+        self._warm_template(spec)
 
     def _relaunch_cold(self, proc: WorkerProcess) -> None:
         if proc.sock is not None:
