@@ -46,7 +46,10 @@ class Job:
         if fraction is not None:
             if isinstance(fraction, bool) or not isinstance(fraction, numbers.Real):
                 raise TypeError(f"progress fraction must be a number or None, got {fraction!r}")
-            fraction = float(fraction)
+            try:
+                fraction = float(fraction)
+            except OverflowError:  # an integer or Fraction past any float: far out of range
+                fraction = 1.0 if fraction > 0 else 0.0
             fraction = None if math.isnan(fraction) else min(1.0, max(0.0, fraction))
         message = str(message)[:MAX_MESSAGE]
         if self._send is None or self._done:

@@ -751,6 +751,23 @@ max_attempts = 1
         time.sleep(0.05)
 
 
+def test_orphans_jobs_leave_behind_are_reaped_as_they_end(supervisors, db, tmp_path):
+    # The supervisor is their subreaper: each becomes its child, and a zombie until reaped.
+    sup = supervisors("""
+[[worker]]
+name = "orphans"
+types = ["orphans"]
+handler = "sup_handlers:leaves_orphans"
+""").start()
+    enqueue(db, [{"type": "orphans", "payload": {"n": 40}}])
+    wait_all_finished(db, 1, timeout=60, sups=[sup])
+    time.sleep(0.6)  # the last of them ended 0.2 s after the job
+    deadline = time.monotonic() + 1.5
+    while zombies := zombie_children(sup.proc.pid):
+        assert time.monotonic() < deadline, f"{len(zombies)} zombies left"
+        time.sleep(0.05)
+
+
 def zombie_children(pid: int) -> list[int]:
     zombies = []
     for child in psutil.Process(pid).children():

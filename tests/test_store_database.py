@@ -282,3 +282,22 @@ def test_an_embedded_server_under_a_path_with_a_space_is_refused_in_one_line(mon
     assert result.stderr.count("\n") == 1, result.stderr
     assert "cannot take a path with a space" in result.stderr
     assert "[supervisor] key 'state_dir'" in result.stderr
+
+
+def test_the_reason_a_start_failed_is_read_from_that_start_only(tmp_path):
+    from fairsched.store.database import _why_not_started
+
+    log = tmp_path / "log"
+    log.write_text(
+        "2026-11-24 12:00:00.000 UTC [10] LOG:  starting PostgreSQL 18.6 on x86_64\n"
+        "2026-11-24 12:00:01.000 UTC [11] FATAL:  the database system is shutting down\n"
+        "2026-11-24 12:05:00.000 UTC [20] LOG:  starting PostgreSQL 18.6 on x86_64\n"
+        "2026-11-24 12:05:00.100 UTC [21] LOG:  database system was interrupted; last known up\n")
+    assert _why_not_started(log) == ("2026-11-24 12:05:00.100 UTC [21] LOG:  database system "
+                                     "was interrupted; last known up")
+    with open(log, "a") as f:
+        f.write("2026-11-24 12:05:01.000 UTC [20] LOG:  unrecognized parameter \"x\"\n"
+                "2026-11-24 12:05:01.000 UTC [20] FATAL:  configuration file contains errors\n")
+    assert _why_not_started(log) == ('unrecognized parameter "x"; configuration file contains '
+                                     "errors")
+    assert _why_not_started(tmp_path / "none") is None

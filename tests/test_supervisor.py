@@ -678,10 +678,13 @@ def test_a_stuck_template_is_replaced_by_cold_starts(supervisors):
 
 
 def templates_of(sup, group: str) -> list[psutil.Process]:
+    """The group's templates: titled once they have imported, still importing otherwise."""
     found = []
     for child in psutil.Process(sup.proc.pid).children():
         with contextlib.suppress(psutil.Error):
-            if f"template {group} " in " ".join(child.cmdline()):
+            cmdline = child.cmdline()
+            if (f"template {group} " in " ".join(cmdline)
+                    or ("--template" in cmdline and child.environ().get("FAIRSCHED_GROUP") == group)):
                 found.append(child)
     return found
 
@@ -725,6 +728,38 @@ handler = "frozen:handle"
     time.sleep(0.5)  # it has imported its (quick) module and takes spawns
     replace_worker()
     assert forked()
+
+
+def test_a_template_killed_while_importing_is_replaced_too(supervisors):
+    sup = supervisors("""
+[[worker]]
+name = "heavy"
+types = ["heavy"]
+handler = "heavy:handle"
+""")
+    (sup.dir / "heavy.py").write_text("import time\ntime.sleep(2)  # a model to load\n\n"
+                                      "def handle(job):\n    return 1\n")
+    sup.start()
+    seen = set()
+    for _ in range(2):  # ready, then importing: either way a new one follows
+        deadline = time.monotonic() + 20
+        while not (current := [t for t in templates_of(sup, "heavy") if t.pid not in seen]):
+            assert time.monotonic() < deadline, sup.output()[-2000:]
+            time.sleep(0.1)
+        (template,) = current
+        seen.add(template.pid)
+        time.sleep(0.3)
+        template.kill()
+    deadline = time.monotonic() + 20
+    while not re.search(r"template for heavy exited while starting \(see .*\); its workers "
+                        r"start cold until a new one has imported heavy:handle \(in 2 s\)",
+                        sup.output()):
+        assert time.monotonic() < deadline, sup.output()[-2000:]
+        time.sleep(0.1)
+    while not [t for t in templates_of(sup, "heavy") if t.pid not in seen]:
+        assert time.monotonic() < deadline, sup.output()[-2000:]
+        time.sleep(0.1)
+    assert sup.cli("submit", "heavy", "--on-demand", timeout=30).returncode == 0
 
 
 def test_restart_is_refused_while_the_supervisor_stops(supervisors):

@@ -438,7 +438,8 @@ def test_job_outside_a_worker_reports_nowhere_and_checks_its_arguments():
     # any real number goes.
     reported = Job("x", "pdf", send=sent.append)
     for fraction, shown in [(3 * 0.1 / 0.3, 1.0), (1.5, 1.0), (-1e-17, 0.0),
-                            (float("nan"), None), (Fraction(1, 4), 0.25), (1, 1.0)]:
+                            (float("nan"), None), (Fraction(1, 4), 0.25), (1, 1.0),
+                            (10**400, 1.0), (-(10**400), 0.0)]:
         sent.clear()
         reported.progress(fraction)
         assert sent[0]["fraction"] == shown, (fraction, sent)

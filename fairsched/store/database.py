@@ -263,6 +263,10 @@ def _why_not_started(log_file: Path) -> str | None:
     except OSError:
         return None
     lines = [ln for ln in lines if ln]
+    # Only this start's lines: an older run's FATAL is not why this one failed.
+    starts = [i for i, ln in enumerate(lines) if "LOG:  starting PostgreSQL" in ln]
+    if starts:
+        lines = lines[starts[-1]:]
     parsed = [_LOG_LINE.match(ln) for ln in lines]
     for i in range(len(lines) - 1, -1, -1):
         m = parsed[i]

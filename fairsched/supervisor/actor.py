@@ -70,8 +70,6 @@ class Supervisor(WorkerLifecycle, WorkerPipes, JobHandling):
         self.template_timers: dict[str, asyncio.TimerHandle] = {}  # replacements due
         self.pending_spawns: dict[str, collections.deque] = {}
         self.early_exits: dict[int, int] = {}
-        self._unknown_exit: tuple[int, float] | None = None  # (pid, first seen): reap_workers
-        self._orphan_timer: asyncio.TimerHandle | None = None
         self.shutting_down = False
         self.stopped = asyncio.Event()
         self.changed = asyncio.Event()

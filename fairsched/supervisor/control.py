@@ -187,8 +187,9 @@ class ControlServer:
                 held.clear()  # stale now
             if writer.is_closing():
                 return
-            if (event["event"] == "progress"
-                    and writer.transport.get_write_buffer_size() >= HOLD_PROGRESS_AT):
+            holding = bool(flushing) and not flushing[-1].done()
+            if event["event"] == "progress" and (
+                    holding or writer.transport.get_write_buffer_size() >= HOLD_PROGRESS_AT):
                 # A caller that reads slowly (or is suspended) gets the latest progress once
                 # it catches up, not every one: what waits here for it stays bounded.
                 held["event"] = event

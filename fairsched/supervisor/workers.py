@@ -11,6 +11,7 @@ import logging
 import os
 import secrets
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from fairsched.worker.launch import (
     LaunchSpec,
     StartsCold,
     Template,
+    TemplateGone,
     become_subreaper,
     launch,
 )
@@ -39,7 +41,8 @@ log = logging.getLogger("fairsched.supervisor")
 STOP_GRACE = 2.0  # SIGTERM to SIGKILL for a worker that is stopped or timed out
 EXIT_GRACE = 2.0  # a worker that closed its pipe gets this long to exit before SIGKILL
 REAP_WAIT = 0.002  # seconds the loop waits, at most, for a worker whose pipe closed to exit
-ORPHAN_GRACE = 1.0  # seconds a child not known as ours stays a zombie for whoever waits for it
+# wait4's flag (linux/wait.h) to wait for the calling thread's children only.
+_WNOTHREAD = 0x20000000 if sys.platform.startswith("linux") else 0
 TEMPLATE_DELAY_FIRST = 1.0  # seconds before a lost template is replaced; doubles per recent loss
 TEMPLATE_DELAY_MAX = 60.0
 TEMPLATE_CALM = 600.0  # seconds after which a template's losses are forgotten
@@ -139,6 +142,12 @@ class WorkerLifecycle:
             ready = False
         except StartsCold as exc:  # its workers will run, but the operator should know why
             log.warning("%s", exc)
+            ready = False
+        except TemplateGone as exc:  # killed while importing (the OOM killer, say)
+            if self.warming.get(template.group) is template and not self.shutting_down:
+                log.warning("%s; its workers start cold until a new one has imported %s "
+                            "(in %g s)", exc, template.handler,
+                            self._replace_template_later(template.group))
             ready = False
         except OSError as exc:  # the cold path reports the real problem
             log.debug("no template for %s: %s", template.group, exc)
@@ -313,54 +322,22 @@ class WorkerLifecycle:
         self.fail_unrunnable_requests()
 
     def reap_workers(self) -> None:
-        """Collect the exits of this supervisor's children; several SIGCHLDs fold into one call.
+        """Collect every exited child of the loop's thread; several SIGCHLDs fold into one call.
 
-        Its own (workers, templates, the lease watchdog) are reaped by pid. Another child (a
-        job's helper re-parented here when its worker died, a template's worker that exited
-        before its pid reached us) is reaped only once it has been a zombie for ORPHAN_GRACE:
-        a child that library code started and waits for itself, such as the embedded
-        PostgreSQL's pg_ctl run from a thread, must keep its exit status for its waiter.
+        That is workers, templates, the lease watchdog and orphans re-parented here (this
+        process is their subreaper: a job's helper left behind, say), all started by or given
+        to this thread. A child another thread started and waits for itself, such as the
+        embedded PostgreSQL's pg_ctl run from an executor thread, keeps its exit status for
+        its waiter (__WNOTHREAD).
         """
-        for pid in [*self.by_pid, *self.template_pids,
-                    *([self.watchdog.pid] if self.watchdog and self.watchdog.pid else [])]:
-            try:
-                done, status = os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                continue
-            if done:
-                self._reaped(pid, status)
         while True:
-            try:  # peek: which child has exited, without reaping it
-                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-            except ChildProcessError:
-                info = None
-            if info is None:
-                self._unknown_exit = None
-                return
-            pid, now = info.si_pid, time.monotonic()
-            if not self._is_own(pid):
-                if self._unknown_exit is None or self._unknown_exit[0] != pid:
-                    self._unknown_exit = (pid, now)
-                if now - self._unknown_exit[1] < ORPHAN_GRACE:
-                    if self._orphan_timer is None:
-                        self._orphan_timer = self.loop.call_later(ORPHAN_GRACE,
-                                                                  self._reap_orphans_later)
-                    return
             try:
-                done, status = os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:  # its waiter took it meanwhile
-                continue
-            if not done:  # never expected after the peek; do not spin on it
+                pid, status = os.waitpid(-1, os.WNOHANG | _WNOTHREAD)
+            except ChildProcessError:
+                return
+            if pid == 0:
                 return
             self._reaped(pid, status)
-
-    def _reap_orphans_later(self) -> None:
-        self._orphan_timer = None
-        self.reap_workers()
-
-    def _is_own(self, pid: int) -> bool:
-        return (pid in self.by_pid or pid in self.template_pids
-                or (self.watchdog is not None and pid == self.watchdog.pid))
 
     def _reaped(self, pid: int, status: int) -> None:
         proc = self.by_pid.pop(pid, None)

@@ -48,6 +48,10 @@ class StartsCold(LaunchError):
     """The template imported its handler but will not fork workers from it: they start cold."""
 
 
+class TemplateGone(LaunchError):
+    """The template died (a signal, say) rather than reporting a failure of its own."""
+
+
 @dataclass
 class LaunchSpec:
     name: str  # process name, e.g. "pdf-1"
@@ -376,10 +380,11 @@ class Template:
             self._fail(f"template for {self.group} did not answer within {timeout:g} s "
                        f"while {doing}")
         except OSError as exc:
-            self._fail(f"template for {self.group} is gone ({exc.strerror or exc})")
+            self._fail(f"template for {self.group} is gone ({exc.strerror or exc})",
+                       TemplateGone)
         if not reply:
             self._fail(f"template for {self.group} exited while {doing} "
-                       f"(see {self.log_path})")
+                       f"(see {self.log_path})", TemplateGone)
         try:
             answer = json.loads(reply)
         except ValueError:

@@ -153,3 +153,10 @@ def flaky_once(job: fairsched.Job):
         time.sleep(float(job.payload["seconds"]))
         raise RuntimeError("the first attempt fails on purpose")
     return {"attempt": job.attempt}
+
+
+def leaves_orphans(job: fairsched.Job):
+    """Leaves payload['n'] short `sleep`s running in the background, as `cmd &` does."""
+    for _ in range(int(job.payload["n"])):
+        subprocess.run(["sh", "-c", "sleep 0.2 &"], check=True)
+    return {"left": job.payload["n"]}
