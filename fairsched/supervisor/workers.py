@@ -200,11 +200,15 @@ class WorkerLifecycle:
                 self.watchdog.born(pid)
             log.info("worker %s spawned (pid %d)", proc.name, pid,
                      extra=fields(event="worker_spawned", worker=proc.name, group=proc.group, pid=pid))
-        status = self.early_exits.pop(pid, None)
-        if status is None:  # it may have exited before we knew whose it was: it waits for us
-            with contextlib.suppress(ChildProcessError):
-                done, status = os.waitpid(pid, os.WNOHANG)
-                status = status if done else None
+        # Whether it exited before we knew whose it was: a zombie waiting for us, or reaped
+        # already (early_exits). Asked of the process first: a stored exit is an earlier
+        # process's that had the same pid when this one lives, or is a zombie still.
+        earlier = self.early_exits.pop(pid, None)
+        try:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            status = status if done else None
+        except ChildProcessError:
+            status = earlier
         if status is not None:  # it exited before we knew whose it was
             self.by_pid.pop(pid, None)
             self.worker_exited(proc, status)
@@ -351,8 +355,9 @@ class WorkerLifecycle:
             template = self.templates.get(group)
             if template is not None and template.pid == pid:
                 self._drop_template(template)
-        else:
-            # A template-forked worker can exit before its pid reaches us.
+        elif any(self.pending_spawns.values()):
+            # A template-forked worker can exit before its pid reaches us. (Other unknown
+            # children are orphans re-parented here: nothing to keep of them.)
             self.early_exits[pid] = status
             while len(self.early_exits) > 256:
                 self.early_exits.pop(next(iter(self.early_exits)))
