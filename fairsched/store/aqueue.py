@@ -238,7 +238,6 @@ class AsyncStore:
                  lease: float, host: str):
         self.conn = conn
         self.url = url
-        self.unstorable: list[tuple[int, str]] = []  # (id, why) failed by the last complete()
         self.supervisor_id = supervisor_id
         self.lease = lease
         self.host = host
@@ -377,8 +376,6 @@ class AsyncStore:
                 unstorable.append((job_id, claim, f"the result could not be stored: {exc}"))
         failed = [job_id for job_id, claim, error in unstorable
                   if await self.fail(job_id, claim, error, permanent=True, retry_delay=0)]
-        self.unstorable = [(job_id, error) for job_id, _, error in unstorable
-                           if job_id in failed]
         return failed + await self.complete_encoded(storable)
 
     async def complete_encoded(self, items: list[tuple[int, int, str | None]]) -> list[int]:

@@ -71,7 +71,7 @@ class Failure:
 
 @dataclass
 class Outbox:
-    completions: list[tuple[int, int, Any]] = field(default_factory=list)
+    completions: list[tuple[int, int, str | None]] = field(default_factory=list)  # JSON text
     failures: list[Failure] = field(default_factory=list)
     cancels: list[tuple[int, int]] = field(default_factory=list)
     releases: list[tuple[int, int]] = field(default_factory=list)
