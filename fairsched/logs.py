@@ -4,10 +4,21 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import time
 
 TEXT_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
+
+
+def tail_lines(path, size: int = 4096) -> list[str]:
+    """The non-blank lines, stripped, of the last `size` bytes of file `path` (OSError if it
+    cannot be read): what a log says last, read without reading all of it."""
+    with open(path, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        f.seek(max(0, f.tell() - size))
+        text = f.read().decode("utf-8", "replace")
+    return [line.strip() for line in text.splitlines() if line.strip()]
 
 
 def one_line(text: str) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -16,6 +17,17 @@ from pathlib import Path
 import psutil
 
 HANDLERS = Path(__file__).parent / "handlers" / "sup_handlers.py"
+
+
+def wait_until(condition, timeout: float = 20.0, what: str = "condition", interval=0.05):
+    """Call `condition` until it returns something true, and return that; AssertionError
+    naming `what` (a string, or a function giving one) once `timeout` seconds have passed."""
+    deadline = time.monotonic() + timeout
+    while not (found := condition()):
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out waiting for {what() if callable(what) else what}")
+        time.sleep(interval)
+    return found
 
 
 def fairsched(*args, env=None, timeout=60, input=None):
@@ -88,6 +100,11 @@ class Supervisor:
             time.sleep(0.05)
         raise AssertionError(f"timed out waiting for {what}; last ps: {json.dumps(last)[:2000]}\n"
                              f"{self.output()[-3000:]}")
+
+    def wait_output(self, pattern: str, timeout: float = 20.0) -> re.Match:
+        """The first match of `pattern` in the supervisor's output, once it is there."""
+        return wait_until(lambda: re.search(pattern, self.output()), timeout,
+                          lambda: f"{pattern!r} in the output:\n{self.output()[-2000:]}")
 
     def slots(self, worker: str | None = None) -> list[dict]:
         return [s for s in self.ps()["slots"] if worker in (None, s["worker"], s["group"])]

@@ -16,7 +16,7 @@ import psutil
 import psycopg
 
 from fairsched.store.queue import Queue
-from tests.supervisor_harness import Supervisor, alive
+from tests.supervisor_harness import Supervisor, alive, wait_until
 
 RECORD = """
 [[worker]]
@@ -746,9 +746,8 @@ max_attempts = 1
         assert time.monotonic() < deadline, f"the job's child {child} outlived its worker"
         time.sleep(0.05)
     # Orphaned, the child was the supervisor's to reap (it is their subreaper): no zombie stays.
-    while zombies := zombie_children(sup.proc.pid):
-        assert time.monotonic() < deadline, zombies
-        time.sleep(0.05)
+    wait_until(lambda: not zombie_children(sup.proc.pid), 10,
+               lambda: f"zombies {zombie_children(sup.proc.pid)} reaped")
 
 
 def test_orphans_jobs_leave_behind_are_reaped_as_they_end(supervisors, db, tmp_path):
@@ -762,10 +761,8 @@ handler = "sup_handlers:leaves_orphans"
     enqueue(db, [{"type": "orphans", "payload": {"n": 40}}])
     wait_all_finished(db, 1, timeout=60, sups=[sup])
     time.sleep(0.6)  # the last of them ended 0.2 s after the job
-    deadline = time.monotonic() + 1.5
-    while zombies := zombie_children(sup.proc.pid):
-        assert time.monotonic() < deadline, f"{len(zombies)} zombies left"
-        time.sleep(0.05)
+    wait_until(lambda: not zombie_children(sup.proc.pid), 1.5,
+               lambda: f"{len(zombie_children(sup.proc.pid))} zombies reaped")
 
 
 def zombie_children(pid: int) -> list[int]:

@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.supervisor_harness import alive
+from tests.supervisor_harness import alive, wait_until
 
 ECHO = """
 [[worker]]
@@ -719,10 +719,8 @@ handler = "frozen:handle"
     template.kill()
     replace_worker()  # at once: cold, the new template is still to come
     assert not forked()
-    deadline = time.monotonic() + 20
-    while [t.pid for t in templates_of(sup, "frozen")] in ([], [template.pid]):
-        assert time.monotonic() < deadline, sup.output()[-2000:]
-        time.sleep(0.1)
+    wait_until(lambda: [t.pid for t in templates_of(sup, "frozen")] not in ([], [template.pid]),
+               what="a new template")
     assert re.search(r"template for frozen exited; replacements start cold until a new one "
                      r"has imported frozen:handle \(in 1 s\)", sup.output()), sup.output()
     time.sleep(0.5)  # it has imported its (quick) module and takes spawns
@@ -742,23 +740,16 @@ handler = "heavy:handle"
     sup.start()
     seen = set()
     for _ in range(2):  # ready, then importing: either way a new one follows
-        deadline = time.monotonic() + 20
-        while not (current := [t for t in templates_of(sup, "heavy") if t.pid not in seen]):
-            assert time.monotonic() < deadline, sup.output()[-2000:]
-            time.sleep(0.1)
-        (template,) = current
+        (template,) = wait_until(
+            lambda: [t for t in templates_of(sup, "heavy") if t.pid not in seen],
+            what="a new template")
         seen.add(template.pid)
         time.sleep(0.3)
         template.kill()
-    deadline = time.monotonic() + 20
-    while not re.search(r"template for heavy exited while starting \(see .*\); its workers "
-                        r"start cold until a new one has imported heavy:handle \(in 2 s\)",
-                        sup.output()):
-        assert time.monotonic() < deadline, sup.output()[-2000:]
-        time.sleep(0.1)
-    while not [t for t in templates_of(sup, "heavy") if t.pid not in seen]:
-        assert time.monotonic() < deadline, sup.output()[-2000:]
-        time.sleep(0.1)
+    sup.wait_output(r"template for heavy exited while starting \(see .*\); its workers start "
+                    r"cold until a new one has imported heavy:handle \(in 2 s\)")
+    wait_until(lambda: [t for t in templates_of(sup, "heavy") if t.pid not in seen],
+               what="a third template")
     assert sup.cli("submit", "heavy", "--on-demand", timeout=30).returncode == 0
 
 
@@ -1062,9 +1053,6 @@ def test_a_caller_that_hangs_up_is_no_warning_and_a_bad_request_is_one(superviso
         s.connect(path)
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             s.sendall(b"x" * (2 << 20))  # no line end within the 1 MiB a request may have
-    deadline = time.monotonic() + 10
-    while "control connection dropped: bad or oversized request" not in sup.output():
-        assert time.monotonic() < deadline, sup.output()[-2000:]
-        time.sleep(0.1)
+    sup.wait_output("control connection dropped: bad or oversized request", timeout=10)
     assert sup.output().count("control connection dropped") == 1, sup.output()[-3000:]
     assert sup.cli("ps").returncode == 0

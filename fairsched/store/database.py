@@ -27,6 +27,7 @@ import psutil
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
+from fairsched.logs import tail_lines
 from fairsched.store.errors import BadDatabaseURL, DatabaseUnavailable
 from fairsched.store.schema import migrate
 
@@ -256,13 +257,9 @@ def _why_not_started(log_file: Path) -> str | None:
     """The server log's account of a failed start: its last FATAL or PANIC, after what the
     same process logged just before it (a bad setting, say), or the log's last line."""
     try:
-        with open(log_file, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 16384))
-            lines = [ln.strip() for ln in f.read().decode("utf-8", "replace").splitlines()]
+        lines = tail_lines(log_file, 16384)
     except OSError:
         return None
-    lines = [ln for ln in lines if ln]
     # Only this start's lines: an older run's FATAL is not why this one failed.
     starts = [i for i, ln in enumerate(lines) if "LOG:  starting PostgreSQL" in ln]
     if starts:

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from fairsched.config import Config
-from fairsched.logs import fields
+from fairsched.logs import fields, tail_lines
 from fairsched.protocol import WORKER_MESSAGES, FrameDecoder
 from fairsched.supervisor.lease import WATCHDOG_AT
 from fairsched.supervisor.process import (
@@ -485,11 +485,8 @@ class WorkerLifecycle:
 
     def _last_log_line(self, proc: WorkerProcess) -> str:
         try:
-            with open(self.log_dir / f"{proc.name}.log", "rb") as f:
-                f.seek(0, os.SEEK_END)
-                f.seek(max(0, f.tell() - 4096))
-                lines = [ln for ln in f.read().decode("utf-8", "replace").splitlines() if ln.strip()]
-            return lines[-1].strip() if lines else "no output"
+            lines = tail_lines(self.log_dir / f"{proc.name}.log")
+            return lines[-1] if lines else "no output"
         except OSError:
             return "no log"
 
