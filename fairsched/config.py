@@ -24,6 +24,18 @@ MAX_WEIGHT = 1e12  # points: larger weights add nothing but float trouble
 MAX_LEVEL_SECONDS = 1e12  # priority_weight / age_weight: the wait one priority level is worth
 NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.]*$")
 TYPE_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:/-]*$")
+_ADDRESS = re.compile(r"(?:\[(?P<ipv6>[0-9A-Fa-f:.]+)\]|(?P<host>[^:\s\[\]]*)):(?P<port>[0-9]{1,5})")
+
+
+def metrics_address(address: str) -> tuple[str, int, bool] | None:
+    """(host, port, is_ipv6) of "host:port" or "[ipv6]:port", or None when it is neither.
+    An empty host stays empty: it means every interface."""
+    match = _ADDRESS.fullmatch(address)
+    if match is None or int(match["port"]) > 65535:
+        return None
+    if match["ipv6"] is not None:
+        return match["ipv6"], int(match["port"]), True
+    return match["host"], int(match["port"]), False
 
 
 @dataclass(frozen=True)
@@ -236,11 +248,9 @@ def load_config(path: str | os.PathLike) -> Config:
     if len(socket_path) > MAX_SOCKET_PATH:
         sup.fail("state_dir", f"is too deep for the control socket: {state_dir}/control/sock is "
                               f"{len(socket_path)} bytes, Unix sockets take {MAX_SOCKET_PATH}")
-    if supervisor.metrics is not None and not (
-            re.match(r"^[^:\s]*:\d{1,5}$", supervisor.metrics)
-            and int(supervisor.metrics.rpartition(":")[2]) <= 65535):
-        sup.fail("metrics", f"must look like 'host:port' (port 0 to 65535), got "
-                            f"{supervisor.metrics!r}")
+    if supervisor.metrics is not None and metrics_address(supervisor.metrics) is None:
+        sup.fail("metrics", f"must look like 'host:port' or '[ipv6]:port' (port 0 to 65535), "
+                            f"got {supervisor.metrics!r}")
     sup.finish()
 
     sc = _Section(file, "[scoring]", top.get("scoring", "table", {}))

@@ -96,7 +96,12 @@ BAD = [
      "[supervisor] key 'lease' must be >= 1, got 1e-09"),
     ("metrics port past 65535", GOOD.replace("shutdown_timeout = 3",
                                              'shutdown_timeout = 3\nmetrics = "127.0.0.1:99999"'),
-     "key 'metrics' must look like 'host:port' (port 0 to 65535), got '127.0.0.1:99999'"),
+     "key 'metrics' must look like 'host:port' or '[ipv6]:port' (port 0 to 65535), got "
+     "'127.0.0.1:99999'"),
+    ("metrics IPv6 without brackets", GOOD.replace("shutdown_timeout = 3",
+                                                   'shutdown_timeout = 3\nmetrics = "::1:9464"'),
+     "key 'metrics' must look like 'host:port' or '[ipv6]:port' (port 0 to 65535), got "
+     "'::1:9464'"),
     ("environment name with =", GOOD.replace("timeout = 5", 'timeout = 5\nenv = { "A=B" = "c" }'),
      "key 'env' has an entry no environment can hold: 'A=B'"),
     ("environment value with NUL", GOOD.replace("timeout = 5", 'timeout = 5\nenv = { X = "a\\u0000b" }'),

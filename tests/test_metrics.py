@@ -27,15 +27,16 @@ retry_backoff = 0
 """
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.bind((host, 0))
         return s.getsockname()[1]
 
 
-def scrape(port: int) -> dict:
+def scrape(port: int, host: str = "127.0.0.1") -> dict:
     """{(sample name, ((label, value), ...)): value} from one scrape of /metrics."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+    url = f"http://[{host}]:{port}/metrics" if ":" in host else f"http://{host}:{port}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as response:
         assert response.status == 200
         text = response.read().decode()
     samples = {}
@@ -49,18 +50,17 @@ def value(samples: dict, name: str, **labels) -> float:
     return samples[(name, tuple(sorted(labels.items())))]
 
 
-def scrape_until(port: int, predicate, what: str, timeout: float = 10.0) -> dict:
+def scrape_until(port: int, predicate, what: str, timeout: float = 10.0,
+                 host: str = "127.0.0.1") -> dict:
     deadline = time.monotonic() + timeout
     while True:
-        samples = scrape(port)
+        samples = scrape(port, host)
         if predicate(samples):
             return samples
         if time.monotonic() > deadline:
             shown = {k: v for k, v in samples.items() if not k[0].endswith("_bucket")}
             raise AssertionError(f"timed out waiting for {what}: {shown}")
         time.sleep(0.1)
-
-
 
 
 def submit(sup, *args) -> None:
@@ -152,6 +152,19 @@ def test_counters_histograms_and_gauges_follow_the_jobs(supervisors):
     assert sup.cli("stop", "--timeout", "1").returncode == 0
     assert sup.wait_exit() == 0
     with pytest.raises(urllib.error.URLError):
+        scrape(port)
+
+
+def test_an_ipv6_address_in_brackets_is_served(supervisors):
+    try:
+        port = free_port("::1")
+    except OSError as exc:
+        pytest.skip(f"this machine has no IPv6 loopback: {exc}")
+    sup = supervisors(WORKERS, supervisor=f'metrics = "[::1]:{port}"').start()
+    assert f"metrics on http://[::1]:{port}/metrics" in sup.output()
+    scrape_until(port, lambda s: value(s, "fairsched_slots", type="pdf", state="free") == 2,
+                 "the workers' slots", host="::1")
+    with pytest.raises(urllib.error.URLError):  # IPv6 only: not on 127.0.0.1
         scrape(port)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ import psycopg
 from prometheus_client import CollectorRegistry, Counter, Histogram, make_wsgi_app
 from prometheus_client.core import GaugeMetricFamily
 
+from fairsched.config import metrics_address
 from fairsched.supervisor.hooks import Observer
 from fairsched.supervisor.states import ProcessState
 
@@ -85,6 +87,10 @@ class _QuietHandler(WSGIRequestHandler):
 
 class _ThreadingServer(ThreadingMixIn, WSGIServer):
     daemon_threads = True
+
+
+class _ThreadingServer6(_ThreadingServer):
+    address_family = socket.AF_INET6
 
 
 class QueueDepth:
@@ -224,12 +230,12 @@ def _answering_head(app):
 
 
 class PrometheusObserver(Observer):
-    """Serves /metrics on `address` ("host:port"; an empty host listens on every interface)."""
+    """Serves /metrics on `address` ("host:port" or "[ipv6]:port"; an empty host listens on
+    every IPv4 interface)."""
 
     def __init__(self, address: str):
-        host, _, port = address.rpartition(":")
+        host, self.port, self.ipv6 = metrics_address(address)
         self.host = host or "0.0.0.0"
-        self.port = int(port)
         self.registry = CollectorRegistry(auto_describe=False)
         self.snapshot = Snapshot()
         self.depth = QueueDepth(self._database_url)
@@ -266,10 +272,11 @@ class PrometheusObserver(Observer):
         self._refresh()
         try:
             server = make_server(self.host, self.port, _answering_head(make_wsgi_app(self.registry)),
-                                 _ThreadingServer, handler_class=_QuietHandler)
+                                 _ThreadingServer6 if self.ipv6 else _ThreadingServer,
+                                 handler_class=_QuietHandler)
         except OSError as exc:
-            log.error("metrics: cannot listen on %s:%d (%s); running without metrics",
-                      self.host, self.port, exc.strerror or exc)
+            log.error("metrics: cannot listen on %s (%s); running without metrics",
+                      self._url_host(self.host, self.port), exc.strerror or exc)
             self._stop_refresh()
             return
         self.server = server
@@ -277,7 +284,10 @@ class PrometheusObserver(Observer):
                                        name="fairsched-metrics", daemon=True)
         self.thread.start()
         host, port = server.server_address[:2]
-        log.info("metrics on http://%s:%d/metrics", host, port)
+        log.info("metrics on http://%s/metrics", self._url_host(host, port))
+
+    def _url_host(self, host: str, port: int) -> str:
+        return f"[{host}]:{port}" if self.ipv6 else f"{host}:{port}"
 
     def stop(self) -> None:
         self._stop_refresh()
