@@ -913,7 +913,7 @@ slots = 24
 
 
 def test_a_statement_of_results_holds_a_few_megabytes_or_a_thousand_rows():
-    from fairsched.supervisor.queue_link import CHUNK_BYTES, CHUNK_ROWS, completion_chunk
+    from fairsched.supervisor.outbox import CHUNK_BYTES, CHUNK_ROWS, completion_chunk
 
     small = [(i, 1, None) for i in range(2500)]
     assert completion_chunk(small) == small[:CHUNK_ROWS]

@@ -15,7 +15,7 @@ import pytest
 
 from fairsched import core
 from fairsched.config import load_config
-from fairsched.sched import TraceError, traces
+from fairsched.sched import TraceError, report, traces
 from fairsched.sched import simulate as sim
 
 
@@ -89,7 +89,7 @@ def test_on_demand_jobs_go_first_without_starving_the_queue(tmp_path):
     def median_wait(result, on_demand):
         waits = sorted(result.starts[j] - trace.at[j] for j in range(len(trace))
                        if trace.on_demand[j] == on_demand)
-        return sim.percentile(waits, 50)
+        return report.percentile(waits, 50)
 
     assert median_wait(results["fairsched"], True) < median_wait(results["fifo"], True)
     check_replay(trace, slots, results["fairsched"])
@@ -144,7 +144,7 @@ def test_greedy_strands_a_job_in_a_cycle_and_optimal_does_not(tmp_path):
     assert optimal.stranded == [0, 0] and optimal.starts == [0.0, 0.0]
     check_replay(trace, slots, greedy)
     check_replay(trace, slots, optimal)
-    stats = {g.type: g for g in sim.group_stats(trace, greedy)}
+    stats = {g.type: g for g in report.group_stats(trace, greedy)}
     assert stats["b"].stranded == 1 and stats["b"].wait_max == 30.0
 
 

@@ -10,17 +10,15 @@ import json
 import psycopg
 import pytest
 
-from fairsched.store.aqueue import (
+from fairsched.store.aqueue import DEFAULT_MAX_ATTEMPTS, AsyncStore, _keyed_by_id
+from fairsched.store.queue import Queue
+from fairsched.store.statements import (
     CANCEL_FINISH_SQL,
     CLAIM_SQL,
     COMPLETE_SQL,
-    DEFAULT_MAX_ATTEMPTS,
     FAIL_SQL,
     RELEASE_SQL,
-    AsyncStore,
-    _keyed_by_id,
 )
-from fairsched.store.queue import Queue
 
 
 def run_async(test):

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fairsched.store.aqueue import FETCH_SQL, NEXT_ELIGIBLE_SQL, AsyncStore, Candidate
+from fairsched.store.aqueue import AsyncStore, Candidate
+from fairsched.store.statements import FETCH_SQL, NEXT_ELIGIBLE_SQL
 
 PPS = 1024 / 16  # W_p / W_a with the default weights
 

@@ -103,6 +103,7 @@ def explain(config_path, job_id, as_json, plot_path):
 @reports_errors
 def simulate(trace_path, policies, config_path, tick, as_json, plot_path):
     """Replay a JSON-lines job TRACE against the configured slots, policy by policy."""
+    from fairsched.sched import report
     from fairsched.sched import simulate as sim
 
     for name in policies:
@@ -128,8 +129,8 @@ def simulate(trace_path, policies, config_path, tick, as_json, plot_path):
 
         plot_waits(trace, results, plot_path)
     if as_json:
-        click.echo(json.dumps(_finite(sim.report_json(trace, len(slots), results)), indent=2))
+        click.echo(json.dumps(_finite(report.report_json(trace, len(slots), results)), indent=2))
     else:
-        click.echo(sim.report_table(trace, len(slots), results))
+        click.echo(report.report_table(trace, len(slots), results))
         if plot_path:
             click.echo(f"waits drawn to {plot_path}")

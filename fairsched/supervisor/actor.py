@@ -27,6 +27,7 @@ from fairsched.supervisor.process import WorkerProcess
 from fairsched.supervisor.queue_link import QueueLink
 from fairsched.supervisor.running import JobHandling
 from fairsched.supervisor.states import IGNORED_SIGNALS, STOP_SIGNALS, ProcessState
+from fairsched.supervisor.templates import TemplateLifecycle
 from fairsched.supervisor.watchdog import Watchdog
 from fairsched.supervisor.workers import STOP_GRACE, WorkerLifecycle
 from fairsched.worker.launch import Template, become_subreaper
@@ -36,9 +37,10 @@ log = logging.getLogger("fairsched.supervisor")
 LOSSES_BEFORE_REFETCH = 5
 
 
-class Supervisor(WorkerLifecycle, WorkerPipes, JobHandling):
-    """The actor. Its state is all set up here; the worker processes (workers.py), their pipes
-    (pipes.py) and the jobs (running.py) are handled by the mixins it is made of."""
+class Supervisor(WorkerLifecycle, TemplateLifecycle, WorkerPipes, JobHandling):
+    """The actor. Its state is all set up here; the worker processes (workers.py), the
+    templates that fork them (templates.py), their pipes (pipes.py) and the jobs (running.py)
+    are handled by the mixins it is made of."""
 
     def __init__(self, config: Config, observer: Observer | None = None,
                  early_signals: list[int] | None = None):

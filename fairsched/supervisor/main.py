@@ -9,7 +9,7 @@ import signal
 from fairsched.config import Config
 from fairsched.supervisor.control import ControlServer
 from fairsched.supervisor.states import IGNORED_SIGNALS, STOP_SIGNALS
-from fairsched.supervisor.workers import start_templates
+from fairsched.supervisor.templates import start_templates
 
 log = logging.getLogger("fairsched.supervisor")
 

@@ -2,8 +2,8 @@
 
 The actor never awaits the database inside a scheduling decision: it hands work to two
 coroutines, each on its own connection. The claim lane heartbeats, rescues, claims and fetches;
-the outcome lane writes job outcomes (succeeded, failed, cancelled, released) from an outbox, in
-one batch per round trip, so completions and claims overlap. The outbox survives a lost
+the outcome lane writes job outcomes (succeeded, failed, cancelled, released) from an outbox
+(outbox.py), in one batch per round trip, so completions and claims overlap. The outbox survives a lost
 connection (fencing makes a repeated write harmless), so nothing is lost when PostgreSQL
 restarts. Both connections act as the same supervisor id.
 """
@@ -15,8 +15,6 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -24,6 +22,7 @@ import psycopg
 from fairsched.store.aqueue import AsyncStore
 from fairsched.store.database import first_line, open_database
 from fairsched.store.queue import encode_json
+from fairsched.supervisor.outbox import Failure, Outbox
 
 log = logging.getLogger("fairsched.queue")
 
@@ -39,50 +38,6 @@ DB_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError)
 # the two together stay short of lease.CANCEL_AT, so a database that is slow but answers never
 # makes this supervisor give its jobs back.
 ANSWER_WITHIN = 1 / 4
-
-
-# One statement writes at most this many results, or this many bytes of them: a backlog
-# gathered while the database was out of reach (results of up to a frame, 1 MiB, each) goes
-# out in statements that each finish well within ANSWER_WITHIN, and stay far below the 256 MB
-# a jsonb value can hold.
-CHUNK_ROWS = 1000
-CHUNK_BYTES = 4 << 20
-
-
-def completion_chunk(completions: list) -> list:
-    """The first (id, claim, JSON text) completions that fit in one statement (at least one)."""
-    size = 0
-    for n, (_, _, text) in enumerate(completions[:CHUNK_ROWS]):
-        size += len(text) if text else 4
-        if size > CHUNK_BYTES and n:
-            return completions[:n]
-    return completions[:CHUNK_ROWS]
-
-
-@dataclass
-class Failure:
-    job_id: int
-    claim: int  # the claim the failed attempt ran under (QueuedJob.claim)
-    error: str
-    permanent: bool
-    retry_delay: float
-    done: Callable[[str], None] | None = None
-
-
-@dataclass
-class Outbox:
-    completions: list[tuple[int, int, str | None]] = field(default_factory=list)  # JSON text
-    failures: list[Failure] = field(default_factory=list)
-    cancels: list[tuple[int, int]] = field(default_factory=list)
-    releases: list[tuple[int, int]] = field(default_factory=list)
-
-    def __bool__(self) -> bool:
-        return bool(self.completions or self.failures or self.cancels or self.releases)
-
-    def job_ids(self) -> list[int]:
-        """The jobs whose outcome waits here: still 'running' in the table until it is written."""
-        return ([c[0] for c in self.completions] + [f.job_id for f in self.failures]
-                + [c[0] for c in self.cancels] + [r[0] for r in self.releases])
 
 
 class QueueLink:
@@ -366,7 +321,7 @@ class QueueLink:
                         self._lease_lost()
                 self._outbox_wake.clear()
                 if self.outbox:
-                    await self._answer(self._write_outcomes(self.writer))
+                    await self._answer(self.outbox.write(self.writer))
                     delay = RECONNECT_FIRST
                     await asyncio.sleep(OUTCOME_LINGER)
                 else:
@@ -390,43 +345,6 @@ class QueueLink:
                               len(self.outbox.job_ids()), delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self.reconnect_max)
-
-    async def _write_outcomes(self, store: AsyncStore) -> None:
-        box = self.outbox
-        refused = []
-        if box.completions:
-            batch = completion_chunk(box.completions)
-            changed = set(await store.complete_encoded(batch))
-            unchanged = [(job_id, claim) for job_id, claim, _ in batch if job_id not in changed]
-            if unchanged:  # written already, by a try whose answer was lost, or not ours now
-                done = await store.completed_already(unchanged)
-                refused += [job_id for job_id, _ in unchanged if job_id not in done]
-            del box.completions[:len(batch)]
-        while box.failures:
-            f = box.failures[0]
-            status = await store.fail(f.job_id, f.claim, f.error, permanent=f.permanent,
-                                      retry_delay=f.retry_delay)
-            box.failures.pop(0)
-            if status is None:
-                refused.append(f.job_id)
-            if f.done is not None:
-                f.done(status)
-        if refused:
-            # The row moved on without us: handed back to the queue after this supervisor's
-            # lease expired, and perhaps run again elsewhere. The log said "succeeded" or
-            # "failed" for what the worker reported; the table keeps what happened since.
-            log.warning("the outcome of %d job%s was not recorded: no longer this supervisor's"
-                        " (its lease expired while it ran): %s", len(refused),
-                        "" if len(refused) == 1 else "s",
-                        ", ".join(map(str, refused[:10])) + (" ..." if len(refused) > 10 else ""))
-        while box.cancels:
-            job_id, claim = box.cancels[0]
-            await store.cancel_finish(job_id, claim)
-            box.cancels.pop(0)
-        if box.releases:
-            batch = box.releases[:]
-            await store.release(batch)
-            del box.releases[:len(batch)]
 
     async def _drain(self) -> None:
         store = self.store

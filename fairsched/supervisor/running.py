@@ -11,7 +11,7 @@ from fairsched.logs import fields
 from fairsched.protocol import ProtocolError, encode_run
 from fairsched.store.aqueue import retry_delay
 from fairsched.supervisor.jobs import Request, RunningJob
-from fairsched.supervisor.queue_link import Failure
+from fairsched.supervisor.outbox import Failure
 from fairsched.supervisor.states import ProcessState
 
 log = logging.getLogger("fairsched.supervisor")

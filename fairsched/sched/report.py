@@ -1,0 +1,119 @@
+"""The report of a simulation: per (type, priority, on-demand) group, the waits (p50, p99,
+max) and the times a job was stranded, for several policies side by side, as a table or JSON.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from fairsched.sched.simulate import PolicyResult, Trace
+
+
+def percentile(ordered: Sequence[float], p: float) -> float:
+    """Nearest-rank percentile of an ascending sequence."""
+    if not ordered:
+        return math.nan
+    rank = max(1, math.ceil(p / 100.0 * len(ordered)))
+    return ordered[rank - 1]
+
+
+@dataclass(frozen=True)
+class GroupStats:
+    type: str
+    priority: int
+    on_demand: bool
+    count: int
+    wait_p50: float
+    wait_p99: float
+    wait_max: float
+    stranded: int
+
+
+def group_stats(trace: Trace, result: PolicyResult) -> list[GroupStats]:
+    """Waits and stranded counts per (type, priority, on-demand), sorted by those keys."""
+    waits: dict[tuple, list[float]] = {}
+    stranded: dict[tuple, int] = {}
+    for j in range(len(trace)):
+        group = (trace.type_names[trace.types[j]], trace.priorities[j], trace.on_demand[j])
+        waits.setdefault(group, []).append(result.starts[j] - trace.at[j])
+        stranded[group] = stranded.get(group, 0) + result.stranded[j]
+    out = []
+    for group in sorted(waits):
+        ordered = sorted(waits[group])
+        out.append(GroupStats(*group, count=len(ordered), wait_p50=percentile(ordered, 50),
+                              wait_p99=percentile(ordered, 99), wait_max=ordered[-1],
+                              stranded=stranded[group]))
+    return out
+
+
+def report_json(trace: Trace, n_slots: int, results: list[PolicyResult]) -> dict:
+    policies = {}
+    for r in results:
+        policies[r.policy] = {
+            "groups": [vars(g) for g in group_stats(trace, r)],
+            "stranded": sum(r.stranded),
+            "makespan": r.makespan,
+            "throughput": len(trace) / r.makespan if r.makespan > 0 else None,
+            "cycles": r.cycles,
+            "events": r.events,
+            "wall_seconds": r.wall_seconds,
+            "events_per_second": r.events_per_second,
+        }
+    return {"trace": trace.path, "jobs": len(trace), "slots": n_slots, "policies": policies}
+
+
+def _seconds(value: float) -> str:
+    if value < 100:
+        return f"{value:.1f}"
+    return f"{value:.0f}"
+
+
+def report_table(trace: Trace, n_slots: int, results: list[PolicyResult]) -> str:
+    """Policies side by side: per (type, priority) group, wait p50/p99/max and stranded."""
+    stats = [{(g.type, g.priority, g.on_demand): g for g in group_stats(trace, r)}
+             for r in results]
+    groups = sorted(stats[0])
+    head = ["TYPE", "PRI", "OD", "JOBS"]
+    sub = ["", "", "", ""]
+    for r in results:
+        head += [r.policy, "", "", ""]
+        sub += ["p50", "p99", "max", "strd"]
+    rows = [head, sub]
+    for group in groups:
+        row = [group[0], str(group[1]), "yes" if group[2] else "", str(stats[0][group].count)]
+        for s in stats:
+            g = s[group]
+            row += [_seconds(g.wait_p50), _seconds(g.wait_p99), _seconds(g.wait_max),
+                    str(g.stranded)]
+        rows.append(row)
+    # The first four headings are columns of their own; a policy's name spans four.
+    widths = [max(len(row[c]) for row in (rows if c < 4 else rows[1:])) for c in range(len(head))]
+    for p in range(len(results)):  # a policy's name spans its four columns
+        c = 4 + 4 * p
+        need = len(head[c]) - (sum(widths[c:c + 4]) + 6)
+        if need > 0:
+            widths[c + 2] += need
+    lines = [f"{trace.path}: {len(trace)} jobs on {n_slots} slots; waits in seconds "
+             "(strd: times a job waited although a better slot choice placed it)"]
+    for k, row in enumerate(rows):
+        cells = []
+        c = 0
+        while c < len(row):
+            if k == 0 and c >= 4:
+                span = sum(widths[c:c + 4]) + 6
+                cells.append(row[c].ljust(span))
+                c += 4
+                continue
+            cells.append(row[c].rjust(widths[c]) if c else row[c].ljust(widths[c]))
+            c += 1
+        lines.append("  ".join(cells).rstrip())
+    lines.append("")
+    lines.append(f"{'POLICY':<10} {'STRANDED':>9} {'MAKESPAN':>10} {'JOBS/S':>9} "
+                 f"{'CYCLES':>9} {'EVENTS/S':>10}")
+    for r in results:
+        throughput = len(trace) / r.makespan if r.makespan > 0 else math.inf
+        lines.append(f"{r.policy:<10} {sum(r.stranded):>9} {r.makespan:>10.1f} "
+                     f"{throughput:>9.3f} {r.cycles:>9} {r.events_per_second:>10.0f}")
+    return "\n".join(lines)

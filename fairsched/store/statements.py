@@ -1,0 +1,186 @@
+"""The SQL of the supervisor's side of the job table (aqueue.py runs it): fetch, claim,
+outcomes, hand-backs, rescue. Each statement is shaped for the index it must use, whatever the
+planner's statistics say at the time; the reasons are written beside them.
+"""
+
+from fairsched.store.schema import MAX_PRIORITY
+
+# Property 2 of the design: per type, the k best jobs by score. For queued jobs the score order
+# is the ascending order of (eligible_epoch - priority * W_p / W_a); within one priority level
+# that is run_after order, so the k best overall are among the k oldest of each of the eleven
+# levels, and each level is one short range scan of the partial index. Only what scoring needs
+# is read, all of it in that index: the payload of the jobs won comes back with the claim.
+FETCH_SQL = f"""
+SELECT c.id, c.type, c.priority, extract(epoch FROM c.run_after)::float8
+  FROM unnest(%(types)s::text[], %(limits)s::integer[]) AS want(type, k)
+ CROSS JOIN LATERAL (
+       SELECT j.*
+         FROM generate_series(0, {MAX_PRIORITY}) AS level(priority)
+        CROSS JOIN LATERAL (
+              SELECT id, type, priority, run_after
+                FROM fairsched_jobs
+               WHERE status = 'pending' AND type = want.type
+                 AND priority = level.priority AND run_after <= now()
+               ORDER BY run_after, id
+               LIMIT want.k) AS j
+        ORDER BY extract(epoch FROM j.run_after)::float8 - j.priority * %(pps)s::float8, j.id
+        LIMIT want.k) AS c
+ ORDER BY extract(epoch FROM c.run_after)::float8 - c.priority * %(pps)s::float8, c.id
+"""
+
+# Claims and outcomes name their rows by id, and must find them through the primary key. A
+# plain `status = 'pending'` (or 'running') would let the planner pick a partial index by its
+# predicate and walk every entry in it, dead ones included; with statistics taken while the
+# queue looked different (all pending, nothing running), it does, and a 1 ms statement takes
+# 10 ms. The status to match comes from a subquery the planner cannot see into (OFFSET 0), so
+# the condition proves no index predicate and the primary key is the only way in.
+#
+# Outcomes join nothing. Those same statistics say no row has claimed_by set, so the planner
+# believes `claimed_by = me` leaves one row and puts the table on the outer side of a nested
+# loop over the batch: rows x batch comparisons, over a second for 512 outcomes. Instead the
+# rows come from `id = ANY(ids)` through the primary key, and each one's claim (and result)
+# is looked up in a jsonb object keyed by job id: linear in the batch whatever the estimates.
+# The claim names its ids on the table's side of its join too, or a large batch is hashed
+# against a scan of the whole table.
+def _fence(status: str) -> str:
+    return f"(SELECT '{status}'::text OFFSET 0) AS fence(status)"
+
+
+# SKIP LOCKED: a row another supervisor is claiming right now is a lost claim, not a wait.
+CLAIM_SQL = f"""
+UPDATE fairsched_jobs AS j
+   SET status = 'running', attempts = j.attempts + 1, claims = j.claims + 1, claimed_by = %(me)s,
+       started_at = now(), finished_at = NULL, cancel_requested = false,
+       max_attempts = coalesce(j.max_attempts, (%(defaults)s::jsonb ->> j.type)::integer,
+                               %(fallback)s)
+  FROM (SELECT p.id FROM fairsched_jobs AS p, {_fence("pending")}
+         WHERE p.id = ANY(%(ids)s::bigint[]) AND p.status = fence.status
+           AND p.run_after <= now()
+         ORDER BY p.id FOR UPDATE OF p SKIP LOCKED) AS won
+ WHERE j.id = won.id AND j.id = ANY(%(ids)s::bigint[])
+RETURNING j.id, j.type, j.priority, extract(epoch FROM j.run_after)::float8,
+          j.payload::text, j.attempts, j.max_attempts, j.claims
+"""
+
+COMPLETE_SQL = f"""
+UPDATE fairsched_jobs AS j
+   SET status = 'succeeded', result = nullif(%(done)s::jsonb -> j.id::text -> 1, 'null'),
+       finished_at = now(), cancel_requested = false
+  FROM {_fence("running")}
+ WHERE j.id = ANY(%(ids)s::bigint[]) AND j.status = fence.status AND j.claimed_by = %(me)s
+   AND j.claims = (%(done)s::jsonb -> j.id::text ->> 0)::integer
+RETURNING j.id
+"""
+
+# A failure after a cancel request ends the job cancelled: the user asked for it to stop.
+FAIL_SQL = f"""
+WITH failed AS (
+    UPDATE fairsched_jobs AS j SET
+        status = CASE WHEN cancel_requested THEN 'cancelled'
+                      WHEN %(permanent)s OR attempts >= max_attempts THEN 'failed'
+                      ELSE 'pending' END,
+        last_error = %(error)s,
+        run_after = CASE WHEN cancel_requested OR %(permanent)s OR attempts >= max_attempts
+                         THEN run_after
+                         ELSE now() + %(delay)s * interval '1 second' END,
+        finished_at = CASE WHEN cancel_requested OR %(permanent)s OR attempts >= max_attempts
+                           THEN now() END,
+        started_at = CASE WHEN cancel_requested OR %(permanent)s OR attempts >= max_attempts
+                          THEN started_at END,
+        claimed_by = CASE WHEN cancel_requested OR %(permanent)s OR attempts >= max_attempts
+                          THEN claimed_by END,
+        cancel_requested = false
+      FROM {_fence("running")}
+     WHERE j.id = %(id)s AND j.status = fence.status
+       AND j.claimed_by = %(me)s AND j.claims = %(claim)s
+    RETURNING j.type, j.status)
+SELECT status, CASE WHEN status = 'pending' THEN pg_notify('fairsched_jobs', type) END
+  FROM failed
+"""
+
+CANCEL_FINISH_SQL = f"""
+UPDATE fairsched_jobs AS j
+   SET status = 'cancelled', finished_at = now(), cancel_requested = false
+  FROM {_fence("running")}
+ WHERE j.id = %(id)s AND j.status = fence.status
+   AND j.claimed_by = %(me)s AND j.claims = %(claim)s
+RETURNING j.status
+"""
+
+# Back to pending without spending the attempt, keeping run_after so the job keeps its age.
+RELEASE_SQL = f"""
+WITH released AS (
+    UPDATE fairsched_jobs AS j SET
+        status = CASE WHEN j.cancel_requested THEN 'cancelled' ELSE 'pending' END,
+        attempts = j.attempts - 1, started_at = NULL,
+        finished_at = CASE WHEN j.cancel_requested THEN now() END,
+        claimed_by = CASE WHEN j.cancel_requested THEN j.claimed_by END,
+        cancel_requested = false
+      FROM {_fence("running")}
+     WHERE j.id = ANY(%(ids)s::bigint[]) AND j.status = fence.status AND j.claimed_by = %(me)s
+       AND j.claims = (%(claims)s::jsonb ->> j.id::text)::integer
+    RETURNING j.id, j.type, j.status)
+SELECT id, CASE WHEN status = 'pending' THEN pg_notify('fairsched_jobs', type) END
+  FROM released
+"""
+
+# The running jobs of the supervisors just found dead, and orphans: running jobs whose
+# supervisor row is gone for another reason (deleted by hand). An orphan must be older than
+# ORPHAN_AGE, because a supervisor registered after this statement's snapshot may own it.
+RESCUE_SQL = """
+WITH rescued AS (
+    UPDATE fairsched_jobs AS j SET
+        status = CASE WHEN j.cancel_requested THEN 'cancelled'
+                      WHEN j.attempts >= j.max_attempts THEN 'failed'
+                      ELSE 'pending' END,
+        last_error = CASE WHEN j.cancel_requested THEN j.last_error
+                          ELSE 'supervisor ' || j.claimed_by || ' stopped heartbeating during'
+                               || ' attempt ' || j.attempts || ' of ' || j.max_attempts END,
+        finished_at = CASE WHEN j.cancel_requested OR j.attempts >= j.max_attempts
+                           THEN now() END,
+        started_at = CASE WHEN j.cancel_requested OR j.attempts >= j.max_attempts
+                          THEN j.started_at END,
+        claimed_by = CASE WHEN j.cancel_requested OR j.attempts >= j.max_attempts
+                          THEN j.claimed_by END,
+        run_after = CASE WHEN j.cancel_requested OR j.attempts >= j.max_attempts
+                         THEN j.run_after ELSE now() END,
+        cancel_requested = false
+     WHERE j.status = 'running'
+       AND (j.claimed_by = ANY(%(dead)s::bigint[])
+            OR (j.claimed_by IS DISTINCT FROM %(me)s
+                AND j.started_at < now() - %(orphan_age)s * interval '1 second'
+                AND NOT EXISTS (SELECT 1 FROM fairsched_supervisors s
+                                 WHERE s.id = j.claimed_by)))
+    RETURNING j.type, j.status
+), notified AS (
+    SELECT pg_notify('fairsched_jobs', type)
+      FROM (SELECT DISTINCT type FROM rescued WHERE status = 'pending') AS t
+)
+SELECT (SELECT count(*) FROM rescued), (SELECT count(*) FROM notified)
+"""
+ORPHAN_AGE = 60.0
+
+# Earliest future run_after, one index probe per (type, priority); with no types given, the
+# pending types are walked through the index too (a loose index scan).
+NEXT_ELIGIBLE_SQL = f"""
+WITH RECURSIVE pending_types(type) AS (
+    (SELECT type FROM fairsched_jobs WHERE status = 'pending' ORDER BY type LIMIT 1)
+    UNION ALL
+    SELECT (SELECT f.type FROM fairsched_jobs f
+             WHERE f.status = 'pending' AND f.type > t.type ORDER BY f.type LIMIT 1)
+      FROM pending_types t WHERE t.type IS NOT NULL
+), wanted(type) AS (
+    SELECT type FROM pending_types WHERE type IS NOT NULL AND %(types)s::text[] IS NULL
+    UNION ALL
+    SELECT unnest(%(types)s::text[])
+)
+SELECT extract(epoch FROM min(next.run_after))::float8,
+       extract(epoch FROM min(next.run_after) - now())::float8
+  FROM wanted
+ CROSS JOIN generate_series(0, {MAX_PRIORITY}) AS level(priority)
+ CROSS JOIN LATERAL (
+       SELECT run_after FROM fairsched_jobs
+        WHERE status = 'pending' AND type = wanted.type AND priority = level.priority
+          AND run_after > now()
+        ORDER BY run_after LIMIT 1) AS next
+"""

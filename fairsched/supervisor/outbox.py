@@ -1,0 +1,96 @@
+"""The outbox of job outcomes (succeeded, failed, cancelled, released) that the outcome lane
+(queue_link.py) writes to the job table: gathered between round trips, written in batches, and
+kept across a lost connection until written.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from fairsched.store.aqueue import AsyncStore
+
+log = logging.getLogger("fairsched.queue")
+
+# One statement writes at most this many results, or this many bytes of them: a backlog
+# gathered while the database was out of reach (results of up to a frame, 1 MiB, each) goes
+# out in statements that each finish well within queue_link.ANSWER_WITHIN, and stay far below the 256 MB
+# a jsonb value can hold.
+CHUNK_ROWS = 1000
+CHUNK_BYTES = 4 << 20
+
+
+def completion_chunk(completions: list) -> list:
+    """The first (id, claim, JSON text) completions that fit in one statement (at least one)."""
+    size = 0
+    for n, (_, _, text) in enumerate(completions[:CHUNK_ROWS]):
+        size += len(text) if text else 4
+        if size > CHUNK_BYTES and n:
+            return completions[:n]
+    return completions[:CHUNK_ROWS]
+
+
+@dataclass
+class Failure:
+    job_id: int
+    claim: int  # the claim the failed attempt ran under (QueuedJob.claim)
+    error: str
+    permanent: bool
+    retry_delay: float
+    done: Callable[[str], None] | None = None
+
+
+@dataclass
+class Outbox:
+    completions: list[tuple[int, int, str | None]] = field(default_factory=list)  # JSON text
+    failures: list[Failure] = field(default_factory=list)
+    cancels: list[tuple[int, int]] = field(default_factory=list)
+    releases: list[tuple[int, int]] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.completions or self.failures or self.cancels or self.releases)
+
+    def job_ids(self) -> list[int]:
+        """The jobs whose outcome waits here: still 'running' in the table until it is written."""
+        return ([c[0] for c in self.completions] + [f.job_id for f in self.failures]
+                + [c[0] for c in self.cancels] + [r[0] for r in self.releases])
+
+    async def write(self, store: AsyncStore) -> None:
+        """Write the outcomes waiting here (the completions one statement's worth at a time),
+        removing each once written: a lost connection leaves the rest for the next try, and
+        fencing makes a repeated write harmless."""
+        refused = []
+        if self.completions:
+            batch = completion_chunk(self.completions)
+            changed = set(await store.complete_encoded(batch))
+            unchanged = [(job_id, claim) for job_id, claim, _ in batch if job_id not in changed]
+            if unchanged:  # written already, by a try whose answer was lost, or not ours now
+                done = await store.completed_already(unchanged)
+                refused += [job_id for job_id, _ in unchanged if job_id not in done]
+            del self.completions[:len(batch)]
+        while self.failures:
+            f = self.failures[0]
+            status = await store.fail(f.job_id, f.claim, f.error, permanent=f.permanent,
+                                      retry_delay=f.retry_delay)
+            self.failures.pop(0)
+            if status is None:
+                refused.append(f.job_id)
+            if f.done is not None:
+                f.done(status)
+        if refused:
+            # The row moved on without us: handed back to the queue after this supervisor's
+            # lease expired, and perhaps run again elsewhere. The log said "succeeded" or
+            # "failed" for what the worker reported; the table keeps what happened since.
+            log.warning("the outcome of %d job%s was not recorded: no longer this supervisor's"
+                        " (its lease expired while it ran): %s", len(refused),
+                        "" if len(refused) == 1 else "s",
+                        ", ".join(map(str, refused[:10])) + (" ..." if len(refused) > 10 else ""))
+        while self.cancels:
+            job_id, claim = self.cancels[0]
+            await store.cancel_finish(job_id, claim)
+            self.cancels.pop(0)
+        if self.releases:
+            batch = self.releases[:]
+            await store.release(batch)
+            del self.releases[:len(batch)]

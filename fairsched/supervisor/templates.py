@@ -1,0 +1,211 @@
+"""Pre-loaded templates: one process per Python handler group that has imported the handler
+once and forks that group's workers, first and replacements alike, so that no start pays the
+imports again. A mixin of Supervisor (actor.py), beside WorkerLifecycle (workers.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import functools
+import logging
+import time
+from pathlib import Path
+
+from fairsched.config import Config
+from fairsched.supervisor.process import WorkerProcess
+from fairsched.supervisor.states import ProcessState
+from fairsched.worker.launch import (
+    LaunchSpec,
+    StartsCold,
+    Template,
+    TemplateGone,
+    become_subreaper,
+)
+
+log = logging.getLogger("fairsched.supervisor")
+
+TEMPLATE_DELAY_FIRST = 1.0  # seconds before a lost template is replaced; doubles per recent loss
+TEMPLATE_DELAY_MAX = 60.0
+TEMPLATE_CALM = 600.0  # seconds after which a template's losses are forgotten
+
+
+def launch_spec(proc: WorkerProcess, log_dir: Path) -> LaunchSpec:
+    spec = proc.spec
+    return LaunchSpec(name=proc.name, group=spec.name, types=spec.types, slots=spec.slots,
+                      handler=spec.handler, command=spec.command, cwd=spec.cwd,
+                      log_path=log_dir / f"{proc.name}.log", env=dict(spec.env))
+
+
+def start_templates(config: Config) -> dict[str, Template]:
+    """Start the template of every Python handler group, by group name; returns at once.
+
+    Called before the supervisor imports the rest of itself (the database driver alone takes
+    about 100 ms), so that on a second core the handlers import meanwhile. The supervisor
+    adopts them in `spawn_workers`; a group missing here gets its template there, or starts
+    cold.
+    """
+    become_subreaper()  # before any template forks a worker
+    log_dir = config.supervisor.state_dir / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    templates = {}
+    for spec in config.workers:
+        if spec.handler is not None:
+            try:
+                templates[spec.name] = Template.start(launch_spec(WorkerProcess(spec, 1), log_dir))
+            except OSError as exc:
+                log.debug("no template for %s: %s", spec.name, exc)
+    return templates
+
+
+class TemplateLifecycle:
+    def spawn_workers(self, templates: dict[str, Template] | None = None) -> None:
+        """Start every worker: one pre-loaded template per Python handler group, so that its
+        workers, first and replacements alike, are forked with the handler already imported.
+        The templates import in parallel and the loop goes on meanwhile (a slow import holds
+        up only its own group); a group whose template fails starts cold. `templates` are
+        the ones start_templates began already."""
+        templates = dict(templates or {})
+        for spec in self.config.workers:
+            if not self._warm_template(spec, templates.pop(spec.name, None)):
+                for proc in self.procs:
+                    if proc.spec is spec:
+                        self.spawn_worker(proc)
+
+    def _warm_template(self, spec, template: Template | None = None) -> bool:
+        """Have a new template import the group's handler (`template`, when one was started
+        already); its DOWN workers start once it is ready. False for a group without one."""
+        procs = [p for p in self.procs if p.spec is spec]
+        if template is None and spec.handler is not None:
+            try:
+                template = Template.start(launch_spec(procs[0], self.log_dir))
+            except OSError as exc:
+                log.debug("no template for %s: %s", spec.name, exc)
+        if template is None:
+            return False
+        # Whoever closes its socket (a failure found inside Template, too), the loop lets
+        # go of the number first: a reader left behind would deafen the next file given it.
+        template.before_close = functools.partial(self.loop.remove_reader, template.fd)
+        self.template_pids[template.pid] = template.group
+        self.warming[template.group] = template
+        log.info("template for %s is importing %s; its workers start once it is ready",
+                 spec.name, spec.handler)
+        self.loop.create_task(self._warm_up(template, procs), name=f"template-{spec.name}")
+        return True
+
+    def reload_template(self, spec) -> None:
+        """Replace the group's template with one that imports the handler afresh: the code as
+        it is now, for the workers started from here on (`fairsched restart`)."""
+        if spec.handler is None or self.shutting_down:
+            return
+        timer = self.template_timers.pop(spec.name, None)
+        if timer is not None:  # a replacement was due: this one comes now
+            timer.cancel()
+        importing = self.warming.pop(spec.name, None)
+        if importing is not None:  # the code may have changed since it began: start over
+            importing.kill()
+        old = self.templates.pop(spec.name, None)
+        if old is not None:
+            self._drop_template(old)  # it exits; spawns it had under way start cold
+        self._warm_template(spec)
+
+    async def _warm_up(self, template: Template, procs: list[WorkerProcess]) -> None:
+        answered = self.loop.create_future()
+        self.loop.add_reader(template.fileno(), lambda: answered.done() or answered.set_result(1))
+        try:
+            await asyncio.wait_for(answered, procs[0].spec.start_timeout)
+            template.wait_ready(timeout=1.0)  # the answer is there: this does not block
+            ready = True
+        except TimeoutError:
+            log.warning("template for %s did not import %s within %g s (start_timeout); "
+                        "killing it, its workers start cold", template.group, template.handler,
+                        procs[0].spec.start_timeout)
+            template.kill()
+            ready = False
+        except StartsCold as exc:  # its workers will run, but the operator should know why
+            log.warning("%s", exc)
+            ready = False
+        except TemplateGone as exc:  # killed while importing (the OOM killer, say)
+            if self.warming.get(template.group) is template and not self.shutting_down:
+                log.warning("%s; its workers start cold until a new one has imported %s "
+                            "(in %g s)", exc, template.handler,
+                            self._replace_template_later(template.group))
+            ready = False
+        except OSError as exc:  # the cold path reports the real problem
+            log.debug("no template for %s: %s", template.group, exc)
+            ready = False
+        finally:
+            self.loop.remove_reader(template.fd)
+        if self.warming.get(template.group) is not template:
+            template.close()  # replaced by a newer template (restart), which starts the workers
+            return
+        del self.warming[template.group]
+        if not ready or self.shutting_down:
+            template.close()
+        else:
+            self.templates[template.group] = template
+            self.pending_spawns[template.group] = collections.deque()
+            self.loop.add_reader(template.fileno(), self._on_template_reply, template)
+        for proc in procs:
+            # Not one waiting out a crash's backoff: its timer starts it.
+            if (proc.state is ProcessState.DOWN and proc.pid is None
+                    and proc.restart_timer is None):
+                self.spawn_worker(proc)
+
+    def _on_template_reply(self, template: Template) -> None:
+        pending = self.pending_spawns.get(template.group)
+        while True:
+            reply = template.read_reply()
+            if reply == {}:
+                return
+            if reply is None:
+                self._drop_template(template)
+                return
+            if not pending:
+                continue
+            proc, incarnation = pending.popleft()
+            if proc.incarnation != incarnation:
+                continue
+            pid = reply.get("pid")
+            if not isinstance(pid, int) or pid <= 0:
+                log.warning("template for %s could not start %s: %s; starting it cold",
+                            template.group, proc.name, reply.get("error"))
+                self._relaunch_cold(proc)
+                continue
+            self._learn_pid(proc, pid)
+
+    def _drop_template(self, template: Template, *, why_said: bool = False) -> None:
+        template.close()  # its before_close lets the loop go of its socket
+        if self.templates.get(template.group) is template:
+            del self.templates[template.group]
+            if not self.shutting_down:
+                delay = self._replace_template_later(template.group)
+                if not why_said:
+                    log.warning("template for %s exited; replacements start cold until a new "
+                                "one has imported %s (in %g s)", template.group,
+                                template.handler, delay)
+        pending = self.pending_spawns.pop(template.group, collections.deque())
+        for proc, incarnation in pending:
+            if proc.incarnation == incarnation and proc.pid is None:
+                self._relaunch_cold(proc)
+
+    def _replace_template_later(self, group: str) -> float:
+        """Start a new template for `group` after a delay that doubles with each loss in the
+        last TEMPLATE_CALM seconds (1 s, 2 s, ... up to a minute): a template killed once (by
+        the OOM killer, say) is back at once, one that keeps dying does not spin."""
+        now = time.monotonic()
+        losses = [t for t in self.template_losses.get(group, []) if now - t < TEMPLATE_CALM]
+        losses.append(now)
+        self.template_losses[group] = losses
+        delay = min(TEMPLATE_DELAY_MAX, TEMPLATE_DELAY_FIRST * 2 ** (len(losses) - 1))
+        timer = self.template_timers.pop(group, None)
+        if timer is not None:
+            timer.cancel()
+        self.template_timers[group] = self.loop.call_later(delay, self._replace_template, group)
+        return delay
+
+    def _replace_template(self, group: str) -> None:
+        self.template_timers.pop(group, None)
+        if self.shutting_down or group in self.templates or group in self.warming:
+            return
+        spec = next(p.spec for p in self.procs if p.group == group)
+        self._warm_template(spec)
