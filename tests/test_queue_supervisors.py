@@ -125,6 +125,45 @@ def test_low_priority_job_is_not_starved_by_a_stream(supervisors, db, tmp_path):
     assert overtaken > 0  # it started while higher-priority work was still waiting
 
 
+def started_at(url, ids) -> dict[int, float]:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute("SELECT id, extract(epoch FROM started_at)::float8 FROM fairsched_jobs"
+                            " WHERE id = ANY(%s)", (list(ids),)).fetchall()
+    return dict(rows)
+
+
+def test_a_job_queued_while_its_type_was_busy_is_weighed_against_the_fetched_ones(
+        supervisors, db):
+    # The supervisor fetched the running job and the priority-0 one behind it while its
+    # slot was free; the priority-10 job comes while it is busy. When the slot frees, the
+    # best pending job runs, not the best one it happened to know of.
+    supervisors(SLOW).start()
+    running, low = enqueue(db, [{"type": "slow", "payload": {"seconds": 2}},
+                                {"type": "slow", "payload": {"seconds": 0}}])
+    wait_until(lambda: started_at(db, [running])[running] is not None, what="the first job")
+    time.sleep(0.3)
+    (high,) = enqueue(db, [{"type": "slow", "payload": {"seconds": 0}, "priority": 10}])
+    wait_all_finished(db, 3)
+    starts = started_at(db, [low, high])
+    assert starts[high] < starts[low], starts
+
+
+def test_an_on_demand_request_waits_behind_a_queued_job_past_their_crossover(supervisors, db):
+    # B_od / W_a = 1 s: a queued priority-0 job that has waited longer than that outranks a
+    # fresh on-demand request, though the supervisor had not fetched it when the slot freed.
+    sup = supervisors(SLOW, scoring="on_demand_bonus = 16\non_demand_age_weight = 0\n").start()
+    (blocker,) = enqueue(db, [{"type": "slow", "payload": {"seconds": 3}}])
+    wait_until(lambda: started_at(db, [blocker])[blocker] is not None, what="the first job")
+    (queued,) = enqueue(db, [{"type": "slow", "payload": {"seconds": 1}}])
+    time.sleep(2)  # the queued job waits past the crossover before the slot frees
+    result = sup.cli("submit", "slow", "--on-demand", "--payload", '{"seconds": 0}')
+    answered = time.time()
+    assert result.returncode == 0, result.stderr
+    queued_start = started_at(db, [queued])[queued]
+    # Queued first: the request ran after its second; ahead of it, it would be answered first.
+    assert queued_start is not None and queued_start < answered - 0.8, (queued_start, answered)
+
+
 def test_killed_supervisor_jobs_are_finished_by_another(supervisors, db, tmp_path):
     log = tmp_path / "runs.log"
     workers = RECORD.format(processes=1, slots=2)

@@ -61,6 +61,7 @@ class Supervisor(WorkerLifecycle, TemplateLifecycle, WorkerPipes, JobHandling):
         self.cache: dict[int, object] = {}  # fetched queued candidates, not yet claimed
         self.exhausted: set[str] = set()  # types whose last fetch came back short
         self.notified: set[str] = set()  # types with new jobs notified since the last fetch began
+        self._fetched = False  # a fetch answered since the last cycle
         self.losses_in_row = 0
         self.queue = QueueLink(self, config)
         self.lease = LeaseGuard(self, config.supervisor.lease)
@@ -259,7 +260,15 @@ class Supervisor(WorkerLifecycle, TemplateLifecycle, WorkerPipes, JobHandling):
             self._scheduling = False
 
     def _cycle(self) -> None:
+        fetched, self._fetched = self._fetched, False
         if self.shutting_down or self.pool.n_free == 0:
+            return
+        if not fetched and self.queue.connected and self._unknown_types():
+            # A type with a free slot may have pending jobs this supervisor has not seen
+            # (property 2): any of them may outscore what is known, an on-demand request
+            # included. Plan once a fetch has told (one fetch: a type notified again during
+            # it waits no longer); without the database, plan with what is known.
+            self.queue.request_fetch()
             return
         entries: list = []
         types, priorities, eligible, on_demand, ids = [], [], [], [], []
@@ -297,12 +306,24 @@ class Supervisor(WorkerLifecycle, TemplateLifecycle, WorkerPipes, JobHandling):
                     claims.append((entry, slot_id))
             if claims:
                 self.queue.claim(claims)
-        if self._wants_fetch():
+        if self._unknown_types():
             self.queue.request_fetch()
 
-    def _wants_fetch(self) -> bool:
+    def _unknown_types(self) -> bool:
+        """Whether a type with a free slot has pending jobs that may be better than any
+        known: none of it is cached, and its last fetch did not find it drained. (The cached
+        jobs of a type are its best: queued jobs age alike, so their order never changes
+        until new ones arrive, and then the type's cache is dropped.)"""
         cached = {qj.type for qj in self.cache.values()}
         return any(t not in cached for t in self.free_by_type())
+
+    def _forget_cached(self, type_name: str | None = None) -> None:
+        """Drop the cached candidates of `type_name` (of every type with None): newer jobs
+        may outrank them, and the next fetch finds out."""
+        if type_name is None:
+            self.cache.clear()
+        else:
+            self.cache = {i: qj for i, qj in self.cache.items() if qj.type != type_name}
 
     def free_by_type(self) -> dict[str, int]:
         if self.shutting_down or self.lease.fenced:
@@ -335,17 +356,20 @@ class Supervisor(WorkerLifecycle, TemplateLifecycle, WorkerPipes, JobHandling):
                 self.exhausted.add(t)
             else:
                 self.exhausted.discard(t)
+        self._fetched = True
         self.schedule()
 
     def on_claimed(self, claims: list, won: dict) -> None:
         lost = 0
-        for qj, slot_id in claims:
+        for qj, slot_id in claims:  # in the order planned: a win ends a row of losses
             job = won.get(qj.id)
             owner = self.slot_owner.get(slot_id)
             if job is None:
                 lost += 1
+                self.losses_in_row += 1
                 self.pool.release(slot_id)
                 continue
+            self.losses_in_row = 0
             proc = owner[0] if owner else None
             if (proc is None or proc.state is not ProcessState.RUNNING or self.shutting_down
                     or self.lease.fenced or not self.pool.is_busy(slot_id)):
@@ -358,24 +382,24 @@ class Supervisor(WorkerLifecycle, TemplateLifecycle, WorkerPipes, JobHandling):
         if lost:
             self.counters["claim_losses"] += lost
             self.observer.claims_lost(lost)
-            self.losses_in_row += lost
             if self.losses_in_row >= LOSSES_BEFORE_REFETCH:
                 self.cache.clear()
                 self.losses_in_row = 0
             self.exhausted.clear()
-        elif claims:
-            self.losses_in_row = 0
         self._flush_all()
         self.schedule()
 
     def on_jobs_notified(self, type_name: str) -> None:
         self.notified.add(type_name)
         self.exhausted.discard(type_name)
+        self._forget_cached(type_name)
         if type_name in self.type_ids and self.pool.free_count(self.type_ids[type_name]):
             self.queue.request_fetch()
 
     def on_poll(self) -> None:
+        # A delayed job that came due, a notification lost: what is known may be stale.
         self.exhausted.clear()
+        self._forget_cached()
 
     def wake_in(self, delay: float) -> None:
         delay = max(0.0, delay)
@@ -386,8 +410,9 @@ class Supervisor(WorkerLifecycle, TemplateLifecycle, WorkerPipes, JobHandling):
         self._wake_handle = self.loop.call_later(delay + 0.001, self._on_wake)
 
     def _on_wake(self) -> None:
-        self._wake_handle = None
+        self._wake_handle = None  # a delayed job comes due: it may outrank what is cached
         self.exhausted.clear()
+        self._forget_cached()
         self.queue.request_fetch()
 
     def on_cancel_requested(self, job_id) -> None:
