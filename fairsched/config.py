@@ -311,7 +311,7 @@ def _load_worker(sec: _Section, base: Path) -> WorkerSpec:
     if command is not None:
         if not command:
             sec.fail("command", "must not be empty")
-        if command[0].startswith(("./", "../")):
+        if "/" in command[0]:  # a path, relative ones from the config's folder; else PATH
             command = [str((base / command[0]).resolve()), *command[1:]]
     # Not checked here: queue commands on another host need no handler folder, and a group
     # whose folder is missing ends `fatal` saying so, while the others run.

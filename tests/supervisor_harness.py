@@ -55,13 +55,13 @@ class Supervisor:
         self.seen_pids: set[int] = set()
         self.children: list[subprocess.Popen] = []
 
-    def start(self, wait: bool = True) -> Supervisor:
+    def start(self, wait: bool = True, pass_fds: tuple[int, ...] = ()) -> Supervisor:
         if getattr(self, "_logf", None):
             self._logf.close()
         self._logf = open(self.log, "ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "fairsched", "supervise", "--config", str(self.config)],
-            stdout=self._logf, stderr=subprocess.STDOUT, env=self.env)
+            stdout=self._logf, stderr=subprocess.STDOUT, env=self.env, pass_fds=pass_fds)
         if wait:
             self.wait_for(lambda ps: all(s["state"] in ("free", "busy", "fatal") for s in ps["slots"]),
                           what="all workers ready")

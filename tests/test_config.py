@@ -52,6 +52,15 @@ def test_good_config_loads_with_paths_relative_to_the_file(tmp_path):
     assert config.control_socket.parent.parent == tmp_path / "state"
 
 
+def test_a_command_path_is_taken_from_the_config_folder_a_bare_name_from_path(tmp_path):
+    for given, expected in [("bin/tool", str(tmp_path / "bin" / "tool")),
+                            ("../up/tool", str(tmp_path.parent / "up" / "tool")),
+                            ("/opt/tool", "/opt/tool"), ("tool", "tool")]:
+        text = GOOD.replace('"./bin/tool"', f'"{given}"') + 'cwd = "elsewhere"\n'
+        config = load_config(write(tmp_path, text))
+        assert config.workers[1].command[0] == expected, given
+
+
 BAD = [
     ("unknown key", GOOD.replace("processes = 2", "procs = 2"), "key 'procs' is not a known setting"),
     ("wrong type", GOOD.replace("processes = 2", 'processes = "two"'), "key 'processes' must be an integer"),

@@ -57,6 +57,62 @@ handler = "sup_handlers:fail_permanently"
     assert "no configured worker supports type 'video'" in unknown.stderr
 
 
+def test_status_78_after_the_hello_is_a_crash_not_a_start_that_failed(supervisors):
+    sup = supervisors("""
+[[worker]]
+name = "ex"
+types = ["ex"]
+handler = "sup_handlers:exits"
+max_attempts = 1
+""").start()
+    pid = sup.slots("ex")[0]["pid"]
+    result = sup.cli("submit", "ex", "--on-demand", "--payload", '{"code": 78}')
+    assert result.returncode == 1
+    assert "exited with code 78" in result.stderr, result.stderr
+    slot = sup.wait_for(lambda ps: ps["slots"][0]["pid"] not in (None, pid)
+                        and ps["slots"][0]["state"] == "free", what="the worker back")["slots"][0]
+    assert slot["restarts"] == 1 and slot["last_exit"] == "exited with code 78", slot
+    assert "could not start" not in sup.output()
+
+
+def test_files_the_supervisor_inherited_stay_out_of_its_workers(supervisors):
+    # A worker holding the write end of its starter's pipe would keep that reader waiting
+    # for an EOF that never comes.
+    def pipes_of(pid: int) -> set[str]:
+        links = set()
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                links.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
+        return links
+
+    read, write = os.pipe()
+    try:
+        pipe = f"pipe:[{os.fstat(write).st_ino}]"
+        sup = supervisors(ECHO).start(pass_fds=(write,))
+        assert pipe in pipes_of(sup.proc.pid)  # the supervisor has it, as it was given
+        assert pipe not in pipes_of(sup.slots("pdf")[0]["pid"])
+    finally:
+        os.close(read)
+        os.close(write)
+
+
+def test_a_compiled_core_that_does_not_load_is_said_at_start(supervisors, tmp_path):
+    (tmp_path / "sitecustomize.py").write_text(
+        "import sys\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.startswith('fairsched.core._') and name.endswith('_c'):\n"
+        "            raise ImportError(name + ' is blocked here')\n"
+        "sys.meta_path.insert(0, Block())\n")
+    sup = supervisors(ECHO)
+    sup.env = dict(sup.env, PYTHONPATH=str(tmp_path))
+    sup.env.pop("FAIRSCHED_REQUIRE_EXTENSIONS", None)
+    sup.start()
+    assert sup.ps()["supervisor"]["core"] == "python"
+    assert ("the compiled scheduling core did not load (fairsched.core._matching_c is blocked "
+            "here); running the pure-Python one") in sup.output(), sup.output()
+
+
 def test_an_on_demand_payload_no_frame_can_carry_is_refused(supervisors):
     sup = supervisors(ECHO).start()
     nan = sup.cli("submit", "pdf", "--on-demand", "--payload", "[NaN]")
@@ -194,6 +250,11 @@ def test_sigterm_honours_shutdown_timeout_and_leaves_no_orphans(supervisors):
     caller.communicate(timeout=10)
     assert caller.returncode == 1
     assert not alive(pid)
+    out = sup.output()
+    assert re.search(r"worker pdf-1 still runs job od-\d+ at the end of shutdown_timeout \(1 s\); "
+                     r"killing it", out), out
+    assert ("worker pdf-1 stopped (killed by SIGKILL from the supervisor (still running at the end"
+            " of the 1 s shutdown_timeout))") in out, out
 
 
 def test_an_on_demand_job_its_restart_sent_back_is_answered_when_the_supervisor_stops(

@@ -414,7 +414,8 @@ def test_command_runs_in_the_worker_directory(start, tmp_path):
 def test_launch_errors_name_the_problem(tmp_path):
     with pytest.raises(LaunchError, match="command 'no-such-program-x' not found on PATH"):
         launch(make_spec(tmp_path, handler=None, command=("no-such-program-x",)), "i")
-    with pytest.raises(LaunchError, match="command './missing' is not an executable file"):
+    with pytest.raises(LaunchError, match=re.escape(f"command '{tmp_path}/missing' is not an "
+                                                    "executable file")):
         launch(make_spec(tmp_path, handler=None, command=("./missing",), cwd=tmp_path), "i")
     with pytest.raises(LaunchError, match="directory '/nonexistent/dir' does not exist"):
         launch(make_spec(tmp_path, cwd=Path("/nonexistent/dir")), "i")

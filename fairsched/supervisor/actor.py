@@ -141,6 +141,10 @@ class Supervisor(WorkerLifecycle, TemplateLifecycle, WorkerPipes, JobHandling):
         log.info("supervisor %s started (pid %d, core %s, database %s, %d worker%s)",
                  self.queue.supervisor_id, os.getpid(), core.__impl__, self.queue.kind,
                  len(self.procs), "" if len(self.procs) == 1 else "s")
+        if core.__impl__ != "c" and os.environ.get("FAIRSCHED_NO_EXTENSIONS") != "1":
+            log.warning("the compiled scheduling core did not load (%s); running the "
+                        "pure-Python one, which plans large cycles far more slowly (rebuild: "
+                        "`make build` or `pip install .`)", core.compiled_error())
 
     def _ignore_signal(self, sig: int) -> None:
         log.warning("ignoring %s: fairsched has no reload (`fairsched restart NAME` restarts "
@@ -209,8 +213,12 @@ class Supervisor(WorkerLifecycle, TemplateLifecycle, WorkerPipes, JobHandling):
             if proc.state in (ProcessState.DOWN, ProcessState.FATAL):
                 proc.set_state(ProcessState.STOPPED)
             elif proc.pid is not None:
-                busy = any(rj.proc is proc for rj in self.running.values())
-                self.stop_worker(proc, kill_now=busy)
+                jobs = [str(rj.job_id) for rj in self.running.values() if rj.proc is proc]
+                if jobs:
+                    log.warning("worker %s still runs job %s at the end of shutdown_timeout "
+                                "(%g s); killing it", proc.name, ", ".join(jobs), timeout)
+                    proc.kill_reason = f"still running at the end of the {timeout:g} s shutdown_timeout"
+                self.stop_worker(proc, kill_now=bool(jobs))
         deadline = time.monotonic() + STOP_GRACE + 1.0
         while self.by_pid and time.monotonic() < deadline:
             await self._wait_changed(deadline - time.monotonic())

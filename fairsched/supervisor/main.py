@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import signal
 
 from fairsched.config import Config
@@ -21,6 +23,7 @@ def run_supervisor(config: Config) -> int:
     for sig in STOP_SIGNALS + IGNORED_SIGNALS:
         signal.signal(sig, lambda signum, frame: early.append(signum))
     _raise_file_limit()
+    _keep_inherited_files()
     control = ControlServer(config.control_socket)
     control.lock()  # raises AlreadyRunning: exit 2 before anything starts
     templates = start_templates(config)
@@ -68,6 +71,20 @@ def run_supervisor(config: Config) -> int:
             sup.release_signals()
 
     return asyncio.run(main())
+
+
+def _keep_inherited_files() -> None:
+    """Make what the supervisor inherited beyond stdin, stdout and stderr (a shell's pipe,
+    say) its own: a worker holding the write end of its starter's pipe would keep that
+    reader waiting for an EOF. The supervisor's own files are not inheritable already."""
+    try:
+        fds = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:  # no /proc: nothing to learn the descriptors from
+        return
+    for fd in fds:
+        if fd > 2:
+            with contextlib.suppress(OSError):  # the listing's own, closed by now
+                os.set_inheritable(fd, False)
 
 
 def _raise_file_limit() -> None:

@@ -93,10 +93,12 @@ class WorkerProcess:
 
 
 def describe_exit(status: int, sent: set | frozenset = frozenset(),
-                  oom_kills: tuple[int | None, int | None] = (None, None)) -> str:
+                  oom_kills: tuple[int | None, int | None] = (None, None),
+                  started: bool = False) -> str:
     """Human words for a waitpid status, e.g. 'killed by SIGKILL: out of memory';
     `sent`: the signals the supervisor itself sent the process; `oom_kills`: the kernel's
-    OOM kill count (oom_kill_count) when the process started and now."""
+    OOM kill count (oom_kill_count) when the process started and now; `started`: it had
+    said hello (status 78 means "could not start" only before that)."""
     import os
     import signal
 
@@ -121,7 +123,7 @@ def describe_exit(status: int, sent: set | frozenset = frozenset(),
         return f"killed by {name}{hint}"
     if os.WIFEXITED(status):
         code = os.WEXITSTATUS(status)
-        if code == EXIT_CANNOT_START:
+        if code == EXIT_CANNOT_START and not started:
             return f"exited with code {code} (could not start)"
         return f"exited with code {code}"
     return f"ended with status {status}"

@@ -205,7 +205,8 @@ class WorkerLifecycle:
             self.watchdog.gone(proc.pid)
         how = ("killed by the lease watchdog" if lease_ran_out
                else describe_exit(status, proc.signalled,
-                                  (proc.oom_kills_at_start, oom_kill_count())))
+                                  (proc.oom_kills_at_start, oom_kill_count()),
+                                  started=not before_hello))
         if proc.refused_work:
             how += " after refusing work"
         elif proc.kill_reason is not None and not lease_ran_out:
@@ -243,7 +244,7 @@ class WorkerLifecycle:
             proc.set_state(ProcessState.DOWN)
             self._respawn(proc)
             return
-        if os.WIFEXITED(status) and os.WEXITSTATUS(status) == EXIT_CANNOT_START:
+        if before_hello and os.WIFEXITED(status) and os.WEXITSTATUS(status) == EXIT_CANNOT_START:
             why = proc.said_fatal
             if why is None:
                 line = self._last_log_line(proc)  # the runtime's "... could not start: why"
@@ -383,6 +384,8 @@ class WorkerLifecycle:
 
     def stop_worker(self, proc: WorkerProcess, *, kill_now: bool = False) -> None:
         """Take the worker's slots out of the index, then SIGTERM (or SIGKILL) it."""
+        if proc.state is ProcessState.STOPPING and proc.kill_timer is not None and not kill_now:
+            return  # told already (a second job timing out, say): its SIGKILL is on its way
         if proc.state in (ProcessState.STARTING, ProcessState.RUNNING):
             proc.set_state(ProcessState.STOPPING)
         self.pool.remove_worker(proc.generation)

@@ -131,10 +131,10 @@ def _check_spec(spec: LaunchSpec) -> None:
 def _resolve_command(spec: LaunchSpec, env: dict[str, str]) -> str:
     program = spec.command[0]
     if "/" in program:
-        path = Path(spec.cwd, program)
+        path = Path(spec.cwd, program)  # the config made it absolute; relative: from cwd
         if not (path.is_file() and os.access(path, os.X_OK)):
-            raise LaunchError(f"worker {spec.name}: command {program!r} is not an executable "
-                              f"file (looked in {str(spec.cwd)!r})")
+            raise LaunchError(f"worker {spec.name}: command {str(path)!r} is not an "
+                              f"executable file")
         return str(path.resolve())
     found = shutil.which(program, path=env.get("PATH", os.defpath))
     if found is None:

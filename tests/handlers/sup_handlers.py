@@ -160,3 +160,8 @@ def leaves_orphans(job: fairsched.Job):
     for _ in range(int(job.payload["n"])):
         subprocess.run(["sh", "-c", "sleep 0.2 &"], check=True)
     return {"left": job.payload["n"]}
+
+
+def exits(job: fairsched.Job):
+    """Ends its worker process with status payload['code'], mid-job."""
+    os._exit(int(job.payload["code"]))
