@@ -89,6 +89,21 @@ class Config:
     def worker(self, name: str) -> WorkerSpec | None:
         return next((w for w in self.workers if w.name == name), None)
 
+    def make_state_dir(self) -> Path:
+        """Create state_dir and its logs and control folders; one line naming the setting
+        when that cannot be done."""
+        state_dir = self.supervisor.state_dir
+        for folder in (state_dir, state_dir / "logs", state_dir / "control"):
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                why = exc.strerror or str(exc)
+                if isinstance(exc, FileExistsError) or (folder.exists() and not folder.is_dir()):
+                    why = "a file is in the way"
+                raise ConfigError(f"{self.path}: [supervisor] key 'state_dir': cannot create "
+                                  f"{exc.filename or folder}: {why}") from exc
+        return state_dir
+
     def max_attempts_by_type(self) -> dict[str, int]:
         """The `max_attempts` a job without its own gets when claimed: that of the first
         worker group that handles its type."""

@@ -274,14 +274,36 @@ def test_an_embedded_server_that_cannot_start_fails_supervise_in_one_line(monkey
 
 def test_an_embedded_server_under_a_path_with_a_space_is_refused_in_one_line(monkeypatch,
                                                                              short_tmp):
+    # A setting to change, not a failure to try again: exit 2 (a systemd unit stops there).
     monkeypatch.delenv(ENV_URL, raising=False)
     config = embedded_config(short_tmp / "my docs")
-    result = subprocess.run([sys.executable, "-m", "fairsched", "jobs", "--config", str(config)],
-                            capture_output=True, text=True, timeout=60)
-    assert result.returncode == 1
-    assert result.stderr.count("\n") == 1, result.stderr
-    assert "cannot take a path with a space" in result.stderr
-    assert "[supervisor] key 'state_dir'" in result.stderr
+    for command in ("jobs", "supervise"):
+        result = subprocess.run([sys.executable, "-m", "fairsched", command, "--config",
+                                 str(config)], capture_output=True, text=True, timeout=60)
+        assert result.returncode == 2, result.stderr
+        errors = [ln for ln in result.stderr.splitlines() if "INFO" not in ln]
+        assert len(errors) == 1, result.stderr
+        assert "cannot take a path with a space" in errors[0]
+        assert f"{config}: [supervisor] key 'state_dir'" in errors[0], errors
+
+
+@pytest.mark.parametrize("command", ["supervise", "jobs"])
+def test_a_state_dir_that_cannot_be_made_is_a_config_error(monkeypatch, short_tmp, command):
+    monkeypatch.delenv(ENV_URL, raising=False)
+    config = embedded_config(short_tmp)
+    (short_tmp / "afile").write_text("")
+    for state_dir, why in [("afile", "a file is in the way"),
+                           ("/proc/fs-none", "No such file or directory")]:
+        config.write_text(config.read_text().replace('state_dir = "state"',
+                                                     f'state_dir = "{state_dir}"'))
+        result = subprocess.run([sys.executable, "-m", "fairsched", command, "--config",
+                                 str(config)], capture_output=True, text=True, timeout=60)
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.count("\n") == 1, result.stderr
+        assert "[supervisor] key 'state_dir'" in result.stderr and why in result.stderr, (
+            result.stderr)
+        config.write_text(config.read_text().replace(f'state_dir = "{state_dir}"',
+                                                     'state_dir = "state"'))
 
 
 def test_the_reason_a_start_failed_is_read_from_that_start_only(tmp_path):

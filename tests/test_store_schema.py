@@ -11,6 +11,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
+from fairsched.errors import ConfigError
 from fairsched.store.errors import SchemaError
 from fairsched.store.schema import LATEST_VERSION, MIGRATION_LOCK, migrate, schema_version
 
@@ -91,6 +92,7 @@ def test_a_newer_schema_is_refused_in_one_line(fresh_url):
     message = str(err.value)
     assert "\n" not in message
     assert f"version {LATEST_VERSION + 1} is newer" in message
+    assert isinstance(err.value, ConfigError)  # the command line exits 2: restarting cannot help
 
 
 def test_the_job_table_enforces_priority_status_and_unfinished_keys(db):

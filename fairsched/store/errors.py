@@ -15,8 +15,16 @@ class BadDatabaseURL(StoreError, ConfigError):
     """FAIRSCHED_DATABASE_URL or the `database` setting is not a connection string: exit 2."""
 
 
+class BadStateDir(DatabaseUnavailable, ConfigError):
+    """The embedded PostgreSQL cannot live in state_dir as configured: exit 2."""
+
+
 class SchemaError(StoreError):
     """The database schema is not one this version of fairsched can use."""
+
+
+class SchemaTooNew(SchemaError, ConfigError):
+    """The database was upgraded by a newer fairsched: running this one is bad usage, exit 2."""
 
 
 class JobNotFound(StoreError, LookupError):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fairsched.store.errors import SchemaError
+from fairsched.store.errors import SchemaTooNew
 
 if TYPE_CHECKING:
     import psycopg
@@ -116,7 +116,7 @@ def migrate(conn: psycopg.Connection) -> int:
         current = conn.execute(
             "SELECT coalesce(max(version), 0) FROM fairsched_schema_version").fetchone()[0]
         if current > LATEST_VERSION:
-            raise SchemaError(
+            raise SchemaTooNew(
                 f"database schema version {current} is newer than this fairsched knows"
                 f" ({LATEST_VERSION}); upgrade fairsched")
         for version, description, statements in MIGRATIONS:

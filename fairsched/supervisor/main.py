@@ -24,6 +24,7 @@ def run_supervisor(config: Config) -> int:
         signal.signal(sig, lambda signum, frame: early.append(signum))
     _raise_file_limit()
     _keep_inherited_files()
+    config.make_state_dir()
     control = ControlServer(config.control_socket)
     control.lock()  # raises AlreadyRunning: exit 2 before anything starts
     templates = start_templates(config)
