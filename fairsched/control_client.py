@@ -14,6 +14,10 @@ class NotRunning(FairschedError):
     pass
 
 
+class NoAnswer(FairschedError):
+    """The supervisor took the request and said nothing in time: stalled, or stopped."""
+
+
 class ControlClient:
     def __init__(self, path: Path, timeout: float | None = 30.0):
         self.path = Path(path)
@@ -51,7 +55,17 @@ class ControlClient:
                 pass  # it may have said why (too many connections) before it closed: read on
             buf = b""
             with sock.makefile("rb") as f:
-                for line in f:
+                while True:
+                    waited = sock.gettimeout()
+                    try:
+                        line = f.readline()
+                    except TimeoutError:
+                        pid = self.supervisor_pid()
+                        raise NoAnswer(f"the supervisor (pid {pid}) did not answer within "
+                                       f"{waited:g} s: stalled, or stopped with SIGSTOP "
+                                       f"(`kill -CONT {pid}` wakes it)") from None
+                    if not line:
+                        break
                     buf = line.strip()
                     if buf:
                         yield json.loads(buf)
@@ -59,6 +73,13 @@ class ControlClient:
                             sock.settimeout(then)
         finally:
             sock.close()
+
+    def supervisor_pid(self) -> str:
+        """The pid in the supervisor's lock file (beside its socket), or '?'."""
+        try:
+            return (self.path.parent / "supervisor.lock").read_text().strip() or "?"
+        except OSError:
+            return "?"
 
     def request(self, request: dict) -> dict:
         for reply in self.stream(request):
