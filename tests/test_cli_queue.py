@@ -73,6 +73,23 @@ def one_line_error(result: subprocess.CompletedProcess, code: int) -> str:
     return lines[0]
 
 
+def test_a_host_that_only_names_the_database_queues_for_workers_elsewhere(db, tmp_path):
+    # No workers.toml here, FAIRSCHED_DATABASE_URL set: any type goes (the workers that run
+    # it live elsewhere), and the queue can be read and managed.
+    submitted = fairsched("submit", "render", "--payload", '{"doc": 1}', url=db, cwd=tmp_path)
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = int(submitted.stdout)
+    listed = fairsched("jobs", "--json", url=db, cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    assert [(j["id"], j["type"]) for j in json.loads(listed.stdout)] == [(job_id, "render")]
+    assert fairsched("cancel", str(job_id), url=db, cwd=tmp_path).returncode == 0
+    assert fairsched("retry", str(job_id), url=db, cwd=tmp_path).returncode == 0
+    assert not (tmp_path / ".fairsched").exists()  # nothing written here
+    # Without the database's URL, a workers.toml is still needed: where else is the queue?
+    error = one_line_error(fairsched("jobs", url=None, cwd=tmp_path), 2)
+    assert "workers.toml: no such file (pass --config or set FAIRSCHED_CONFIG)" in error
+
+
 def test_submit_prints_the_id_and_stores_the_job(db, config):
     result = fairsched("submit", "pdf", "--payload", '{"doc": 3}', "--priority", "7",
                        "--max-attempts", "2", "--delay", "30", "--config", str(config), url=db)

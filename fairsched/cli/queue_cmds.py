@@ -7,9 +7,11 @@ the exit code the README lists (1: the operation failed, 2: bad usage or configu
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -30,11 +32,26 @@ if TYPE_CHECKING:
     from fairsched.store.queue import Queue
 
 
-def open_queue(config: Config) -> Queue:
+def queue_config(config_path: str | None) -> Config | None:
+    """The workers.toml a queue command reads, or None on a host that only names the
+    database (FAIRSCHED_DATABASE_URL set, no workers.toml given or here): it queues work for
+    workers elsewhere."""
+    from fairsched.store.database import ENV_URL
+
+    path = resolve_config_path(config_path)
+    if (config_path is None and not os.environ.get("FAIRSCHED_CONFIG")
+            and os.environ.get(ENV_URL) and not path.exists()):
+        return None
+    return load_config(path)
+
+
+def open_queue(config: Config | None) -> Queue:
     # Imported here: the database driver loads only for the commands that use it.
     from fairsched.store.database import chosen_url
     from fairsched.store.queue import Queue
 
+    if config is None:  # FAIRSCHED_DATABASE_URL names it: no state_dir to look in
+        return Queue.open(Path.cwd(), None, create=True)
     if not chosen_url(config.supervisor.database, config.path):
         config.make_state_dir()  # the embedded database's home: one line naming the setting
     return Queue.open(config.supervisor.state_dir, config.supervisor.database, create=True,
@@ -66,14 +83,14 @@ def parse_int(option: str, text: str | None, low: int, high: int | None = None) 
     return value
 
 
-def check_type(config: Config, type_name: str) -> None:
-    if type_name not in config.types:
+def check_type(config: Config | None, type_name: str) -> None:
+    if config is not None and type_name not in config.types:
         known = ", ".join(sorted(config.types))
         raise UsageProblem(f"no worker in {config.path} handles job type {type_name!r}"
                            f" (configured types: {known})")
 
 
-def submit_queued(config: Config, type_name: str, payload: Any, *, priority: int,
+def submit_queued(config: Config | None, type_name: str, payload: Any, *, priority: int,
                   max_attempts: int | None, delay: float, key: str | None) -> int:
     """Enqueue one job and return its id (the existing job's id for a key in use, when it is
     the same job; another job under that key is an error, as with any idempotency key)."""
@@ -128,7 +145,7 @@ def submit(type_name, payload, priority, max_attempts, delay, key, on_demand, ti
     delay = parse_seconds("--delay", delay, maximum=MAX_DELAY)
     if key is not None and not key:
         raise UsageProblem("--key must not be empty")
-    config = load_config(resolve_config_path(config_path))
+    config = queue_config(config_path)
     check_type(config, type_name)
     job_id = submit_queued(config, type_name, payload, priority=priority,
                            max_attempts=max_attempts, delay=delay, key=key)
@@ -152,13 +169,14 @@ def jobs(status, type_name, limit, as_json, config_path):
     if status is not None and status not in STATUSES:
         raise UsageProblem(f"--status must be one of {', '.join(STATUSES)}, got {status!r}")
     limit = parse_int("--limit", limit, 1, 1_000_000) or 100
-    config = load_config(resolve_config_path(config_path))
+    config = queue_config(config_path)
     with open_queue(config) as queue:
         rows = queue.list_jobs(status=status, type=type_name, limit=limit)
     if as_json:
         click.echo(json.dumps([job_json(row) for row in rows], indent=2))
     else:
-        click.echo(jobs_table(rows, datetime.now(UTC), config.max_attempts_by_type()))
+        click.echo(jobs_table(rows, datetime.now(UTC),
+                              config.max_attempts_by_type() if config else {}))
 
 
 def job_json(row: dict) -> dict:
@@ -224,7 +242,7 @@ def parse_job_id(text: str) -> int:
 def retry(job_id, config_path):
     """Put a failed or cancelled job back in the queue, with fresh attempts."""
     job_id = parse_job_id(job_id)
-    config = load_config(resolve_config_path(config_path))
+    config = queue_config(config_path)
     with open_queue(config) as queue:
         queue.retry_job(job_id)
     click.echo(f"job {job_id} is pending again")
@@ -237,7 +255,7 @@ def retry(job_id, config_path):
 def cancel(job_id, config_path):
     """Cancel a pending job, or ask the supervisor running it to stop it."""
     job_id = parse_job_id(job_id)
-    config = load_config(resolve_config_path(config_path))
+    config = queue_config(config_path)
     with open_queue(config) as queue:
         status = queue.cancel_job(job_id)
     if status == "cancelled":
