@@ -292,3 +292,18 @@ def test_commands_beside_a_running_supervisor_leave_its_database_up(reused_state
         holder.wait()
         holder.stdin.close()
         holder.stdout.close()
+
+
+def test_the_readmes_python_example_runs_as_written(db):
+    root = Path(__file__).resolve().parent.parent
+    readme = (root / "README.md").read_text()
+    after = readme.split("Enqueue from Python with `fairsched.Queue`:", 1)[1]
+    code = after.split("```python\n", 1)[1].split("```", 1)[0]
+    env = dict(os.environ, FAIRSCHED_DATABASE_URL=db)
+    result = subprocess.run([sys.executable, "-c", code], cwd=root, env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    with psycopg.connect(db) as conn:
+        rows = conn.execute("SELECT type, priority FROM fairsched_jobs ORDER BY id").fetchall()
+    assert rows == [("pdf", 5), ("excel", 0), ("excel", 0)]
+
