@@ -125,6 +125,26 @@ def test_a_key_held_by_another_job_is_an_error(db, config):
     assert again.returncode == 0 and again.stdout == first.stdout, again.stderr
 
 
+def test_a_payload_too_long_for_a_command_line_comes_from_a_file_or_stdin(db, config, tmp_path):
+    # An argument holds at most 128 KiB (Linux); a payload may be 512 KiB.
+    payload = {"cells": ["x" * 100] * 3000}  # about 310 KB
+    path = tmp_path / "payload.json"
+    path.write_text(json.dumps(payload))
+    from_file = fairsched("submit", "pdf", "--payload", f"@{path}", "--config", str(config),
+                          url=db)
+    assert from_file.returncode == 0, from_file.stderr
+    env = {k: v for k, v in os.environ.items() if k != "FAIRSCHED_CONFIG"}
+    from_stdin = subprocess.run(
+        [sys.executable, "-m", "fairsched", "submit", "pdf", "--payload", "-", "--config",
+         str(config)], input=json.dumps(payload), capture_output=True, text=True,
+        env=dict(env, FAIRSCHED_DATABASE_URL=db), timeout=60)
+    assert from_stdin.returncode == 0, from_stdin.stderr
+    with psycopg.connect(db) as conn:
+        stored = conn.execute("SELECT payload FROM fairsched_jobs WHERE id = ANY(%s) ORDER BY id",
+                              ([int(from_file.stdout), int(from_stdin.stdout)],)).fetchall()
+    assert [row[0] for row in stored] == [payload, payload]
+
+
 def test_config_comes_from_fairsched_config_or_the_current_folder(db, config):
     result = fairsched("submit", "pdf", url=db, cwd=config.parent)
     assert result.returncode == 0, result.stderr
@@ -160,6 +180,8 @@ def test_config_comes_from_fairsched_config_or_the_current_folder(db, config):
     (["retry", "\u0661"], "ID must be an integer"),
     (["submit", "pdf", "--priority", "0_5"], "--priority must be an integer from 0 to 10"),
     (["cancel", "od-4"], "od-4 is an on-demand job: it is in no table"),
+    (["submit", "pdf", "--payload", "@/nonexistent/p.json"],
+     "cannot read --payload file '/nonexistent/p.json': No such file or directory"),
 ])
 def test_bad_usage_is_one_line_exit_2_and_writes_nothing(db, config, args, message):
     line = one_line_error(fairsched(*args, "--config", str(config), url=db), 2)

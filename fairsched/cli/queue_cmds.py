@@ -61,12 +61,27 @@ def open_queue(config: Config | None) -> Queue:
 # -- submit -----------------------------------------------------------------------------------
 
 def parse_payload(text: str | None) -> Any:
+    """--payload JSON, or @FILE (the JSON in a file), or - (on standard input): a command
+    line holds at most 128 KiB in one argument, a payload up to 512 KiB."""
     if text is None:
         return None
+    where = "--payload"
+    if text == "-" or text.startswith("@"):
+        where = "standard input" if text == "-" else f"--payload file {text[1:]!r}"
+        try:
+            if text == "-":
+                text = sys.stdin.buffer.read().decode("utf-8")
+            else:
+                text = Path(text[1:]).read_bytes().decode("utf-8")
+        except OSError as exc:
+            raise UsageProblem(f"cannot read {where}: {exc.strerror or exc}") from None
+        except UnicodeDecodeError as exc:
+            raise UsageProblem(f"{where} is not UTF-8 text: {exc.reason} at byte "
+                               f"{exc.start}") from None
     try:
         return json.loads(text)
     except ValueError as exc:
-        raise UsageProblem(f"--payload is not valid JSON: {exc}") from None
+        raise UsageProblem(f"{where} is not valid JSON: {exc}") from None
     except RecursionError:
         raise UsageProblem("--payload nests too deeply") from None
 
@@ -109,7 +124,8 @@ def submit_queued(config: Config | None, type_name: str, payload: Any, *, priori
 
 @main.command()
 @click.argument("type_name", metavar="TYPE")
-@click.option("--payload", metavar="JSON", help="The job's payload, as JSON.")
+@click.option("--payload", metavar="JSON",
+              help="The job's payload, as JSON; @FILE reads it from a file, - from stdin.")
 @click.option("--priority", metavar="N", help=f"0 to {MAX_PRIORITY} (default 0).")
 @click.option("--max-attempts", metavar="N",
               help="Attempts before the job fails for good (default: the worker's).")
