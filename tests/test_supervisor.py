@@ -445,6 +445,7 @@ max_restarts = 1
         sup.wait_for(lambda ps: ps["slots"][0]["state"] == "free", what="the worker back")
     row = sup.slots("pdf")[0]
     assert row["restarts"] == 3 and row["fatal_reason"] is None
+    assert row["last_exit"] == "exited with code 0 after its job timed out", row
     assert sup.output().count("after its job timed out; restarting") == 3
 
 
@@ -644,6 +645,8 @@ def test_restart_a_running_worker_by_name(supervisors):
     ps = sup.wait_for(lambda ps: all(s["state"] == "free" for s in ps["slots"])
                       and ps["slots"][1]["pid"] != before["pdf-2"], what="pdf-2 restarted")
     assert ps["slots"][0]["pid"] == before["pdf-1"]
+    assert ps["slots"][1]["last_exit"] == "exited with code 0 (restarted by the operator)"
+    assert ps["slots"][0]["last_exit"] is None
     assert sup.cli("restart", "nope").returncode == 2
 
 

@@ -232,6 +232,8 @@ class WorkerLifecycle:
         if lease_ran_out or proc.timed_out:
             # This supervisor stalled, or the worker was stopped under a job past its timeout
             # (the job failed, not the worker): back at once, not counted as a crash.
+            if not lease_ran_out:
+                proc.last_exit = f"{how} after its job timed out"
             log.log(logging.WARNING if lease_ran_out else logging.INFO, "worker %s %s%s; restarting",
                     proc.name, how, "" if lease_ran_out else " after its job timed out",
                     extra=fields(event="worker_exited", worker=proc.name, group=proc.group,
@@ -240,6 +242,7 @@ class WorkerLifecycle:
             self._respawn(proc)
             return
         if proc.state is ProcessState.STOPPING and not proc.refused_work:  # an operator's restart
+            proc.last_exit = f"{how} (restarted by the operator)"
             log.info("worker %s %s; restarting", proc.name, how)
             proc.set_state(ProcessState.DOWN)
             self._respawn(proc)
