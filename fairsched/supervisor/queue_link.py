@@ -308,6 +308,7 @@ class QueueLink:
 
     async def _run_outcomes(self) -> None:
         delay = RECONNECT_FIRST
+        writer_since = 0.0  # monotonic time the outcome lane's connection was made
         while not self.closing:
             try:
                 if self.writer is None:
@@ -317,6 +318,7 @@ class QueueLink:
                     self.writer = await self._answer(AsyncStore.connect(
                         self.database.url, lease=self.settings.lease,
                         supervisor_id=self.supervisor_id))
+                    writer_since = time.monotonic()
                     if self.writer.lease_lost:  # found first here that our row was rescued
                         self._lease_lost()
                 self._outbox_wake.clear()
@@ -327,10 +329,13 @@ class QueueLink:
                 else:
                     await self._outbox_wake.wait()
             except DB_ERRORS as exc:
-                if self.connected:  # the claim lane gets its answers: the trouble is here
+                # A connection older than the claim lane's last reconnection was lost in the
+                # outage the claim lane has reported and recovered from: replace it at once.
+                stale = self.writer is not None and writer_since < self._in_touch_since
+                if self.connected and not stale:  # the claim lane gets its answers: the trouble is here
                     log.warning("could not write %d job outcomes: %s; trying again in %g s",
                                 len(self.outbox.job_ids()), first_line(exc), delay)
-                else:  # the claim lane says the database is lost, once
+                else:  # the claim lane says (or said) the database was lost, once
                     log.debug("outcome lane lost the database: %s", exc)
                 writer, self.writer = self.writer, None
                 if writer is not None:
@@ -338,8 +343,9 @@ class QueueLink:
                         await writer.close(deregister=False)
                     except Exception:
                         pass
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, self.reconnect_max)
+                if not (stale and self.connected):
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, self.reconnect_max)
             except Exception:  # never expected: say so, loudly, and keep the lane alive
                 log.exception("could not write %d job outcomes; trying again in %g s",
                               len(self.outbox.job_ids()), delay)
