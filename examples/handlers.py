@@ -13,9 +13,26 @@ import time
 
 import fairsched
 
+TEXT = (str, "a string")
+
+
+def options(job: fairsched.Job, **expected: tuple[type, str]) -> dict:
+    """The payload's fields, each of the type expected (type, its name for users) or
+    absent; anything else fails the job for good (a retry would get the same payload)."""
+    payload = {} if job.payload is None else job.payload
+    if not isinstance(payload, dict):
+        raise fairsched.PermanentError(f"the payload must be a JSON object such as "
+                                       f'{{"path": "samples/a.pdf"}}, got {type(payload).__name__}')
+    for key, (kind, name) in expected.items():
+        if key in payload and not isinstance(payload[key], kind):
+            raise fairsched.PermanentError(f"payload field {key!r} must be {name}, got "
+                                           f"{payload[key]!r:.60}")
+    return payload
+
 
 def render_pdf(job: fairsched.Job):
-    path = (job.payload or {}).get("path")
+    payload = options(job, path=TEXT, pace=(int | float, "a number of seconds"))
+    path = payload.get("path")
     if path is None:
         for step in range(1, 4):
             job.progress((step - 1) / 3, f"page {step}/3")  # the share done so far
@@ -31,7 +48,7 @@ def render_pdf(job: fairsched.Job):
         title = reader.metadata.title if reader.metadata else None
     except (OSError, PdfReadError) as exc:
         raise fairsched.PermanentError(f"{path}: not a readable PDF: {exc}") from None
-    pace = float((job.payload or {}).get("pace", 0))
+    pace = float(payload.get("pace", 0))
     pages = []
     for number, page in enumerate(reader.pages, 1):
         job.progress((number - 1) / len(reader.pages), f"page {number}/{len(reader.pages)}")
@@ -44,7 +61,7 @@ def render_pdf(job: fairsched.Job):
 
 
 def read_excel(job: fairsched.Job):
-    path = (job.payload or {}).get("path")
+    path = options(job, path=TEXT).get("path")
     if path is None:
         return {"sheets": {}, "pid": os.getpid()}
     from zipfile import BadZipFile
@@ -75,7 +92,7 @@ def read_excel(job: fairsched.Job):
 
 
 def build_index(job: fairsched.Job):
-    words = str((job.payload or {}).get("text", "")).lower().split()
+    words = options(job, text=TEXT).get("text", "").lower().split()
     index = {}
     for position, word in enumerate(words):
         index.setdefault(word, []).append(position)

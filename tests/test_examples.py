@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -118,6 +119,18 @@ def test_pdf_excel_and_a_worker_killed(example, samples):
     assert row["group"] == "pdf" and row["state"] == "busy" and row["progress"] == 1 / 12
     assert sup.cli("cancel", str(slow)).returncode == 0
     sup.wait_for(lambda ps: jobs_by_id(sup)[slow]["status"] == "cancelled", what="cancelled")
+
+    # A payload of the wrong shape fails at once, for good: a retry would get it again.
+    odd = sup.cli("submit", "index", "--on-demand", "--payload", "[1, 2]")
+    assert odd.returncode == 1
+    assert "the payload must be a JSON object" in odd.stderr, odd.stderr
+    assert re.search(r"job od-\d+ failed for good: .*the payload must be a JSON object",
+                     sup.output()), sup.output()[-2000:]
+    bad_pace = queued(sup, "pdf", {"path": str(samples / "manual.pdf"), "pace": "fast"})
+    sup.wait_for(lambda ps: jobs_by_id(sup)[bad_pace]["status"] == "failed", what="failed")
+    assert jobs_by_id(sup)[bad_pace]["attempts"] == 1
+    assert "payload field 'pace' must be a number of seconds" in jobs_by_id(sup)[bad_pace][
+        "last_error"]
 
     stopped = sup.cli("stop")
     assert stopped.returncode == 0, stopped.stderr
