@@ -65,9 +65,12 @@ def plot_score_lines(weights: core.Weights, path: str | Path) -> Path:
     ax.axhline(w.on_demand, color="grey", linewidth=0.8, linestyle=":")
     if math.isfinite(crossover) and crossover <= horizon:
         ax.axvline(crossover, color="grey", linewidth=0.8, linestyle=":")
+        ax.plot([crossover], [w.on_demand], "o", color="grey")  # p0 meets a fresh request
         ax.annotate(f"queued p0 passes a fresh on-demand job: {crossover:g} s",
                     (crossover, w.on_demand), textcoords="offset points", xytext=(6, -14))
     if math.isfinite(gap5) and gap5 <= horizon:
+        ax.axvline(gap5, color="grey", linewidth=0.8, linestyle=":")
+        ax.plot([gap5], [5 * w.priority], "o", color="grey")  # where the two lines cross
         ax.annotate(f"p0 passes a fresh p5 job: {gap5:g} s", (gap5, 5 * w.priority),
                     textcoords="offset points", xytext=(6, 6))
     ax.set_xlabel("seconds waited (age)")
