@@ -192,12 +192,13 @@ def test_missing_config_file_names_it_and_where_it_came_from(tmp_path):
 def test_a_state_dir_that_is_a_file_is_one_line_not_a_traceback(tmp_path):
     path = write(tmp_path, GOOD)
     (tmp_path / "state").write_text("not a folder")
-    for command in (["supervise"], ["ps"], ["stop"]):
+    for command, code, why in ((["supervise"], 2, "a file is in the way"),
+                               (["ps"], 1, "Not a directory"), (["stop"], 1, "Not a directory")):
         proc = subprocess.run([sys.executable, "-m", "fairsched", *command, "--config", str(path)],
                               capture_output=True, text=True, timeout=60)
         lines = proc.stderr.strip().splitlines()
-        assert proc.returncode == 1 and len(lines) == 1, (command, proc.stderr)
-        assert str(tmp_path / "state") in lines[0] and "Not a directory" in lines[0], lines
+        assert proc.returncode == code and len(lines) == 1, (command, proc.stderr)
+        assert str(tmp_path / "state") in lines[0] and why in lines[0], lines
 
 
 @pytest.mark.parametrize("args, message", [
