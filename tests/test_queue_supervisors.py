@@ -293,6 +293,41 @@ def test_an_outcome_after_the_database_came_back_is_written_without_a_warning(tm
         subprocess.run(["pkill", "-f", str(pgdata)], check=False)
 
 
+FAIL_LATER = """
+[[worker]]
+name = "late"
+types = ["late"]
+handler = "sup_handlers:fail_later"
+max_attempts = 1
+"""
+
+
+def test_a_job_that_fails_on_its_own_during_a_shutdown_spends_its_attempt(supervisors, db):
+    # Only a job stopped for the shutdown goes back unspent; one that failed meanwhile (here
+    # for good) has failed, and must not run again.
+    sup = supervisors(FAIL_LATER).start()
+    (job,) = enqueue(db, [{"type": "late", "payload": {"seconds": 1, "permanent": True}}])
+    sup.wait_for(lambda ps: ps["slots"][0]["job_id"] == job, what="the job running")
+    sup.signal(signal.SIGTERM)
+    assert sup.wait_exit(30) == 0
+    (row,) = job_rows(db, {job})
+    assert (row[1], row[2]) == ("failed", 1), row
+    assert "this input can never work (found late)" in row[5]
+
+
+def test_an_on_demand_job_that_fails_on_its_own_through_a_restart_is_not_run_again(
+        supervisors, db):
+    sup = supervisors(FAIL_LATER).start()
+    caller = sup.spawn_cli("submit", "late", "--on-demand", "--payload",
+                           '{"seconds": 1, "permanent": true}')
+    sup.wait_for(lambda ps: ps["slots"][0]["state"] == "busy", what="the job running")
+    assert sup.cli("restart", "late").returncode == 0
+    out, err = caller.communicate(timeout=30)
+    assert caller.returncode == 1
+    assert "this input can never work (found late)" in err, err
+    assert "runs again" not in sup.output()
+
+
 def test_release_drill_sigterm_mid_run(supervisors, db, tmp_path):
     log = tmp_path / "runs.log"
     workers = RECORD.format(processes=2, slots=1)

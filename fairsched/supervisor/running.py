@@ -132,10 +132,11 @@ class JobHandling:
             self.queue.cancel_finish(rj.job_id, rj.claim)
             log.info("job %s cancelled: %s, %.3f s", rj.job_id, where(rj), duration,
                      extra=job_fields(rj, "cancelled", duration))
-        elif rj.failure is None and (outcome == "refused"
-                                     or rj.cancel_reason in ("shutdown", "restart", "lease")):
-            # Not the job's doing: back to the queue, its attempt unspent. A job that ran past
-            # its own timeout meanwhile (rj.failure) has failed its attempt all the same.
+        elif rj.failure is None and (outcome == "refused" or (
+                outcome != "failed" and rj.cancel_reason in ("shutdown", "restart", "lease"))):
+            # Stopped or killed for a reason not the job's (or refused): back to the queue, its
+            # attempt unspent. A job that failed on its own meanwhile (a handler's error, a
+            # PermanentError) or ran past its timeout (rj.failure) has spent it all the same.
             self._record(rj, "returned", duration)
             self.queue.release(rj.job_id, rj.claim)
             log.info("job %s returned to the queue (%s): %s", rj.job_id,
@@ -166,7 +167,9 @@ class JobHandling:
             self._finish_request(req, {"event": "result", "job_id": req.job_id, "result": result})
             return
         timed_out_anyway = rj.cancel_reason == "restart" and rj.failure is not None
-        if (rj.cancel_reason is not None and not timed_out_anyway) or req.cancelled:
+        # A handler's own error counts, whatever stop was asked of it meanwhile.
+        interrupted = rj.cancel_reason is not None and not timed_out_anyway and outcome != "failed"
+        if interrupted or req.cancelled:
             if rj.cancel_reason == "restart" and not req.cancelled and not self.shutting_down:
                 self._record(rj, "returned", duration)
                 self.requests[req.number] = req  # not the job's fault: run it elsewhere
@@ -186,7 +189,7 @@ class JobHandling:
             req.attempts -= 1
             self.requests[req.number] = req
             return
-        if permanent or req.attempts >= req.max_attempts:
+        if permanent or req.attempts >= req.max_attempts or self.shutting_down:
             self._record(rj, "failed", duration)
             log.warning("job %s failed for good: %s, %.3f s: %s", rj.job_id, where(rj), duration,
                         error, extra=job_fields(rj, "failed", duration, error=error))

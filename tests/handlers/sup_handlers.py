@@ -165,3 +165,12 @@ def leaves_orphans(job: fairsched.Job):
 def exits(job: fairsched.Job):
     """Ends its worker process with status payload['code'], mid-job."""
     os._exit(int(job.payload["code"]))
+
+
+def fail_later(job: fairsched.Job):
+    """Works payload['seconds'] without asking job.cancelled(), then fails: for good when
+    payload['permanent']."""
+    time.sleep(float(job.payload["seconds"]))
+    if job.payload.get("permanent"):
+        raise fairsched.PermanentError("this input can never work (found late)")
+    raise RuntimeError("failed late")
