@@ -126,7 +126,8 @@ def test_unit_file_has_what_the_supervisor_needs():
     # SIGTERM to the supervisor alone, so it can hand jobs back before its workers stop.
     assert service["KillMode"] == ["mixed"]
     assert service["RestartPreventExitStatus"] == ["2"]
-    assert int(service["TimeoutStopSec"][0]) >= 10 + 10  # the default shutdown_timeout + margin
+    # The default shutdown_timeout, then the default lease to record outcomes, and a margin.
+    assert int(service["TimeoutStopSec"][0]) >= 10 + 15 + 10
     argv = shlex.split(service["ExecStart"][0])
     assert Path(argv[0]).name == "fairsched" and argv[1] == "supervise"
     # The options parse as the real command's options (click raises on an unknown one).

@@ -328,6 +328,72 @@ def test_an_on_demand_job_that_fails_on_its_own_through_a_restart_is_not_run_aga
     assert "runs again" not in sup.output()
 
 
+def test_a_stop_while_the_database_is_out_of_reach_waits_for_it_to_record_outcomes(db):
+    # The job finishes while PostgreSQL is out of reach; the supervisor is stopped before it
+    # is back. It waits (up to its lease) and records the job's success, not leaving the
+    # job to be taken for a dead supervisor's and run again.
+    from tests.pg_proxy import PgProxy
+
+    proxy = PgProxy(db)
+    sup = Supervisor(proxy.url_through, SLOW, supervisor="lease = 20\n")
+    try:
+        sup.start()
+        (job,) = enqueue(db, [{"type": "slow", "payload": {"seconds": 1}}])
+        sup.wait_for(lambda ps: ps["slots"][0]["job_id"] == job, what="the job running")
+        proxy.cut()
+        sup.wait_output(f"job {job} succeeded")
+        sup.signal(signal.SIGTERM)
+        sup.wait_output("waiting up to .* s for the database to record the outcome of 1 jobs")
+        time.sleep(1)
+        proxy.heal()
+        assert sup.wait_exit(30) == 0, sup.output()[-3000:]
+        (row,) = job_rows(db, {job})
+        assert (row[1], row[2]) == ("succeeded", 1), row
+    finally:
+        sup.close()
+        proxy.close()
+
+
+def test_a_stop_the_database_never_answers_ends_in_exit_1_naming_the_jobs(db):
+    from tests.pg_proxy import PgProxy
+
+    proxy = PgProxy(db)
+    sup = Supervisor(proxy.url_through, SLOW, supervisor="lease = 3\nheartbeat_interval = 1\n")
+    try:
+        sup.start()
+        (job,) = enqueue(db, [{"type": "slow", "payload": {"seconds": 1}}])
+        sup.wait_for(lambda ps: ps["slots"][0]["job_id"] == job, what="the job running")
+        proxy.cut()
+        sup.wait_output(f"job {job} succeeded")
+        began = time.monotonic()
+        sup.signal(signal.SIGTERM)
+        assert sup.wait_exit(30) == 1
+        assert time.monotonic() - began < 15
+        assert re.search(rf"could not record the outcome of 1 job before exiting \({job}\)",
+                         sup.output()), sup.output()[-3000:]
+    finally:
+        sup.close()
+        proxy.close()
+
+
+def test_a_second_stop_ends_the_waiting(supervisors):
+    sup = supervisors(SLOW, shutdown_timeout=60).start()
+    caller = sup.spawn_cli("submit", "slow", "--on-demand", "--payload",
+                           '{"seconds": 60, "ignore_cancel": true}')
+    sup.wait_for(lambda ps: ps["slots"][0]["state"] == "busy", what="the job running")
+    began = time.monotonic()
+    sup.signal(signal.SIGTERM)
+    sup.wait_output("shutting down")
+    sup.signal(signal.SIGTERM)
+    assert sup.wait_exit(30) == 0
+    assert time.monotonic() - began < 10
+    caller.communicate(timeout=30)
+    out = sup.output()
+    assert "stop asked again: no more waiting for running jobs or the database" in out, out
+    assert re.search(r"worker slow-1 still runs job od-\d+ when stop was asked again; "
+                     r"killing it", out), out
+
+
 def test_release_drill_sigterm_mid_run(supervisors, db, tmp_path):
     log = tmp_path / "runs.log"
     workers = RECORD.format(processes=2, slots=1)

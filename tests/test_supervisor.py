@@ -254,7 +254,7 @@ def test_sigterm_honours_shutdown_timeout_and_leaves_no_orphans(supervisors):
     assert re.search(r"worker pdf-1 still runs job od-\d+ at the end of shutdown_timeout \(1 s\); "
                      r"killing it", out), out
     assert ("worker pdf-1 stopped (killed by SIGKILL from the supervisor (still running at the end"
-            " of the 1 s shutdown_timeout))") in out, out
+            " of shutdown_timeout (1 s)))") in out, out
 
 
 def test_an_on_demand_job_its_restart_sent_back_is_answered_when_the_supervisor_stops(

@@ -62,6 +62,7 @@ class Supervisor(WorkerLifecycle, TemplateLifecycle, WorkerPipes, JobHandling):
         self.exhausted: set[str] = set()  # types whose last fetch came back short
         self.notified: set[str] = set()  # types with new jobs notified since the last fetch began
         self._fetched = False  # a fetch answered since the last cycle
+        self.hurried = False  # stop was asked again while shutting down
         self.losses_in_row = 0
         self.queue = QueueLink(self, config)
         self.lease = LeaseGuard(self, config.supervisor.lease)
@@ -180,6 +181,11 @@ class Supervisor(WorkerLifecycle, TemplateLifecycle, WorkerPipes, JobHandling):
             self._stop_when_started = (timeout,)
         elif not self.shutting_down:
             self.loop.create_task(self.shutdown(timeout))
+        elif not self.hurried:  # a second stop: the shutdown waits for nothing more
+            log.warning("stop asked again: no more waiting for running jobs or the database")
+            self.hurried = True
+            self.queue.stop_waiting()
+            self._changed()
 
     async def shutdown(self, timeout: float | None = None) -> None:
         if self.shutting_down:
@@ -206,7 +212,7 @@ class Supervisor(WorkerLifecycle, TemplateLifecycle, WorkerPipes, JobHandling):
         for rj in list(self.running.values()):
             self.cancel_job(rj, "shutdown")
         deadline = time.monotonic() + timeout
-        while self.running and time.monotonic() < deadline:
+        while self.running and time.monotonic() < deadline and not self.hurried:
             await self._wait_changed(deadline - time.monotonic())
         for proc in self.procs:
             self._cancel_timers(proc)
@@ -215,9 +221,11 @@ class Supervisor(WorkerLifecycle, TemplateLifecycle, WorkerPipes, JobHandling):
             elif proc.pid is not None:
                 jobs = [str(rj.job_id) for rj in self.running.values() if rj.proc is proc]
                 if jobs:
-                    log.warning("worker %s still runs job %s at the end of shutdown_timeout "
-                                "(%g s); killing it", proc.name, ", ".join(jobs), timeout)
-                    proc.kill_reason = f"still running at the end of the {timeout:g} s shutdown_timeout"
+                    when = ("when stop was asked again" if self.hurried else
+                            f"at the end of shutdown_timeout ({timeout:g} s)")
+                    log.warning("worker %s still runs job %s %s; killing it", proc.name,
+                                ", ".join(jobs), when)
+                    proc.kill_reason = f"still running {when}"
                 self.stop_worker(proc, kill_now=bool(jobs))
         deadline = time.monotonic() + STOP_GRACE + 1.0
         while self.by_pid and time.monotonic() < deadline:

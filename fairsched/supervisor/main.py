@@ -66,7 +66,7 @@ def run_supervisor(config: Config) -> int:
                 await sup.shutdown(0)
                 return 1
             await sup.stopped.wait()
-            return 0
+            return 1 if sup.queue.unrecorded else 0  # what jobs did was lost: say so
         finally:
             await control.close()
             sup.release_signals()

@@ -57,6 +57,8 @@ class QueueLink:
         self.closing = False
         self._wake = asyncio.Event()
         self._outbox_wake = asyncio.Event()
+        self._give_up = asyncio.Event()  # close(): stop waiting for the database (stop_waiting)
+        self.unrecorded = 0  # job outcomes close() could not write
         self._task: asyncio.Task | None = None
         self._writer_task: asyncio.Task | None = None
         self._listen_task: asyncio.Task | None = None
@@ -176,18 +178,37 @@ class QueueLink:
                             + (" ..." if len(returned) > 10 else ""))
                 self.fetch_wanted = True
 
-    async def close(self, timeout: float = 5.0) -> None:
-        """Flush the outbox, deregister and stop an embedded server this process started."""
+    async def close(self, timeout: float | None = None) -> None:
+        """Flush the outbox, deregister and stop an embedded server this process started.
+
+        With the database out of reach the outbox waits for it up to `timeout` (default: the
+        lease, while the rows are still this supervisor's), or until `stop_waiting`."""
         self.claims.clear()
         self.fetch_wanted = False
+        timeout = self.settings.lease if timeout is None else timeout
         deadline = time.monotonic() + timeout
-        while (self.outbox and time.monotonic() < deadline and self._writer_task
-               and not self._writer_task.done()):
+        said = hurried = False
+        while (self.outbox and time.monotonic() < deadline
+               and self._writer_task and not self._writer_task.done()):
+            if self._give_up.is_set() and not hurried:  # a database in reach gets a second
+                deadline, hurried = min(deadline, time.monotonic() + 1.0), True
+                continue
+            if not said and not self.connected:
+                log.warning("waiting up to %g s for the database to record the outcome of %d "
+                            "jobs (a second SIGTERM or `fairsched stop` stops waiting)",
+                            deadline - time.monotonic(), len(self.outbox.job_ids()))
+                said = True
             self._outbox_wake.set()
             await asyncio.sleep(0.01)
         if self.outbox:
-            log.error("could not write %d job outcomes before exiting; their jobs return to pending "
-                      "when this supervisor's lease expires", len(self.outbox.job_ids()))
+            ids = self.outbox.job_ids()
+            self.unrecorded = len(ids)
+            log.error("could not record the outcome of %d job%s before exiting (%s): once the "
+                      "database is back and this supervisor's lease has run out, another "
+                      "supervisor returns them to the queue as failed attempts (finished ones "
+                      "run again)", len(ids), "" if len(ids) == 1 else "s",
+                      ", ".join(map(str, ids[:10])) + (" ..." if len(ids) > 10 else ""))
+
         self.closing = True
         self._wake.set()  # lanes that wait see `closing`, even if a cancel should get lost
         self._outbox_wake.set()
@@ -218,6 +239,10 @@ class QueueLink:
                 await asyncio.get_running_loop().run_in_executor(None, self.database.close)
             except Exception as exc:  # the embedded server would not stop: say so, exit anyway
                 log.error("%s", exc)
+
+    def stop_waiting(self) -> None:
+        """Exit without waiting any longer for the database (a second stop signal)."""
+        self._give_up.set()
 
     # -- the lane -------------------------------------------------------------------------------
 
