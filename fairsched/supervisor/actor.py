@@ -362,7 +362,9 @@ class Supervisor(WorkerLifecycle, TemplateLifecycle, WorkerPipes, JobHandling):
         # table: without this they would be claimed twice, and lost the second time.
         busy = {rj.job_id for rj in self.running.values()}
         busy.update(qj.id for qj, _ in self.queue.claims)
-        self.cache = {qj.id: qj for qj in rows if qj.id not in busy}
+        # The types it did not ask for (no free slot then) keep what was known of them.
+        self.cache = {i: qj for i, qj in self.cache.items() if qj.type not in wanted}
+        self.cache.update((qj.id, qj) for qj in rows if qj.id not in busy)
         counts: dict[str, int] = {}
         for qj in rows:
             counts[qj.type] = counts.get(qj.type, 0) + 1
