@@ -3,9 +3,9 @@
 The actor never awaits the database inside a scheduling decision: it hands work to two
 coroutines, each on its own connection. The claim lane heartbeats, rescues, claims and fetches;
 the outcome lane writes job outcomes (succeeded, failed, cancelled, released) from an outbox
-(outbox.py), in one batch per round trip, so completions and claims overlap. The outbox survives a lost
-connection (fencing makes a repeated write harmless), so nothing is lost when PostgreSQL
-restarts. Both connections act as the same supervisor id.
+(outbox.py), in one batch per round trip, so completions and claims overlap. The outbox
+survives a lost connection (fencing makes a repeated write harmless), so nothing is lost when
+PostgreSQL restarts. Both connections act as the same supervisor id.
 """
 
 from __future__ import annotations
@@ -208,7 +208,6 @@ class QueueLink:
                       "supervisor returns them to the queue as failed attempts (finished ones "
                       "run again)", len(ids), "" if len(ids) == 1 else "s",
                       ", ".join(map(str, ids[:10])) + (" ..." if len(ids) > 10 else ""))
-
         self.closing = True
         self._wake.set()  # lanes that wait see `closing`, even if a cancel should get lost
         self._outbox_wake.set()
@@ -357,7 +356,7 @@ class QueueLink:
                 # A connection older than the claim lane's last reconnection was lost in the
                 # outage the claim lane has reported and recovered from: replace it at once.
                 stale = self.writer is not None and writer_since < self._in_touch_since
-                if self.connected and not stale:  # the claim lane gets its answers: the trouble is here
+                if self.connected and not stale:  # the claim lane gets answers: trouble is here
                     log.warning("could not write %d job outcomes: %s; trying again in %g s",
                                 len(self.outbox.job_ids()), first_line(exc), delay)
                 else:  # the claim lane says (or said) the database was lost, once
