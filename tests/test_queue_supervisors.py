@@ -148,6 +148,22 @@ def test_a_job_queued_while_its_type_was_busy_is_weighed_against_the_fetched_one
     assert starts[high] < starts[low], starts
 
 
+def test_a_delayed_job_that_comes_due_is_weighed_against_the_fetched_ones(supervisors, db):
+    # The first fetch, full, found the delayed priority-5 job not yet due; when it comes due
+    # the supervisor learns of it (a timer set from the table), ahead of the priority-0 jobs
+    # it had fetched.
+    supervisors(SLOW + "slots = 2\n").start()
+    ids = enqueue(db, [{"type": "slow", "payload": {"seconds": 0.5}, "priority": 5, "delay": 0.3}]
+                  + [{"type": "slow", "payload": {"seconds": 0.5}}] * 8)
+    wait_all_finished(db, 9, timeout=60)
+    starts = started_at(db, ids)
+    with psycopg.connect(db) as conn:
+        (due,) = conn.execute("SELECT extract(epoch FROM run_after)::float8 FROM fairsched_jobs"
+                              " WHERE id = %s", (ids[0],)).fetchone()
+    passed_over = [i for i in ids[1:] if due + 0.05 < starts[i] < starts[ids[0]]]
+    assert passed_over == [], (due, starts)
+
+
 def test_an_on_demand_request_waits_behind_a_queued_job_past_their_crossover(supervisors, db):
     # B_od / W_a = 1 s: a queued priority-0 job that has waited longer than that outranks a
     # fresh on-demand request, though the supervisor had not fetched it when the slot freed.

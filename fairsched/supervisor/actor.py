@@ -62,6 +62,7 @@ class Supervisor(WorkerLifecycle, TemplateLifecycle, WorkerPipes, JobHandling):
         self.exhausted: set[str] = set()  # types whose last fetch came back short
         self.notified: set[str] = set()  # types with new jobs notified since the last fetch began
         self._fetched = False  # a fetch answered since the last cycle
+        self._stale_types: set[str] = set()  # types notified while that fetch ran
         self.hurried = False  # stop was asked again while shutting down
         self.losses_in_row = 0
         self.queue = QueueLink(self, config)
@@ -277,7 +278,10 @@ class Supervisor(WorkerLifecycle, TemplateLifecycle, WorkerPipes, JobHandling):
 
     def _cycle(self) -> None:
         fetched, self._fetched = self._fetched, False
+        stale, self._stale_types = self._stale_types, set()
         if self.shutting_down or self.pool.n_free == 0:
+            for t in stale:
+                self._forget_cached(t)
             return
         if not fetched and self.queue.connected and self._unknown_types():
             # A type with a free slot may have pending jobs this supervisor has not seen
@@ -306,6 +310,8 @@ class Supervisor(WorkerLifecycle, TemplateLifecycle, WorkerPipes, JobHandling):
                 eligible.append(qj.eligible_at - offset)
                 on_demand.append(0)
                 ids.append(qj.id)
+        for t in stale:
+            self._forget_cached(t)  # planned in this cycle only: entries has them
         if entries:
             cands = core.Candidates.from_lists(types, priorities, eligible, on_demand, ids)
             idx, slots = core.plan_cycle(self.pool, cands, time.time(), self.weights,
@@ -318,7 +324,7 @@ class Supervisor(WorkerLifecycle, TemplateLifecycle, WorkerPipes, JobHandling):
                     entry.attempts += 1
                     self.start_job(entry, slot_id, attempt=entry.attempts)
                 else:
-                    del self.cache[entry.id]
+                    self.cache.pop(entry.id, None)
                     claims.append((entry, slot_id))
             if claims:
                 self.queue.claim(claims)
@@ -365,6 +371,10 @@ class Supervisor(WorkerLifecycle, TemplateLifecycle, WorkerPipes, JobHandling):
         # The types it did not ask for (no free slot then) keep what was known of them.
         self.cache = {i: qj for i, qj in self.cache.items() if qj.type not in wanted}
         self.cache.update((qj.id, qj) for qj in rows if qj.id not in busy)
+        # A type notified while the fetch ran may have a better job than it found: the next
+        # cycle takes what it found all the same (or a stream of new jobs would starve the
+        # type of cycles), and forgets the rest.
+        self._stale_types = self.notified & wanted.keys()
         counts: dict[str, int] = {}
         for qj in rows:
             counts[qj.type] = counts.get(qj.type, 0) + 1
@@ -411,6 +421,7 @@ class Supervisor(WorkerLifecycle, TemplateLifecycle, WorkerPipes, JobHandling):
         self.notified.add(type_name)
         self.exhausted.discard(type_name)
         self._forget_cached(type_name)
+        self.queue.due_unknown = True  # it may be a delayed job, or a retry
         if type_name in self.type_ids and self.pool.free_count(self.type_ids[type_name]):
             self.queue.request_fetch()
 
@@ -418,6 +429,7 @@ class Supervisor(WorkerLifecycle, TemplateLifecycle, WorkerPipes, JobHandling):
         # A delayed job that came due, a notification lost: what is known may be stale.
         self.exhausted.clear()
         self._forget_cached()
+        self.queue.due_unknown = True
 
     def wake_in(self, delay: float) -> None:
         delay = max(0.0, delay)
@@ -431,6 +443,7 @@ class Supervisor(WorkerLifecycle, TemplateLifecycle, WorkerPipes, JobHandling):
         self._wake_handle = None  # a delayed job comes due: it may outrank what is cached
         self.exhausted.clear()
         self._forget_cached()
+        self.queue.due_unknown = True  # and the next one's time is to be learnt
         self.queue.request_fetch()
 
     def on_cancel_requested(self, job_id) -> None:

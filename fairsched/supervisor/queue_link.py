@@ -59,6 +59,7 @@ class QueueLink:
         self._outbox_wake = asyncio.Event()
         self._give_up = asyncio.Event()  # close(): stop waiting for the database (stop_waiting)
         self.unrecorded = 0  # job outcomes close() could not write
+        self.due_unknown = True  # when the next delayed job comes due is to be asked again
         self._task: asyncio.Task | None = None
         self._writer_task: asyncio.Task | None = None
         self._listen_task: asyncio.Task | None = None
@@ -418,7 +419,11 @@ class QueueLink:
                 self.sup.notified.clear()  # rows notified before this fetch are in its answer
                 rows = await store.fetch(wanted, self.sup.priority_per_second)
                 self.sup.on_fetched(rows, wanted)
-                if sum(1 for _ in rows) < sum(2 * n for n in wanted.values()):
+                # When the next delayed job or retry comes due, the jobs fetched may no longer
+                # be the best: learn when, if the fetch came back short (what is due is
+                # drained) or a job was notified since last asked (a new one may be delayed).
+                if self.due_unknown or len(rows) < sum(2 * n for n in wanted.values()):
+                    self.due_unknown = False
                     await self._arm_delayed_wakeup()
 
     def _watch_peers(self, peers, now: float) -> list[tuple[int, float]]:
