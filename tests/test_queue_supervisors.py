@@ -344,14 +344,14 @@ def test_an_on_demand_job_that_fails_on_its_own_through_a_restart_is_not_run_aga
     assert "runs again" not in sup.output()
 
 
-def test_a_stop_while_the_database_is_out_of_reach_waits_for_it_to_record_outcomes(db):
-    # The job finishes while PostgreSQL is out of reach; the supervisor is stopped before it
-    # is back. It waits (up to its lease) and records the job's success, not leaving the
-    # job to be taken for a dead supervisor's and run again.
+@contextlib.contextmanager
+def stopped_while_cut_off(db, settings: str):
+    """A supervisor whose job finished while PostgreSQL was out of reach, then stopped
+    (SIGTERM) before it is back: yields (supervisor, job id, the proxy that cut it off)."""
     from tests.pg_proxy import PgProxy
 
     proxy = PgProxy(db)
-    sup = Supervisor(proxy.url_through, SLOW, supervisor="lease = 20\n")
+    sup = Supervisor(proxy.url_through, SLOW, supervisor=settings)
     try:
         sup.start()
         (job,) = enqueue(db, [{"type": "slow", "payload": {"seconds": 1}}])
@@ -359,37 +359,31 @@ def test_a_stop_while_the_database_is_out_of_reach_waits_for_it_to_record_outcom
         proxy.cut()
         sup.wait_output(f"job {job} succeeded")
         sup.signal(signal.SIGTERM)
+        yield sup, job, proxy
+    finally:
+        sup.close()
+        proxy.close()
+
+
+def test_a_stop_while_the_database_is_out_of_reach_waits_for_it_to_record_outcomes(db):
+    # It waits (up to its lease) and records the job's success, not leaving the job to be
+    # taken for a dead supervisor's and run again.
+    with stopped_while_cut_off(db, "lease = 20\n") as (sup, job, proxy):
         sup.wait_output("waiting up to .* s for the database to record the outcome of 1 jobs")
         time.sleep(1)
         proxy.heal()
         assert sup.wait_exit(30) == 0, sup.output()[-3000:]
         (row,) = job_rows(db, {job})
         assert (row[1], row[2]) == ("succeeded", 1), row
-    finally:
-        sup.close()
-        proxy.close()
 
 
 def test_a_stop_the_database_never_answers_ends_in_exit_1_naming_the_jobs(db):
-    from tests.pg_proxy import PgProxy
-
-    proxy = PgProxy(db)
-    sup = Supervisor(proxy.url_through, SLOW, supervisor="lease = 3\nheartbeat_interval = 1\n")
-    try:
-        sup.start()
-        (job,) = enqueue(db, [{"type": "slow", "payload": {"seconds": 1}}])
-        sup.wait_for(lambda ps: ps["slots"][0]["job_id"] == job, what="the job running")
-        proxy.cut()
-        sup.wait_output(f"job {job} succeeded")
+    with stopped_while_cut_off(db, "lease = 3\nheartbeat_interval = 1\n") as (sup, job, _):
         began = time.monotonic()
-        sup.signal(signal.SIGTERM)
         assert sup.wait_exit(30) == 1
         assert time.monotonic() - began < 15
         assert re.search(rf"could not record the outcome of 1 job before exiting \({job}\)",
                          sup.output()), sup.output()[-3000:]
-    finally:
-        sup.close()
-        proxy.close()
 
 
 def test_a_second_stop_ends_the_waiting(supervisors):
