@@ -9,6 +9,9 @@ from pathlib import Path
 
 from fairsched.errors import FairschedError
 
+# Beside the socket: the running supervisor holds a lock on it and writes its pid there.
+LOCK_FILE = "supervisor.lock"
+
 
 class NotRunning(FairschedError):
     pass
@@ -77,7 +80,7 @@ class ControlClient:
     def supervisor_pid(self) -> str:
         """The pid in the supervisor's lock file (beside its socket), or '?'."""
         try:
-            return (self.path.parent / "supervisor.lock").read_text().strip() or "?"
+            return (self.path.parent / LOCK_FILE).read_text().strip() or "?"
         except OSError:
             return "?"
 

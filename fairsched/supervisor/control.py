@@ -16,6 +16,7 @@ import math
 import os
 from pathlib import Path
 
+from fairsched.control_client import LOCK_FILE
 from fairsched.errors import FairschedError
 from fairsched.protocol import MAX_DEPTH, MAX_PAYLOAD, json_depth, json_text
 from fairsched.supervisor.status import snapshot
@@ -40,7 +41,7 @@ class ControlServer:
         self.sup = None
         self.path = socket_path
         self.folder = socket_path.parent
-        self.lock_path = self.folder / "supervisor.lock"
+        self.lock_path = self.folder / LOCK_FILE
         self._lock_fd: int | None = None
         self._server: asyncio.AbstractServer | None = None
         self._clients: set[asyncio.Task] = set()
