@@ -9,6 +9,9 @@ Errors from a lost connection surface as psycopg.OperationalError; the caller re
 
 from __future__ import annotations
 
+import asyncio
+import collections
+import contextlib
 import json
 import math
 import os
@@ -365,14 +368,19 @@ async def _register(conn: psycopg.AsyncConnection, supervisor_id: int, host: str
 
 
 class Notifications:
-    """An async iterator over job and cancel notifications, with its own LISTEN connection."""
+    """An async iterator over job and cancel notifications, with its own LISTEN connection.
+
+    It waits for the connection's socket itself rather than in psycopg's notifies(), which
+    wakes up ten times a second (to let Ctrl-C through): an idle supervisor sleeps until a
+    notification, or its next heartbeat, is due."""
 
     def __init__(self, url: str, owners: set, lease: float):
         self.url = url
         self.lease = lease
         self._owners = owners
         self._conn: psycopg.AsyncConnection | None = None
-        self._stream = None
+        self._backlog: collections.deque = collections.deque()
+        self._waiting: asyncio.Future | None = None
         self._closed = False
 
     async def start(self) -> Notifications:
@@ -387,7 +395,6 @@ class Notifications:
                 await conn.close()
                 raise
             self._conn = conn
-            self._stream = conn.notifies()
         return self
 
     def __await__(self):
@@ -405,29 +412,37 @@ class Notifications:
     async def __anext__(self) -> tuple[str, Any]:
         await self.start()
         while True:
-            try:
-                notify = await self._stream.__anext__()
-            except StopAsyncIteration:
-                await self.aclose()
-                raise
-            if notify.channel == JOBS_CHANNEL:
-                return ("jobs", notify.payload)
-            if notify.channel == CANCEL_CHANNEL:
-                try:
-                    return ("cancel", int(notify.payload))
-                except ValueError:
-                    continue
+            # What has arrived (timeout=0: read what is there, wait for nothing).
+            self._backlog.extend([n async for n in self._conn.notifies(timeout=0)])
+            while self._backlog:
+                notify = self._backlog.popleft()
+                if notify.channel == JOBS_CHANNEL:
+                    return ("jobs", notify.payload)
+                if notify.channel == CANCEL_CHANNEL:
+                    with contextlib.suppress(ValueError):
+                        return ("cancel", int(notify.payload))
+            await self._readable()
+
+    async def _readable(self) -> None:
+        """Until the connection's socket has something to read (a notification, or the end
+        of the connection, which the next read raises)."""
+        loop = asyncio.get_running_loop()
+        waiting = self._waiting = loop.create_future()
+        fd = self._conn.fileno()
+        loop.add_reader(fd, lambda: waiting.done() or waiting.set_result(None))
+        try:
+            await waiting
+        finally:
+            self._waiting = None
+            loop.remove_reader(fd)
 
     async def aclose(self) -> None:
         self._closed = True
         self._owners.discard(self)
+        waiting, self._waiting = self._waiting, None
+        if waiting is not None and not waiting.done():  # a reader waits: it stops
+            waiting.set_exception(psycopg.InterfaceError("notifications are closed"))
         conn, self._conn = self._conn, None
-        stream, self._stream = self._stream, None
-        if stream is not None:
-            try:
-                await stream.aclose()
-            except Exception:
-                pass
         if conn is not None:
             await conn.close()
 
