@@ -157,10 +157,24 @@ def crash_latencies(client: ControlClient, kills: int) -> tuple[list[float], lis
     return unregister, ready
 
 
+def idle_cpu(pid: int, seconds: float) -> str:
+    """The supervisor's own CPU time while nothing happens (its heartbeats and polls)."""
+    import psutil
+
+    process = psutil.Process(pid)
+    time.sleep(2.0)  # the kills' restarts settle
+    before = sum(process.cpu_times()[:2])
+    time.sleep(seconds)
+    used = sum(process.cpu_times()[:2]) - before
+    return f"{used * 1000:.0f} ms in {seconds:g} s ({100 * used / seconds:.2f}% of a core)"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--kills", type=int, default=100)
+    parser.add_argument("--idle", type=float, default=10.0,
+                        help="seconds to measure the idle supervisor's CPU over")
     args = parser.parse_args()
 
     folder = Path(tempfile.mkdtemp(prefix="fsb-", dir="/tmp"))
@@ -186,6 +200,8 @@ def main() -> None:
         print(f"{'crash to unregister':28s} {fmt(unregister)}   (target p99 <= 10 ms)")
         print(f"{'crash to replacement ready':28s} {fmt(ready)}   (target <= 100 ms)")
         print(f"over {args.kills} kills (ps polled over the control socket; resolution ~0.3 ms)")
+        if args.idle > 0:
+            print(f"{'idle supervisor CPU':28s} {idle_cpu(proc.pid, args.idle)}")
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
