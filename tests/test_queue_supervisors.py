@@ -14,6 +14,7 @@ from pathlib import Path
 
 import psutil
 import psycopg
+import pytest
 
 from fairsched.store.queue import Queue
 from tests.supervisor_harness import Supervisor, alive, wait_until
@@ -365,6 +366,26 @@ def stopped_while_cut_off(db, settings: str):
         proxy.close()
 
 
+def test_a_stop_just_after_the_database_went_silent_does_not_hang(db):
+    # Nothing noticed the silence yet; saying goodbye to the database must not wait for it.
+    from tests.pg_proxy import PgProxy
+
+    proxy = PgProxy(db)
+    sup = Supervisor(proxy.url_through, SLOW, supervisor="lease = 8\n")
+    try:
+        sup.start()
+        proxy.cut()
+        began = time.monotonic()
+        sup.signal(signal.SIGTERM)
+        assert sup.wait_exit(30) == 0
+        assert time.monotonic() - began < 10
+        assert "could not deregister from the database: no answer from PostgreSQL within 2 s" in (
+            sup.output()), sup.output()[-2000:]
+    finally:
+        sup.close()
+        proxy.close()
+
+
 def test_a_stop_while_the_database_is_out_of_reach_waits_for_it_to_record_outcomes(db):
     # It waits (up to its lease) and records the job's success, not leaving the job to be
     # taken for a dead supervisor's and run again.
@@ -386,15 +407,23 @@ def test_a_stop_the_database_never_answers_ends_in_exit_1_naming_the_jobs(db):
                          sup.output()), sup.output()[-3000:]
 
 
-def test_a_second_stop_ends_the_waiting(supervisors):
+@pytest.mark.parametrize("together", [False, True], ids=["later", "in-one-loop-pass"])
+def test_a_second_stop_ends_the_waiting(supervisors, together):
     sup = supervisors(SLOW, shutdown_timeout=60).start()
     caller = sup.spawn_cli("submit", "slow", "--on-demand", "--payload",
                            '{"seconds": 60, "ignore_cancel": true}')
     sup.wait_for(lambda ps: ps["slots"][0]["state"] == "busy", what="the job running")
     began = time.monotonic()
-    sup.signal(signal.SIGTERM)
-    sup.wait_output("shutting down")
-    sup.signal(signal.SIGTERM)
+    if together:  # both handled before the shutdown has begun: the second is not lost
+        sup.signal(signal.SIGSTOP)
+        sup.signal(signal.SIGTERM)
+        sup.signal(signal.SIGINT)
+        time.sleep(0.1)
+        sup.signal(signal.SIGCONT)
+    else:
+        sup.signal(signal.SIGTERM)
+        sup.wait_output("shutting down")
+        sup.signal(signal.SIGTERM)
     assert sup.wait_exit(30) == 0
     assert time.monotonic() - began < 10
     caller.communicate(timeout=30)

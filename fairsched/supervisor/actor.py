@@ -63,6 +63,7 @@ class Supervisor(WorkerLifecycle, TemplateLifecycle, WorkerPipes, JobHandling):
         self.notified: set[str] = set()  # types with new jobs notified since the last fetch began
         self._fetched = False  # a fetch answered since the last cycle
         self._stale_types: set[str] = set()  # types notified while that fetch ran
+        self.stop_asked = False  # a shutdown is under way, or about to be
         self.hurried = False  # stop was asked again while shutting down
         self.losses_in_row = 0
         self.queue = QueueLink(self, config)
@@ -180,7 +181,8 @@ class Supervisor(WorkerLifecycle, TemplateLifecycle, WorkerPipes, JobHandling):
             if self._stop_when_started is None:
                 log.info("stopping as soon as the database is connected")
             self._stop_when_started = (timeout,)
-        elif not self.shutting_down:
+        elif not self.stop_asked:  # (a second signal may come before the task runs)
+            self.stop_asked = True
             self.loop.create_task(self.shutdown(timeout))
         elif not self.hurried:  # a second stop: the shutdown waits for nothing more
             log.warning("stop asked again: no more waiting for running jobs or the database")
@@ -191,7 +193,7 @@ class Supervisor(WorkerLifecycle, TemplateLifecycle, WorkerPipes, JobHandling):
     async def shutdown(self, timeout: float | None = None) -> None:
         if self.shutting_down:
             return
-        self.shutting_down = True
+        self.shutting_down = self.stop_asked = True
         try:
             await self._shut_down(timeout)
         except Exception:  # never expected; the process must still end, and say why
@@ -219,6 +221,8 @@ class Supervisor(WorkerLifecycle, TemplateLifecycle, WorkerPipes, JobHandling):
             self._cancel_timers(proc)
             if proc.state in (ProcessState.DOWN, ProcessState.FATAL):
                 proc.set_state(ProcessState.STOPPED)
+            elif proc.pid is None and proc.state is ProcessState.STARTING:
+                proc.set_state(ProcessState.STOPPING)  # its template's answer: it is stopped then
             elif proc.pid is not None:
                 jobs = [str(rj.job_id) for rj in self.running.values() if rj.proc is proc]
                 if jobs:
@@ -387,14 +391,18 @@ class Supervisor(WorkerLifecycle, TemplateLifecycle, WorkerPipes, JobHandling):
         self._fetched = True
         self.schedule()
 
-    def on_claimed(self, claims: list, won: dict) -> None:
+    def on_claimed(self, claims: list, won: dict, contested: bool = True) -> None:
+        """The answer to a claim: `won` by job id. Not `contested`: the claim never reached
+        the database (it was lost with the connection), which is no loss to another
+        supervisor."""
         lost = 0
         for qj, slot_id in claims:  # in the order planned: a win ends a row of losses
             job = won.get(qj.id)
             owner = self.slot_owner.get(slot_id)
             if job is None:
-                lost += 1
-                self.losses_in_row += 1
+                if contested:
+                    lost += 1
+                    self.losses_in_row += 1
                 self.pool.release(slot_id)
                 continue
             self.losses_in_row = 0

@@ -230,10 +230,10 @@ class QueueLink:
             except Exception:
                 pass
         if self.store is not None:
-            try:
-                await self.store.close(deregister=True)
+            try:  # a silent server would hold the exit for ever: as long as a round trip only
+                await self._answer(self.store.close(deregister=True))
             except Exception as exc:  # the database may be gone; the lease covers it
-                log.warning("could not deregister from the database: %s", exc)
+                log.warning("could not deregister from the database: %s", first_line(exc))
         if self.database is not None:
             try:
                 await asyncio.get_running_loop().run_in_executor(None, self.database.close)
@@ -329,7 +329,7 @@ class QueueLink:
         # slots; _reconcile returns any row that did get claimed.
         claims, self.claims = self.claims, []
         if claims:
-            self.sup.on_claimed(claims, {})
+            self.sup.on_claimed(claims, {}, contested=False)
 
     async def _run_outcomes(self) -> None:
         delay = RECONNECT_FIRST
