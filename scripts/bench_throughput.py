@@ -109,6 +109,7 @@ class Result:
     wall: float
     busy: float | None = None  # busy fraction of all CPUs over `wall`
     cpu_seconds: float | None = None  # busy CPU time over `wall`, all CPUs summed
+    own_seconds: float | None = None  # CPU time of the consumers and the server's processes
 
     @property
     def rate(self) -> float:
@@ -392,12 +393,15 @@ def measure(contender: Contender, url: str, opts: Options) -> Result:
         with contextlib.suppress(psycopg.Error):
             conn.execute("CHECKPOINT")
         started = conn.execute("SELECT clock_timestamp()").fetchone()[0]
+        postmaster = server_pid(conn)
         t0 = time.monotonic()
         cpu0 = cpu_times()
+        own0 = own_cpu((), postmaster)
         procs = contender.start(url, opts)
         try:
             wall = wait_done(conn, contender, procs, opts.jobs, t0)
             cpu1 = cpu_times()
+            own1 = own_cpu([p.pid for p in procs], postmaster)
             first, seconds = conn.execute(
                 f"SELECT extract(epoch FROM f.min - %(t)s)::float8,"
                 f" extract(epoch FROM f.max - %(t)s)::float8"
@@ -410,8 +414,44 @@ def measure(contender: Contender, url: str, opts: Options) -> Result:
     if cpu0 is not None and cpu1 is not None and cpu1[1] > cpu0[1]:
         cpu_seconds = cpu1[0] - cpu0[0]
         busy = cpu_seconds / (cpu1[1] - cpu0[1])
+    own = own1 - own0 if own0 is not None and own1 is not None else None
     return Result(contender.name, contender.setup(opts), opts.jobs, seconds, first, wall,
-                  busy, cpu_seconds)
+                  busy, cpu_seconds, own)
+
+
+def server_pid(conn) -> int | None:
+    """The postmaster's pid when the server runs on this host (the checkpointer's parent)."""
+    with contextlib.suppress(psycopg.Error, OSError, ValueError, TypeError):
+        pid = conn.execute("SELECT pid FROM pg_stat_activity"
+                           " WHERE backend_type = 'checkpointer'").fetchone()[0]
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+        if stat[stat.find("(") + 1:stat.rfind(")")] == "postgres":
+            return int(stat[stat.rfind(")") + 2:].split()[1])
+    return None
+
+
+def own_cpu(sessions, postmaster: int | None) -> float | None:
+    """CPU seconds used so far by the consumers (every process of their sessions: spawn gives
+    each one its own) and the server's processes: unlike /proc/stat, blind to whatever else
+    the machine runs. None off Linux or with a server on another host."""
+    if postmaster is None:
+        return None
+    sessions, total = set(sessions), 0
+    tick = os.sysconf("SC_CLK_TCK")
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()
+        if (int(name) == postmaster or int(fields[1]) == postmaster
+                or int(fields[3]) in sessions):
+            total += int(fields[11]) + int(fields[12])
+    return total / tick
 
 
 def cpu_times() -> tuple[float, float] | None:
@@ -512,7 +552,7 @@ def print_table(runs: dict[str, list[Result]]) -> None:
     rounds = max(len(results) for results in runs.values())
     print(f"{'contender':16s} {'setup':30s} {'jobs':>7s} {'seconds':>8s} {'jobs/s':>8s}"
           f" {'vs best peer':>12s} {'vs floor':>9s} {'first s':>8s} {'drain/s':>8s} {'wall s':>7s}"
-          f" {'busy %':>7s} {'cpu us/job':>11s}"
+          f" {'busy %':>7s} {'cpu us/job':>11s} {'own us/job':>11s}"
           + ("   jobs/s of each round" if rounds > 1 else ""))
     for name, r in best.items():
         vs_peer = f"{r.rate / best_peer:.2f}x" if best_peer else "-"
@@ -520,11 +560,12 @@ def print_table(runs: dict[str, list[Result]]) -> None:
         each = "   " + " ".join(f"{x.rate:.0f}" for x in runs[name]) if rounds > 1 else ""
         busy = f"{r.busy * 100:.0f}" if r.busy is not None else "-"
         per_job = f"{r.cpu_seconds / r.jobs * 1e6:.0f}" if r.cpu_seconds is not None else "-"
+        own = f"{r.own_seconds / r.jobs * 1e6:.0f}" if r.own_seconds is not None else "-"
         drained = r.seconds - r.first
         drain = f"{(r.jobs - 1) / drained:.0f}" if drained > 0 else "-"
         print(f"{r.name:16s} {r.setup:30s} {r.jobs:7d} {r.seconds:8.2f} {r.rate:8.0f}"
               f" {vs_peer:>12s} {vs_floor:>9s} {r.first:8.2f} {drain:>8s} {r.wall:7.2f}"
-              f" {busy:>7s} {per_job:>11s}{each}")
+              f" {busy:>7s} {per_job:>11s} {own:>11s}{each}")
 
 
 def positive_int(text: str) -> int:
