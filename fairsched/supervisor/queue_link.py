@@ -52,6 +52,7 @@ class QueueLink:
         self.supervisor_id: str | None = None
         self.outbox = Outbox()
         self.claims: list = []  # (Candidate, slot_id) reserved by the actor, not yet claimed
+        self.claiming = False  # a claim statement is on its way to the database
         self.fetch_wanted = False
         self.connected = False
         self.closing = False
@@ -188,6 +189,12 @@ class QueueLink:
         self.fetch_wanted = False
         timeout = self.settings.lease if timeout is None else timeout
         deadline = time.monotonic() + timeout
+        # A claim already on its way may win rows: wait for its answer (as long as a round
+        # trip may take), so the actor hands them back unspent instead of leaving them running
+        # under this supervisor until a rescue counts an attempt that never ran.
+        claim_deadline = min(deadline, time.monotonic() + self.answer_within)
+        while self.claiming and time.monotonic() < claim_deadline and not self._give_up.is_set():
+            await asyncio.sleep(0.005)
         said = hurried = False
         while (self.outbox and time.monotonic() < deadline
                and self._writer_task and not self._writer_task.done()):
@@ -406,11 +413,14 @@ class QueueLink:
             self._next_poll = now + self.settings.poll_interval
         if self.claims:
             claims, self.claims = self.claims, []
+            self.claiming = True
             try:
                 won = await store.claim([qj.id for qj, _ in claims], self.default_max_attempts)
             except BaseException:
                 self.claims[:0] = claims
                 raise
+            finally:
+                self.claiming = False
             self.sup.on_claimed(claims, {qj.id: qj for qj in won})
         if self.fetch_wanted and not self.claims:
             self.fetch_wanted = False
