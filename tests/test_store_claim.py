@@ -171,6 +171,49 @@ async def test_a_completion_written_twice_is_known_for_its_own(db):
 
 
 @run_async
+async def test_a_failure_written_twice_is_known_for_its_own(db):
+    # The same for a failed attempt: the second write is refused, failed_already tells what the
+    # first one left, and a row rescued or claimed again since is not taken for ours.
+    retried, final, rescued = enqueue(db, {"type": "pdf"}, {"type": "pdf", "max_attempts": 1},
+                                      {"type": "pdf"})
+    async with stores(db) as (store,):
+        await store.claim([retried, final, rescued], {"pdf": 3})
+        for job_id in (retried, final):
+            assert await store.fail(job_id, 1, "boom", permanent=False, retry_delay=0) is not None
+            assert await store.fail(job_id, 1, "boom", permanent=False, retry_delay=0) is None
+        assert await store.failed_already(retried, 1, "boom") == "pending"
+        assert await store.failed_already(final, 1, "boom") == "failed"
+        assert await store.failed_already(retried, 1, "another error") is None
+        await store.claim([retried], {"pdf": 3})  # its second claim
+        assert await store.failed_already(retried, 1, "boom") is None
+        sql(db, "UPDATE fairsched_jobs SET status = 'pending', claimed_by = NULL,"
+                " last_error = 'supervisor 1 stopped heartbeating' WHERE id = %s", (rescued,))
+        assert await store.failed_already(rescued, 1, "boom") is None
+
+
+@run_async
+async def test_an_outbox_failure_whose_answer_was_lost_is_not_called_unrecorded(db, caplog):
+    from fairsched.supervisor.outbox import Failure, Outbox
+
+    mine, taken = enqueue(db, {"type": "pdf"}, {"type": "pdf"})
+    said = {}
+    async with stores(db) as (store,):
+        await store.claim([mine, taken], {"pdf": 3})
+        await store.fail(mine, 1, "boom", permanent=True, retry_delay=0)  # its answer "lost"
+        sql(db, "UPDATE fairsched_jobs SET status = 'pending', claimed_by = NULL,"
+                " last_error = 'supervisor 1 stopped heartbeating' WHERE id = %s", (taken,))
+        outbox = Outbox(failures=[
+            Failure(job_id, 1, "boom", permanent=True, retry_delay=0,
+                    done=lambda status, job_id=job_id: said.setdefault(job_id, status))
+            for job_id in (mine, taken)])
+        with caplog.at_level("WARNING", logger="fairsched.queue"):
+            await outbox.write(store)
+    assert not outbox and said == {mine: "failed", taken: None}
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1 and warnings[0].endswith(f"expired while it ran): {taken}"), warnings
+
+
+@run_async
 async def test_fail_retries_later_then_fails_for_good(db):
     (job_id,) = enqueue(db, {"type": "pdf", "max_attempts": 3})
     async with stores(db) as (store,):

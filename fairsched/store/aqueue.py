@@ -234,6 +234,19 @@ class AsyncStore:
             ([i for i, _ in items], [c for _, c in items], self.supervisor_id))
         return {row[0] for row in await cur.fetchall()}
 
+    async def failed_already(self, job_id: int, claim: int, error: str) -> str | None:
+        """The status a failed attempt of this supervisor's under `claim` left, if it was
+        written (by a try whose answer was lost with its connection); None if it was not: the
+        row moved on without it (a rescue writes its own last_error; a new claim, its own
+        claim number)."""
+        cur = await self.conn.execute(
+            "SELECT status FROM fairsched_jobs WHERE id = %s AND claims = %s"
+            " AND status <> 'running' AND last_error = %s"
+            " AND (claimed_by = %s OR (claimed_by IS NULL AND status = 'pending'))",
+            (job_id, claim, _stored_error(error), self.supervisor_id))
+        row = await cur.fetchone()
+        return row[0] if row else None
+
     async def fail(self, job_id: int, claim: int, error: str, *, permanent: bool,
                    retry_delay: float) -> str | None:
         """Record a failed attempt: 'pending' (retried after retry_delay), 'failed' (permanent
@@ -243,7 +256,7 @@ class AsyncStore:
             raise ValueError(f"retry_delay must be a number of seconds >= 0, got {retry_delay!r}")
         cur = await self.conn.execute(FAIL_SQL, {
             "me": self.supervisor_id, "id": job_id, "claim": claim,
-            "error": storable_text(str(error)[:MAX_ERROR]), "permanent": bool(permanent),
+            "error": _stored_error(error), "permanent": bool(permanent),
             "delay": delay})
         row = await cur.fetchone()
         return row[0] if row else None
@@ -316,6 +329,11 @@ class AsyncStore:
                     {"me": self.supervisor_id})
         finally:
             await self.conn.close()
+
+
+def _stored_error(error: str) -> str:
+    """An error as last_error keeps it."""
+    return storable_text(str(error)[:MAX_ERROR])
 
 
 def _keyed_by_id(items: Iterable[tuple[int, str]]) -> str:

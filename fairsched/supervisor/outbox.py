@@ -73,6 +73,8 @@ class Outbox:
             f = self.failures[0]
             status = await store.fail(f.job_id, f.claim, f.error, permanent=f.permanent,
                                       retry_delay=f.retry_delay)
+            if status is None:  # written already, by a try whose answer was lost, or not ours
+                status = await store.failed_already(f.job_id, f.claim, f.error)
             self.failures.pop(0)
             if status is None:
                 refused.append(f.job_id)
