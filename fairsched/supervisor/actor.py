@@ -214,6 +214,9 @@ class Supervisor(WorkerLifecycle, TemplateLifecycle, WorkerPipes, JobHandling):
         self.cache.clear()
         for rj in list(self.running.values()):
             self.cancel_job(rj, "shutdown")
+        for proc in self.procs:
+            if proc.pid is None and proc.state is ProcessState.STARTING:
+                proc.set_state(ProcessState.STOPPING)  # its template's answer: it is stopped then
         deadline = time.monotonic() + timeout
         while self.running and time.monotonic() < deadline and not self.hurried:
             await self._wait_changed(deadline - time.monotonic())
@@ -221,8 +224,6 @@ class Supervisor(WorkerLifecycle, TemplateLifecycle, WorkerPipes, JobHandling):
             self._cancel_timers(proc)
             if proc.state in (ProcessState.DOWN, ProcessState.FATAL):
                 proc.set_state(ProcessState.STOPPED)
-            elif proc.pid is None and proc.state is ProcessState.STARTING:
-                proc.set_state(ProcessState.STOPPING)  # its template's answer: it is stopped then
             elif proc.pid is not None:
                 jobs = [str(rj.job_id) for rj in self.running.values() if rj.proc is proc]
                 if jobs:

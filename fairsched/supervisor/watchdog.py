@@ -91,8 +91,13 @@ def _drain(sock: socket.socket, buffer: bytes) -> tuple[bytes, bytes, bool]:
 
 def _kill(pids: tuple[int, ...]) -> None:
     for pid in pids:
-        with contextlib.suppress(OSError):
+        try:
             os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:  # a worker forked too recently to lead a session yet
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
 
 
 def watch(sock: socket.socket) -> None:

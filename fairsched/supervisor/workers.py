@@ -369,10 +369,11 @@ class WorkerLifecycle:
         proc.signalled.add(sig)
         try:
             os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            pass  # already dead: SIGCHLD is on its way
-        except PermissionError:
-            os.kill(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            # No group of that id: the worker is dead (SIGCHLD is on its way), or a template
+            # forked it so recently that it has not made its own session yet.
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, sig)
         if grace is not None and proc.kill_timer is None:
             proc.kill_timer = self.loop.call_later(grace, self._kill_after_grace, proc, grace)
 
