@@ -284,9 +284,20 @@ def test_sighup_and_sigusr_are_logged_and_ignored(supervisors):
     assert sup.cli("submit", "pdf", "--on-demand").returncode == 0
 
 
-@pytest.mark.parametrize("after", [0.2, 0.5])
+def catches(pid: int, sig: int) -> bool:
+    """Whether the process has a handler for `sig` (SigCgt in /proc/PID/status)."""
+    with open(f"/proc/{pid}/status") as status:
+        caught = next(int(line.split()[1], 16) for line in status if line.startswith("SigCgt:"))
+    return bool(caught >> (sig - 1) & 1)
+
+
+@pytest.mark.parametrize("after", [0.0, 0.5])
 def test_a_stop_signal_while_the_supervisor_starts_stops_it_cleanly(supervisors, after):
     sup = supervisors(ECHO).start(wait=False)
+    deadline = time.monotonic() + 20  # Python's start and fairsched's imports come first
+    while not catches(sup.proc.pid, signal.SIGTERM):
+        assert time.monotonic() < deadline and sup.proc.poll() is None, sup.output()
+        time.sleep(0.002)
     time.sleep(after)  # before its loop has taken the signals over, or while it connects
     sup.signal(signal.SIGTERM)
     assert sup.wait_exit(timeout=30) == 0, sup.output()
@@ -739,6 +750,39 @@ def test_a_stuck_template_is_replaced_by_cold_starts(supervisors):
             "it, its workers start cold") in sup.output()
     assert not alive(template.pid)
     assert sup.cli("submit", "pdf", "--on-demand").returncode == 0
+
+
+def test_a_worker_its_template_forks_during_the_shutdown_is_stopped_at_once(supervisors):
+    # The template answers with the new worker's pid only once the shutdown has begun: the
+    # worker is stopped then, not left to find out from its pipe that the supervisor is gone.
+    sup = supervisors(ECHO + SLOW_PDF.replace('"pdf"', '"slow"'), shutdown_timeout=4).start()
+    caller = sup.spawn_cli("submit", "slow", "--on-demand", "--payload",
+                           '{"seconds": 30, "ignore_cancel": true}')
+    sup.wait_for(lambda ps: any(s["state"] == "busy" for s in ps["slots"]), what="slow job")
+    (template,) = [p for p in psutil.Process(sup.proc.pid).children()
+                   if "template pdf" in " ".join(p.cmdline())]
+    template.suspend()
+    try:
+        (old,) = [s["pid"] for s in sup.slots("pdf")]
+        os.kill(old, signal.SIGKILL)  # its replacement is asked of the stopped template
+        sup.wait_for(lambda ps: [s["pid"] for s in ps["slots"] if s["worker"] == "pdf-1"]
+                     == [None], what="pdf-1 being forked")
+        began = time.monotonic()
+        sup.signal(signal.SIGTERM)  # the slow job holds the shutdown for up to 4 s
+        time.sleep(0.5)
+    finally:
+        template.resume()
+    assert sup.wait_exit(20) == 0
+    caller.communicate(timeout=10)
+    out = sup.output()
+    spawned = re.findall(r"worker pdf-1 spawned \(pid (\d+)\)", out)
+    assert len(spawned) == 2, out  # the first, and the one forked during the shutdown
+    new = int(spawned[1])
+    stopped = [line for line in out.splitlines() if "worker pdf-1 stopped" in line]
+    assert len(stopped) == 1 and "SIGKILL" not in stopped[0], out
+    assert out.index(f"spawned (pid {new})") < out.index(stopped[0])
+    assert out.index(stopped[0]) < out.index("worker slow-1 still runs job"), out
+    assert not alive(new) and time.monotonic() - began < 10
 
 
 def templates_of(sup, group: str) -> list[psutil.Process]:
