@@ -21,6 +21,16 @@ class NoAnswer(FairschedError):
     """The supervisor took the request and said nothing in time: stalled, or stopped."""
 
 
+def request_line(request: dict) -> bytes:
+    """`request` as one line of compact JSON in UTF-8, the size the supervisor measures a
+    payload in (escaped, "😀" would take 12 bytes for UTF-8's 4); escaped ASCII only when it
+    holds a lone surrogate, which UTF-8 cannot."""
+    try:
+        return json.dumps(request, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+    except UnicodeEncodeError:
+        return json.dumps(request, separators=(",", ":")).encode() + b"\n"
+
+
 class ControlClient:
     def __init__(self, path: Path, timeout: float | None = 30.0):
         self.path = Path(path)
@@ -53,7 +63,7 @@ class ControlClient:
             sock.settimeout(timeout)
         try:
             try:
-                sock.sendall(json.dumps(request).encode() + b"\n")
+                sock.sendall(request_line(request))
             except (BrokenPipeError, ConnectionResetError):
                 pass  # it may have said why (too many connections) before it closed: read on
             buf = b""

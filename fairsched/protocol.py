@@ -12,9 +12,10 @@ from collections.abc import Collection
 
 PROTOCOL_VERSION = 1
 MAX_FRAME = 1 << 20  # bytes of JSON in one frame, the 4-byte header not counted
-# Bytes of a payload's JSON (compact, as json_text writes it) accepted for a job. PostgreSQL
-# prints stored jsonb with a space after each comma and colon, up to half as long again, and
-# the rest of a run frame needs room too: half a frame leaves enough.
+# Bytes of a payload's JSON accepted for a job: compact, in UTF-8 (as payload_json writes it
+# and PostgreSQL prints stored jsonb, numbers written out in full). PostgreSQL adds a space
+# after each comma and colon, up to half as long again, and the rest of a run frame needs room
+# too: half a frame leaves enough.
 MAX_PAYLOAD = MAX_FRAME // 2
 READ_SIZE = 1 << 18  # bytes either side reads from its pipe at most at once
 # Levels of arrays and objects in a payload: far more than any job needs, and well within what
@@ -27,6 +28,7 @@ MESSAGE_TYPES = WORKER_MESSAGES | SUPERVISOR_MESSAGES
 
 _HEADER = struct.Struct(">I")
 _dumps = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+_dumps_utf8 = json.JSONEncoder(separators=(",", ":"), allow_nan=False, ensure_ascii=False).encode
 
 
 class ProtocolError(ValueError):
@@ -51,10 +53,25 @@ def json_text(value) -> str:
     return _dumps(value)
 
 
+def payload_json(value) -> tuple[str, int]:
+    """`value` as the JSON text a run frame carries, and its bytes there: non-ASCII characters
+    as they are, in UTF-8 (an escape takes 6 or 12 bytes for UTF-8's 2 to 4), escaped only
+    when `value` holds a lone surrogate, which UTF-8 cannot. TypeError/ValueError for what
+    JSON cannot hold."""
+    text = _dumps_utf8(value)
+    if text.isascii():
+        return text, len(text)
+    try:
+        return text, len(text.encode())
+    except UnicodeEncodeError:
+        text = _dumps(value)
+        return text, len(text)
+
+
 def encode_run(incarnation: str, slot: int, job_id: int | str, job_type: str, priority: int,
                attempt: int, on_demand: bool, payload_json: str) -> bytes:
     """The "run" frame, its payload given as JSON text (jsonb as PostgreSQL prints it, or
-    json_text of an on-demand payload): spliced in as it is, never parsed and encoded again
+    payload_json of an on-demand payload): spliced in as it is, never parsed and encoded again
     on its way through the supervisor."""
     if len(payload_json) > 2 * MAX_DEPTH and json_depth(payload_json) > MAX_DEPTH:
         raise ProtocolError(f"payload nests deeper than {MAX_DEPTH} levels")

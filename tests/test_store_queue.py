@@ -117,6 +117,20 @@ def test_bad_arguments_are_one_line_value_errors_and_write_nothing(queue, kwargs
     assert count(queue) == 0
 
 
+def test_a_payload_is_measured_in_the_utf8_bytes_its_run_frame_carries(queue):
+    from fairsched.protocol import MAX_PAYLOAD, encode_run
+
+    job_id = queue.enqueue("pdf", "é" * 200_000)  # 1.2 MB escaped, 400 KB of UTF-8
+    text = queue.conn.execute("SELECT payload::text FROM fairsched_jobs WHERE id = %s",
+                              (job_id,)).fetchone()[0]
+    assert len(text.encode()) == 400_002
+    frame = encode_run("i", 0, job_id, "pdf", 0, 1, False, text)
+    assert len(frame) < 400_002 + 200
+    assert queue.enqueue("pdf", "😀" * ((MAX_PAYLOAD - 2) // 4))  # fits to the byte
+    with pytest.raises(ValueError, match=f"payload is {MAX_PAYLOAD + 2} bytes of JSON; at most"):
+        queue.enqueue("pdf", "😀" * ((MAX_PAYLOAD + 2) // 4))
+
+
 def test_a_backslash_before_u0000_is_text_not_a_nul(queue):
     payload = {"path": "C:\\u0000dir", "regex": "\\\\u0000"}
     job_id = queue.enqueue("pdf", payload)

@@ -132,6 +132,22 @@ def test_an_on_demand_payload_no_frame_can_carry_is_refused(supervisors):
     assert [s["state"] for s in sup.slots("pdf")] == ["free"]
 
 
+def test_an_on_demand_payload_is_sent_and_measured_in_utf8(supervisors):
+    sup = supervisors(ECHO.replace("sup_handlers:echo", "sup_handlers:measure")).start()
+    path = sup.dir / "emoji.json"
+    path.write_text(json.dumps("😀" * 90_000))  # 360 KB of UTF-8, 1.08 MB escaped
+    ok = sup.cli("submit", "pdf", "--on-demand", "--payload", f"@{path}")
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout) == {"length": 90_000, "characters": ["😀"]}
+    path.write_text(json.dumps("é" * 300_000))  # 600,002 bytes: refused before it is sent
+    refused = sup.cli("submit", "pdf", "--on-demand", "--payload", f"@{path}")
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.stderr == ("fairsched: payload is 600002 bytes of JSON; at most 524288 fit in "
+                              "the frame that takes it to a worker (pass a path or a URL "
+                              "instead)\n")
+    assert "control connection dropped" not in sup.output()
+
+
 def test_many_concurrent_on_demand_callers(supervisors):
     sup = supervisors(ECHO.replace('name = "pdf"', 'name = "pdf"\nprocesses = 2\nslots = 2')).start()
     callers = [sup.spawn_cli("submit", "pdf", "--on-demand", "--payload", json.dumps({"i": i}))

@@ -13,6 +13,7 @@ import click
 
 from fairsched.cli import main
 from fairsched.cli.common import (
+    UsageProblem,
     config_option,
     expected_error,
     fail,
@@ -144,6 +145,15 @@ def stop(config_path, socket_path, timeout):
 
 def submit_on_demand(config_path, socket_path, type_name, payload, priority, timeout) -> int:
     """Send an on-demand request, print progress to stderr and the result JSON; exit code."""
+    from fairsched.protocol import MAX_PAYLOAD, payload_json
+
+    try:
+        _, size = payload_json(payload)
+    except ValueError as exc:  # NaN or Infinity: json.loads takes them, frames do not
+        raise UsageProblem(f"payload: {exc}") from None
+    if size > MAX_PAYLOAD:  # measured as the supervisor does: refused before it is sent
+        raise UsageProblem(f"payload is {size} bytes of JSON; at most {MAX_PAYLOAD} fit in the "
+                           "frame that takes it to a worker (pass a path or a URL instead)")
     client = control_client(config_path, socket_path, timeout=None)
     request = {"cmd": "submit", "type": type_name, "payload": payload, "priority": priority,
                "timeout": timeout}

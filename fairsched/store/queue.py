@@ -298,8 +298,9 @@ def job_row(job: Mapping[str, Any], index: int = 0) -> tuple:
     if key is not None and len(key.encode()) > MAX_KEY:  # the unique index takes no more
         raise ValueError(f"key is {len(key.encode())} bytes; at most {MAX_KEY}")
     payload = encode_json(job.get("payload"), "payload")
-    if payload is not None and len(payload) > MAX_PAYLOAD:
-        raise ValueError(f"payload is {len(payload)} bytes of JSON; at most {MAX_PAYLOAD} fit in"
+    size = stored_size(payload, job.get("payload"))
+    if size > MAX_PAYLOAD:
+        raise ValueError(f"payload is {size} bytes of JSON; at most {MAX_PAYLOAD} fit in"
                          " the frame that takes a job to its worker (pass a path or a URL instead)")
     if payload is not None and json_depth(payload) > MAX_DEPTH:
         raise ValueError(f"payload nests deeper than {MAX_DEPTH} levels")
@@ -329,6 +330,16 @@ def encode_json(value: Any, what: str) -> str | None:
             raise ValueError(f"{what} contains a lone surrogate (a broken UTF-16 pair), which "
                              "PostgreSQL jsonb cannot store") from None
     return text
+
+
+def stored_size(text: str | None, value: Any) -> int:
+    """Bytes of `value`'s JSON `text` (as encode_json writes it) as PostgreSQL prints it back
+    into a run frame, spaces aside: UTF-8, where the text escapes every non-ASCII character."""
+    if text is None:
+        return 0
+    if "\\u" in text:  # maybe an escaped non-ASCII character: 6 or 12 bytes here, 2 to 4 there
+        return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+    return len(text)
 
 
 def storable_text(text: str) -> str:

@@ -18,12 +18,14 @@ from pathlib import Path
 
 from fairsched.control_client import LOCK_FILE
 from fairsched.errors import FairschedError
-from fairsched.protocol import MAX_DEPTH, MAX_PAYLOAD, json_depth, json_text
+from fairsched.protocol import MAX_DEPTH, MAX_PAYLOAD, json_depth, payload_json
 from fairsched.supervisor.status import snapshot
 
 log = logging.getLogger("fairsched.control")
 
-MAX_LINE = 1 << 20
+# Bytes of a request line: room for the largest payload (MAX_PAYLOAD bytes of UTF-8 JSON, as
+# `fairsched submit --on-demand` sends it) and the rest of the request.
+MAX_LINE = 2 * MAX_PAYLOAD
 MAX_CLIENTS = 512  # connections served at once: each holds a file descriptor
 MAX_WAITING = 256  # on-demand callers waiting at once, each holding its connection and payload
 HOLD_PROGRESS_AT = 64 << 10  # bytes unread by an on-demand caller: further progress waits
@@ -217,21 +219,21 @@ class ControlServer:
                            "error": f"priority must be an integer 0..10, got {priority!r}"})
             return
         try:
-            payload_json = json_text(request.get("payload"))
+            payload, size = payload_json(request.get("payload"))
         except ValueError as exc:  # NaN or Infinity: json.loads takes them, frames do not
             _send(writer, {"event": "refused", "code": 2, "error": f"payload: {exc}"})
             return
-        if len(payload_json) > MAX_PAYLOAD:
+        if size > MAX_PAYLOAD:  # the bytes it takes in the run frame
             _send(writer, {"event": "refused", "code": 2,
-                           "error": f"payload is {len(payload_json)} bytes of JSON; at most "
+                           "error": f"payload is {size} bytes of JSON; at most "
                                     f"{MAX_PAYLOAD} fit in the frame that takes it to a worker"})
             return
-        if json_depth(payload_json) > MAX_DEPTH:
+        if json_depth(payload) > MAX_DEPTH:
             _send(writer, {"event": "refused", "code": 2,
                            "error": f"payload nests deeper than {MAX_DEPTH} levels"})
             return
         type_name = str(request.get("type", ""))
-        req = sup.submit_on_demand(type_name, payload_json, priority, notify)
+        req = sup.submit_on_demand(type_name, payload, priority, notify)
         if req is None:
             _send(writer, {"event": "refused", "code": 2,
                            "error": f"no configured worker supports type {type_name!r} "

@@ -19,6 +19,11 @@ def echo(job: fairsched.Job):
     return {"payload": job.payload, "type": job.type, "pid": os.getpid(), "attempt": job.attempt}
 
 
+def measure(job: fairsched.Job):
+    """The payload's length and the characters in it: a small result for a large payload."""
+    return {"length": len(job.payload), "characters": sorted(set(job.payload))}
+
+
 def slow(job: fairsched.Job):
     """Sleeps payload['seconds'], reporting progress; honours cancel unless told not to."""
     seconds = float((job.payload or {}).get("seconds", 1))
