@@ -158,6 +158,8 @@ def test_config_comes_from_fairsched_config_or_the_current_folder(db, config):
     (["submit", "pdf", "--payload", '"\\ud800"'], "payload contains a lone surrogate"),
     (["submit", "pdf", "--payload", "[" * 5000 + "]" * 5000], "--payload nests too deeply"),
     (["submit", "pdf", "--payload", "[" * 600 + "]" * 600], "payload nests deeper than 500 levels"),
+    (["submit", "pdf", "--payload", "[" + ",".join(["1e308"] * 4000) + "]"],
+     "payload is 1240001 bytes of JSON once its numbers are written out in full"),
     (["submit", "pdf", "--priority", "11"], "--priority must be an integer from 0 to 10"),
     (["submit", "pdf", "--priority", "high"], "--priority must be an integer from 0 to 10"),
     (["submit", "pdf", "--max-attempts", "0"], "--max-attempts must be an integer"),

@@ -131,6 +131,23 @@ def test_a_payload_is_measured_in_the_utf8_bytes_its_run_frame_carries(queue):
         queue.enqueue("pdf", "😀" * ((MAX_PAYLOAD + 2) // 4))
 
 
+def test_numbers_count_as_jsonb_writes_them_out(queue):
+    from fairsched.store.queue import encode_json, stored_size
+
+    numbers = [1e308, -1.5e300, 5e-324, 1e-05, 1.25e-07, 1e16, 123456789.0, 0.1, 10**30]
+    job_id = queue.enqueue("pdf", numbers)
+    text = queue.conn.execute("SELECT payload::text FROM fairsched_jobs WHERE id = %s",
+                              (job_id,)).fetchone()[0]
+    assert stored_size(encode_json(numbers, "payload"), numbers) == len(text.replace(" ", ""))
+    # 32 KB as given, over a megabyte as stored: a frame could never take it to a worker.
+    with pytest.raises(ValueError) as err:
+        queue.enqueue("pdf", [1e308] * 4000)
+    assert str(err.value).startswith(
+        "payload is 1240001 bytes of JSON once its numbers are written out in full, as "
+        "PostgreSQL stores them (28001 as given); at most 524288 fit")
+    assert count(queue) == 1
+
+
 def test_a_backslash_before_u0000_is_text_not_a_nul(queue):
     payload = {"path": "C:\\u0000dir", "regex": "\\\\u0000"}
     job_id = queue.enqueue("pdf", payload)

@@ -6,6 +6,7 @@ autocommit mode, an enqueued job exists once the caller commits, together with i
 
 from __future__ import annotations
 
+import decimal
 import json
 import math
 import re
@@ -300,7 +301,10 @@ def job_row(job: Mapping[str, Any], index: int = 0) -> tuple:
     payload = encode_json(job.get("payload"), "payload")
     size = stored_size(payload, job.get("payload"))
     if size > MAX_PAYLOAD:
-        raise ValueError(f"payload is {size} bytes of JSON; at most {MAX_PAYLOAD} fit in"
+        grown = number_growth(payload)
+        how = (f" once its numbers are written out in full, as PostgreSQL stores them"
+               f" ({size - grown} as given)" if grown > 0 else "")
+        raise ValueError(f"payload is {size} bytes of JSON{how}; at most {MAX_PAYLOAD} fit in"
                          " the frame that takes a job to its worker (pass a path or a URL instead)")
     if payload is not None and json_depth(payload) > MAX_DEPTH:
         raise ValueError(f"payload nests deeper than {MAX_DEPTH} levels")
@@ -337,9 +341,33 @@ def stored_size(text: str | None, value: Any) -> int:
     into a run frame, spaces aside: UTF-8, where the text escapes every non-ASCII character."""
     if text is None:
         return 0
+    size = len(text)
     if "\\u" in text:  # maybe an escaped non-ASCII character: 6 or 12 bytes here, 2 to 4 there
-        return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
-    return len(text)
+        size = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+    return size + number_growth(text)
+
+
+_EXPONENT = re.compile(r"[0-9][eE]")
+
+
+def number_growth(text: str) -> int:
+    """How many bytes longer the numbers in JSON `text` print once jsonb has stored them:
+    as numeric, written out in full (1e+308 comes back as 309 digits)."""
+    if not _EXPONENT.search(text):  # only a number with an exponent grows
+        return 0
+    grown = 0
+
+    def number(token: str) -> float:
+        nonlocal grown
+        if "e" in token or "E" in token:
+            grown += len(format(decimal.Decimal(token), "f")) - len(token)
+        return 0.0
+
+    try:
+        json.loads(text, parse_float=number)
+    except RecursionError:
+        return 0  # too deep for a payload anyway: refused as such
+    return grown
 
 
 def storable_text(text: str) -> str:
