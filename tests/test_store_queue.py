@@ -91,6 +91,42 @@ def test_keys_inside_one_batch_and_against_the_table(queue):
     assert count(queue) == 4
 
 
+def test_batches_sharing_keys_in_any_order_do_not_deadlock(db):
+    # Each batch takes its keys' index entries as it inserts them: in input order, two
+    # batches holding the same keys in opposite orders would each wait for the other.
+    import random
+    import threading
+
+    start = threading.Barrier(4)
+    found: list[dict] = []
+    errors: list[BaseException] = []
+
+    def enqueue(seed: int) -> None:
+        try:
+            with psycopg.connect(db, autocommit=True) as conn:
+                for round in range(3):
+                    order = [f"r{round}-k{i}" for i in range(3000)]
+                    random.Random(seed * 10 + round).shuffle(order)
+                    start.wait(10)
+                    ids = Queue(conn).enqueue_many([{"type": "mail", "key": k} for k in order])
+                    found.append(dict(zip(order, ids, strict=True)))
+        except BaseException as exc:
+            errors.append(exc)
+            start.abort()
+
+    threads = [threading.Thread(target=enqueue, args=(seed,)) for seed in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert [e for e in errors if not isinstance(e, threading.BrokenBarrierError)] == []
+    assert len(found) == 12
+    for round in range(3):  # one job per key, the same id for every batch that names it
+        assert all(ids == found[round * 4] for ids in found[round * 4:round * 4 + 4])
+    with psycopg.connect(db) as conn:
+        assert conn.execute("SELECT count(*) FROM fairsched_jobs").fetchone()[0] == 9000
+
+
 @pytest.mark.parametrize("kwargs, message", [
     ({"priority": 11}, "priority must be an integer from 0 to 10"),
     ({"priority": -1}, "priority must be an integer from 0 to 10"),

@@ -37,7 +37,9 @@ MAX_KEY = 1000  # bytes of an idempotency key
 # transaction (now()): a job enqueued late in a long transaction neither starts older than
 # it is nor has its delay cut short. Ids are drawn before the insert so every input row, inserted or
 # not, is matched to its id by position; a row whose key names an unfinished job gets that
-# job's id instead (seen in the statement's snapshot, taken before the insert).
+# job's id instead (seen in the statement's snapshot, taken before the insert). Rows go in
+# in key order: each waits on an unfinished insert of its key, and batches sharing keys in
+# different orders would otherwise wait on each other (a deadlock); ids stay in input order.
 ENQUEUE_SQL = """
 WITH input AS MATERIALIZED (
     SELECT nextval('fairsched_jobs_id_seq') AS id, u.*
@@ -50,7 +52,7 @@ WITH input AS MATERIALIZED (
     OVERRIDING SYSTEM VALUE
     SELECT id, type, priority, payload, max_attempts, statement_timestamp(),
            statement_timestamp() + delay * interval '1 second', key
-      FROM input ORDER BY ord
+      FROM input ORDER BY key COLLATE "C", ord
     ON CONFLICT (idempotency_key)
        WHERE idempotency_key IS NOT NULL AND status IN ('pending', 'running')
        DO NOTHING
@@ -163,7 +165,17 @@ class Queue:
         columns = list(zip(*rows, strict=True))
         params = dict(zip(("types", "priorities", "payloads", "max_attempts", "delays", "keys"),
                           (list(c) for c in columns), strict=True))
-        result = self.conn.execute(ENQUEUE_SQL, params).fetchall()
+        # A statement of its own (autocommit, no transaction open) can be run again if a
+        # caller's transaction deadlocked with it; inside a transaction the caller decides.
+        alone = (self.conn.autocommit
+                 and self.conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE)
+        for attempt in range(3):
+            try:
+                result = self.conn.execute(ENQUEUE_SQL, params).fetchall()
+                break
+            except psycopg.errors.DeadlockDetected:
+                if not alone or attempt == 2:
+                    raise
         return [job_id for _, job_id in result]
 
     # -- inspect ------------------------------------------------------------------------------
