@@ -132,8 +132,10 @@ def test_batches_sharing_keys_in_any_order_do_not_deadlock(db):
     ({"priority": -1}, "priority must be an integer from 0 to 10"),
     ({"priority": 2.5}, "priority must be an integer from 0 to 10"),
     ({"priority": True}, "priority must be an integer from 0 to 10"),
-    ({"max_attempts": 0}, "max_attempts must be an integer >= 1"),
+    ({"max_attempts": 0}, "max_attempts must be an integer from 1 to 2147483647, got 0"),
+    ({"max_attempts": 10**40}, "max_attempts must be an integer from 1 to 2147483647, got 1000"),
     ({"delay": -1}, "delay must be a number of seconds"),
+    ({"delay": 10**400}, "delay must be a number of seconds from 0 to 315360000, got 1000"),
     ({"delay": float("nan")}, "delay must be a number of seconds"),
     ({"payload": {1, 2}}, "payload is not JSON-serialisable"),
     ({"payload": float("inf")}, "payload is not JSON-serialisable"),
@@ -210,8 +212,10 @@ def test_list_jobs_filters_newest_first(queue):
     assert len(queue.list_jobs(limit=2)) == 2
     with pytest.raises(ValueError, match="status must be one of"):
         queue.list_jobs(status="done")
-    with pytest.raises(ValueError, match="limit must be an integer >= 1"):
-        queue.list_jobs(limit=0)
+    for limit in (0, 10**30):
+        with pytest.raises(ValueError, match="limit must be an integer from 1 to "
+                                             "9223372036854775807, got "):
+            queue.list_jobs(limit=limit)
 
 
 def test_retry_puts_a_failed_job_back_with_fresh_attempts(queue):

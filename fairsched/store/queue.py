@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import decimal
 import json
-import math
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -31,6 +30,7 @@ JOB_COLUMNS = (
 )
 JOB_FIELDS = frozenset({"type", "payload", "priority", "max_attempts", "delay", "key"})
 INT4_MAX = 2**31 - 1
+INT8_MAX = 2**63 - 1
 MAX_KEY = 1000  # bytes of an idempotency key
 
 # One statement per batch, timed from the statement, not from the start of the caller's
@@ -187,8 +187,8 @@ class Queue:
             raise ValueError(f"status must be one of {', '.join(STATUSES)}, got {status!r}")
         if type is not None and not _is_text(type):
             raise ValueError(f"type must be non-empty text (UTF-8, no NUL), got {type!r}")
-        if not _is_int(limit) or limit < 1:
-            raise ValueError(f"limit must be an integer >= 1, got {limit!r}")
+        if not _is_int(limit) or not 1 <= limit <= INT8_MAX:
+            raise ValueError(f"limit must be an integer from 1 to {INT8_MAX}, got {limit!r}")
         where, params = [], []
         if status is not None:
             where.append("status = %s")
@@ -299,9 +299,12 @@ def job_row(job: Mapping[str, Any], index: int = 0) -> tuple:
     max_attempts = job.get("max_attempts")
     if max_attempts is not None and (not _is_int(max_attempts)
                                      or not 1 <= max_attempts <= INT4_MAX):
-        raise ValueError(f"max_attempts must be an integer >= 1, got {max_attempts!r}")
+        raise ValueError(f"max_attempts must be an integer from 1 to {INT4_MAX},"
+                         f" got {max_attempts!r}")
     delay = job.get("delay", 0.0)
-    if (not isinstance(delay, int | float) or isinstance(delay, bool) or not math.isfinite(delay)
+    # Compared, not math.isfinite(): an int too large for a float would raise OverflowError.
+    # NaN fails the comparison too.
+    if (not isinstance(delay, int | float) or isinstance(delay, bool)
             or not 0 <= delay <= MAX_DELAY):
         raise ValueError(f"delay must be a number of seconds from 0 to {MAX_DELAY:.0f},"
                          f" got {delay!r}")
