@@ -195,10 +195,27 @@ def test_a_backslash_before_u0000_is_text_not_a_nul(queue):
 def test_one_bad_job_rejects_the_whole_batch(queue):
     with pytest.raises(ValueError, match="unknown field 'prio'"):
         queue.enqueue_many([{"type": "a"}, {"type": "b", "prio": 3}])
-    with pytest.raises(ValueError, match="job type must be non-empty text"):
+    with pytest.raises(ValueError, match="job 1: type must be non-empty text"):
         queue.enqueue_many([{"type": "a"}, {"type": ""}])
     with pytest.raises(ValueError, match="'type' is required"):
         queue.enqueue_many([{"payload": 1}])
+    assert count(queue) == 0
+
+
+@pytest.mark.parametrize("job, message", [
+    ({"priority": 11}, "job 1: priority must be an integer from 0 to 10, got 11"),
+    ({"max_attempts": 0}, "job 1: max_attempts must be an integer from 1 to 2147483647"),
+    ({"delay": -1}, "job 1: delay must be a number of seconds"),
+    ({"key": ""}, "job 1: key must be non-empty text"),
+    ({"payload": {1, 2}}, "job 1: payload is not JSON-serialisable"),
+    ({"payload": "x" * (1 << 19)}, "job 1: payload is 524290 bytes of JSON"),
+    ({"payload": json.loads("[" * 501 + "]" * 501)}, "job 1: payload nests deeper than 500"),
+    ({"prio": 1}, "job 1: unknown field 'prio'"),
+])
+def test_every_error_in_a_batch_says_which_job(queue, job, message):
+    with pytest.raises(ValueError) as err:
+        queue.enqueue_many([{"type": "a"}, {"type": "b", **job}, {"type": "c"}])
+    assert str(err.value).startswith(message)
     assert count(queue) == 0
 
 

@@ -132,7 +132,8 @@ class Queue:
 
     def enqueue_many(self, jobs: Iterable[Mapping[str, Any]]) -> list[int]:
         """Add jobs in one round trip; the ids come back in input order."""
-        rows = [job_row(job, i) for i, job in enumerate(jobs)]
+        jobs = list(jobs)
+        rows = [job_row(job, i, len(jobs) > 1) for i, job in enumerate(jobs)]
         if not rows:
             return []
         # A key repeated within the batch names one job: the first occurrence.
@@ -280,8 +281,21 @@ class Queue:
         return row[0]
 
 
-def job_row(job: Mapping[str, Any], index: int = 0) -> tuple:
-    """Validate one job description; return (type, priority, payload_json, max_attempts, delay, key)."""
+def job_row(job: Mapping[str, Any], index: int = 0, several: bool = False) -> tuple:
+    """Validate one job description; return (type, priority, payload_json, max_attempts, delay,
+    key). Every error names the job by its `index` when it is one of `several`."""
+    try:
+        return _job_row(job, index)
+    except ValueError as exc:
+        message = str(exc)
+        if not several or message.startswith(f"job {index}: "):
+            raise
+        if message.startswith("job type "):
+            message = message[len("job "):]
+        raise ValueError(f"job {index}: {message}") from None
+
+
+def _job_row(job: Mapping[str, Any], index: int) -> tuple:
     if not isinstance(job, Mapping):
         raise ValueError(f"job {index}: expected a mapping of job fields, got {_kind(job)}")
     unknown = set(job) - JOB_FIELDS
