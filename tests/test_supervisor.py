@@ -117,8 +117,15 @@ def test_an_on_demand_payload_no_frame_can_carry_is_refused(supervisors):
     sup = supervisors(ECHO).start()
     nan = sup.cli("submit", "pdf", "--on-demand", "--payload", "[NaN]")
     assert nan.returncode == 2, nan.stderr
-    assert "payload: Out of range float values are not JSON compliant" in nan.stderr
+    assert "--payload is not valid JSON: NaN is not a JSON number" in nan.stderr
     path = sup.config.parent / "state" / "control" / "sock"
+    with socket.socket(socket.AF_UNIX) as s:  # a client that sends NaN all the same
+        s.connect(str(path))
+        s.sendall(b'{"cmd": "submit", "type": "pdf", "payload": [NaN]}\n')
+        s.settimeout(10)
+        reply = json.loads(s.makefile().readline())
+    assert reply["code"] == 2
+    assert reply["error"] == "payload: Out of range float values are not JSON compliant"
     with socket.socket(socket.AF_UNIX) as s:  # too large for the command line: a raw client
         s.connect(str(path))
         s.sendall(json.dumps({"cmd": "submit", "type": "pdf", "payload": "x" * (1 << 19)})

@@ -26,16 +26,18 @@ class UsageProblem(Exception):
     """Bad input on the command line: exit 2."""
 
 
+_DECIMAL = re.compile(r"(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
+
+
 def parse_seconds(option: str, text: str | None, *, positive: bool = False,
                   maximum: float | None = None) -> float:
     """A duration given on the command line: finite, >= 0 (> 0 if `positive`, at most
     `maximum`); 0.0 if absent."""
     if text is None:
         return 0.0
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
+    # ASCII digits only, as for integers: float() would also take "1_000", " 1" or other
+    # scripts' digits.
+    value = float(text) if _DECIMAL.fullmatch(text) else math.nan
     if (not math.isfinite(value) or value < 0 or (positive and value == 0)
             or (maximum is not None and value > maximum)):
         bound = "> 0" if positive else ">= 0"

@@ -7,6 +7,7 @@ the exit code the README lists (1: the operation failed, 2: bad usage or configu
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import sys
@@ -66,6 +67,8 @@ def parse_payload(text: str | None) -> Any:
     if text is None:
         return None
     where = "--payload"
+    if text == "@":
+        raise UsageProblem("--payload @ names no file: give @PATH, or - for standard input")
     if text == "-" or text.startswith("@"):
         where = "standard input" if text == "-" else f"--payload file {text[1:]!r}"
         try:
@@ -79,11 +82,23 @@ def parse_payload(text: str | None) -> Any:
             raise UsageProblem(f"{where} is not UTF-8 text: {exc.reason} at byte "
                                f"{exc.start}") from None
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=_not_a_number, parse_float=_finite)
     except ValueError as exc:
         raise UsageProblem(f"{where} is not valid JSON: {exc}") from None
     except RecursionError:
         raise UsageProblem("--payload nests too deeply") from None
+
+
+def _not_a_number(token: str):
+    # Python's json takes NaN and Infinity; JSON has no such numbers, nor has jsonb.
+    raise ValueError(f"{token} is not a JSON number")
+
+
+def _finite(token: str) -> float:
+    value = float(token)
+    if math.isinf(value):
+        raise ValueError(f"{token} is out of range for a number (at most about 1.8e308)")
+    return value
 
 
 def parse_int(option: str, text: str | None, low: int, high: int | None = None) -> int | None:
