@@ -250,6 +250,30 @@ def test_jobs_shows_a_table_and_json(db, config):
     assert [j["id"] for j in json.loads(result.stdout)] == [waiting, done]
 
 
+def test_jobs_lines_up_wide_types_and_keeps_text_as_it_is(db, config):
+    from fairsched.cli.common import display_width
+
+    long_type = "render-" + "x" * 40
+    with queue(db) as q:
+        q.enqueue_many([{"type": "文書", "payload": {"title": "café"}}, {"type": "pdf"},
+                        {"type": "😀x"}, {"type": "e\u0301"}, {"type": long_type}])
+    cli = [f"--config={config}"]
+    result = fairsched("jobs", *cli, url=db)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert all(line == line.rstrip() for line in lines)  # no trailing spaces
+    # Every row's STATUS starts in the header's column, in terminal columns.
+    starts = {display_width(line[:line.index(word)])
+              for line, word in zip(lines, ["STATUS"] + ["pending"] * 5, strict=True)}
+    assert len(starts) == 1, result.stdout
+    cut = lines[1].split()[1]
+    assert cut == long_type[:23] + "…" and display_width(cut) == 24
+    assert lines[1].index("pending") < 40
+    result = fairsched("jobs", "--json", *cli, url=db)
+    assert '"café"' in result.stdout and '"文書"' in result.stdout
+    assert [j["claims"] for j in json.loads(result.stdout)] == [0] * 5
+
+
 def test_retry_and_cancel(db, config):
     with queue(db) as q:
         failed, pending, running, finished = q.enqueue_many([{"type": "pdf"}] * 4)

@@ -10,6 +10,7 @@ import os
 import re
 import sys
 import traceback
+import unicodedata
 from typing import NoReturn
 
 import click
@@ -55,6 +56,37 @@ def printable(text: str) -> str:
     that would redraw the screen) and lone surrogates, which no terminal encoding takes,
     spelled out as Python does (\\n, \\x1b, \\ud800)."""
     return _UNPRINTABLE.sub(lambda m: repr(m.group())[1:-1], text)
+
+
+def display_width(text: str) -> int:
+    """Terminal columns `text` takes: wide and fullwidth characters (CJK, most emoji) two,
+    combining marks and zero-width characters none."""
+    if text.isascii():
+        return len(text)
+    return sum(_char_width(ch) for ch in text)
+
+
+def _char_width(ch: str) -> int:
+    if unicodedata.category(ch) in ("Mn", "Me") or ch in "\u200b\u200c\u200d\u2060\ufeff":
+        return 0
+    return 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
+
+
+def clip(text: str, columns: int) -> str:
+    """`text` cut to at most `columns` terminal columns, ending in "…" if cut."""
+    if display_width(text) <= columns:
+        return text
+    used = 0
+    for i, ch in enumerate(text):
+        used += _char_width(ch)
+        if used > columns - 1:
+            return text[:i] + "…"
+    return text
+
+
+def pad(text: str, columns: int) -> str:
+    """`text` padded with spaces to `columns` terminal columns."""
+    return text + " " * (columns - display_width(text))
 
 
 def fail(message: str, code: int) -> NoReturn:

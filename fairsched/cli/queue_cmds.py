@@ -20,8 +20,11 @@ import click
 from fairsched.cli import main
 from fairsched.cli.common import (
     UsageProblem,
+    clip,
     config_option,
+    display_width,
     fail,
+    pad,
     parse_seconds,
     printable,
     reports_errors,
@@ -186,6 +189,7 @@ def submit(type_name, payload, priority, max_attempts, delay, key, on_demand, ti
 # -- jobs -------------------------------------------------------------------------------------
 
 JSON_TIME_FIELDS = ("created_at", "run_after", "started_at", "finished_at")
+MAX_TYPE_COLUMNS = 24  # a longer type is cut short, so one does not widen every row
 
 
 @main.command()
@@ -204,7 +208,7 @@ def jobs(status, type_name, limit, as_json, config_path):
     with open_queue(config) as queue:
         rows = queue.list_jobs(status=status, type=type_name, limit=limit)
     if as_json:
-        click.echo(json.dumps([job_json(row) for row in rows], indent=2))
+        click.echo(json.dumps([job_json(row) for row in rows], indent=2, ensure_ascii=False))
     else:
         click.echo(jobs_table(rows, datetime.now(UTC),
                               config.max_attempts_by_type() if config else {}))
@@ -236,14 +240,15 @@ def jobs_table(rows: list[dict], now: datetime, max_attempts: dict[str, int]) ->
             error = f"(an earlier attempt) {error}"  # not why it ended as it did
         if len(error) > 60:
             error = error[:59] + "…"
-        lines.append((str(row["id"]), printable(row["type"]), str(row["priority"]), status,
-                      f"{row['attempts']}/{maximum}",
+        lines.append((str(row["id"]), clip(printable(row["type"]), MAX_TYPE_COLUMNS),
+                      str(row["priority"]), status, f"{row['attempts']}/{maximum}",
                       duration((now - row["created_at"]).total_seconds()), error))
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header) - 1)]
+    # In terminal columns, not characters: a CJK or emoji type takes two per character.
+    widths = [max(display_width(line[i]) for line in lines) for i in range(len(header) - 1)]
     return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=False))
-        + "  " + line[-1]
-        for line in lines).rstrip()
+        ("  ".join(pad(cell, width) for cell, width in zip(line, widths, strict=False))
+         + "  " + line[-1]).rstrip()
+        for line in lines)
 
 
 def duration(seconds: float) -> str:

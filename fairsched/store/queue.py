@@ -26,7 +26,7 @@ from fairsched.store.schema import MAX_DELAY, MAX_PRIORITY, STATUSES
 JOB_COLUMNS = (
     "id, type, priority, payload::text AS payload, status, attempts, max_attempts, created_at,"
     " run_after, started_at, finished_at, last_error, result::text AS result, claimed_by,"
-    " idempotency_key, cancel_requested"
+    " idempotency_key, cancel_requested, claims"
 )
 JOB_FIELDS = frozenset({"type", "payload", "priority", "max_attempts", "delay", "key"})
 INT4_MAX = 2**31 - 1
