@@ -13,6 +13,23 @@ from fairsched.errors import FairschedError
 LOCK_FILE = "supervisor.lock"
 
 
+def lock_holder(folder: Path) -> int | None:
+    """The pid of the supervisor whose lock file is in `folder` while that process still runs
+    (it wrote the file after it started: a later process given the same pid did not), else
+    None. Read only: taking the lock, even for a moment, could make a supervisor starting
+    just then take itself for a second one."""
+    import psutil
+
+    path = Path(folder) / LOCK_FILE
+    try:
+        written = path.stat().st_mtime
+        pid = int(path.read_text().strip())
+        started = psutil.Process(pid).create_time()
+    except (OSError, ValueError, psutil.Error):
+        return None
+    return pid if started <= written + 1.0 else None
+
+
 class NotRunning(FairschedError):
     pass
 

@@ -351,6 +351,23 @@ def test_commands_beside_a_running_supervisor_leave_its_database_up(reused_state
         holder.stdout.close()
 
 
+def test_queue_commands_beside_a_supervisor_on_an_external_database_refuse(supervisors, db):
+    # The supervisor has its database's URL from its environment; a command run without it
+    # would start an empty embedded database in the same state_dir, which nothing reads.
+    sup = supervisors('[[worker]]\nname = "pdf"\ntypes = ["pdf"]\n'
+                      'handler = "sup_handlers:echo"\n').start()
+    pid = sup.ps()["supervisor"]["pid"]
+    for command in (["submit", "pdf"], ["jobs"], ["retry", "1"], ["cancel", "1"]):
+        line = one_line_error(fairsched(*command, "--config", str(sup.config), url=None), 2)
+        assert line == (f"fairsched: the supervisor (pid {pid}) on {sup.dir / 'state'} uses an "
+                        "external database; give this command its URL with "
+                        f"FAIRSCHED_DATABASE_URL or `[supervisor] database` in {sup.config}")
+    assert not (sup.dir / "state" / "pg").exists()
+    assert jobs_in(db) == 0
+    submitted = fairsched("submit", "pdf", "--config", str(sup.config), url=db)
+    assert submitted.returncode == 0, submitted.stderr
+
+
 def test_the_readmes_python_example_runs_as_written(db):
     root = Path(__file__).resolve().parent.parent
     readme = (root / "README.md").read_text()
