@@ -35,6 +35,10 @@ class ProtocolError(ValueError):
     """A frame or message breaks the protocol; the peer that sent it is dropped."""
 
 
+class IncompatibleProtocol(ProtocolError):
+    """A hello in another version of the protocol: no restart can make the two sides agree."""
+
+
 def _reject_constant(name: str):
     raise ValueError(f"{name} is not valid JSON")
 
@@ -227,8 +231,8 @@ def _slot_and_job(kind: str, msg: dict) -> None:
 def _v_hello(msg: dict) -> None:
     _check(_is_int(msg.get("protocol")), "hello", "protocol", "an integer", msg)
     if msg["protocol"] != PROTOCOL_VERSION:
-        raise ProtocolError(f"worker speaks protocol {msg['protocol']}, "
-                            f"this side speaks {PROTOCOL_VERSION}")
+        raise IncompatibleProtocol(f"worker speaks protocol {msg['protocol']}, "
+                                   f"this side speaks {PROTOCOL_VERSION}")
     pid = msg.get("pid")
     _check(_is_int(pid) and pid > 0, "hello", "pid", "a positive integer", msg)
     _check(isinstance(msg.get("incarnation"), str), "hello", "incarnation", "a string", msg)

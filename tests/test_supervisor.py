@@ -457,6 +457,45 @@ def test_a_worker_that_refuses_all_work_backs_off_and_ends_fatal(supervisors):
     assert "crashed 3 times within" in out, out
 
 
+def test_a_refusal_costs_the_jobs_beside_it_no_attempt(supervisors):
+    sup = misbehaving(supervisors, "picky", "picky", "slots = 2\nmax_restarts = 2").start()
+    long = int(sup.cli("submit", "picky", "--payload", '{"seconds": 60}').stdout)
+    sup.wait_for(lambda ps: any(s["job_id"] == long for s in ps["slots"]), what="the long job")
+    refused = int(sup.cli("submit", "picky", "--payload", '{"refuse": true}').stdout)
+    # Every new worker takes both again and refuses one: the group ends fatal (a worker out of
+    # step with its supervisor), and neither job has paid for it.
+    sup.wait_for(lambda ps: next(s for s in ps["slots"] if s["group"] == "picky")
+                 ["process_state"] == "fatal", what="picky fatal", timeout=30)
+    rows = {row["id"]: row for row in json.loads(sup.cli("jobs", "--json").stdout)}
+    out = sup.output()
+    for job in (long, refused):
+        assert (rows[job]["status"], rows[job]["attempts"]) == ("pending", 0), (rows[job], out)
+    assert f"job {long} returned to the queue (restart)" in out, out
+    assert "stopped early" not in out, out
+
+
+def test_a_hello_unlike_the_config_is_said_and_the_config_wins(supervisors):
+    sup = misbehaving(supervisors, "odd", "odd", "slots = 3").start()
+    odd = [s for s in sup.slots() if s["group"] == "odd"]
+    assert [s["slot"] for s in odd] == [0, 1] and odd[0]["types"] == ["odd"], odd
+    out = sup.output()
+    assert "worker odd-1 announced 2 slots, 3 configured: it gets 2" in out, out
+    assert "worker odd-1 announced types odd, extra; it gets jobs of odd only" in out, out
+    assert sup.cli("submit", "odd", "--on-demand").returncode == 0
+
+
+def test_a_worker_in_another_protocol_version_is_fatal_at_once(supervisors):
+    sup = misbehaving(supervisors, "new", "future").start(wait=False)
+    new = sup.wait_for(lambda ps: any(s["group"] == "new" and s["process_state"] == "fatal"
+                                      for s in ps["slots"]), what="new fatal")
+    (slot,) = [s for s in new["slots"] if s["group"] == "new"]
+    assert slot["restarts"] == 0, slot
+    out = sup.output()
+    assert ("worker new-1 cannot work with this supervisor: worker speaks protocol 2, this side "
+            "speaks 1; killing it") in out, out
+    assert "could not start (worker speaks protocol 2, this side speaks 1)" in out, out
+
+
 def test_a_worker_that_never_says_hello_is_killed_after_start_timeout(supervisors):
     sup = misbehaving(supervisors, "mute", "mute", "start_timeout = 0.5").start(wait=False)
     ps = sup.wait_for(lambda ps: next(s for s in ps["slots"] if s["group"] == "mute")["restarts"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import signal
 
-from fairsched.protocol import ProtocolError, encode, validate
+from fairsched.protocol import IncompatibleProtocol, ProtocolError, encode, validate
 from fairsched.supervisor.process import WorkerProcess
 from fairsched.supervisor.states import ProcessState
 from fairsched.supervisor.workers import EXIT_GRACE
@@ -132,6 +132,12 @@ class WorkerPipes:
                 self.handle_message(proc, msg)
                 if proc.sock is not sock:  # dropped, perhaps restarted: the rest was its own
                     return
+        except IncompatibleProtocol as exc:  # no restart will change it: fatal once it exits
+            log.error("worker %s cannot work with this supervisor: %s; killing it", proc.name, exc)
+            proc.incompatible = str(exc)
+            proc.kill_reason = f"it speaks another protocol version: {exc}"
+            self.kill_worker(proc, signal.SIGKILL)
+            self.unregister_worker(proc, f"worker {proc.name}: {exc}")
         except ProtocolError as exc:
             log.error("worker %s sent a bad frame: %s; killing it", proc.name, exc)
             proc.kill_reason = f"it sent a bad frame: {exc}"
@@ -172,7 +178,8 @@ class WorkerPipes:
                 # slots must take no more work, or the job would bounce back and forth.
                 log.warning("worker %s refuses work; restarting it", proc.name)
                 proc.refused_work = True  # counted as a crash: a worker that always refuses
-                self.stop_worker(proc)     # backs off and ends fatal
+                self.spare_jobs_beside(rj)  # backs off and ends fatal; its other jobs are
+                self.stop_worker(proc)      # not to pay for it
             self.finish_job(rj, "refused", error=f"refused by {proc.name}: {msg.get('reason')}")
 
     def _not_running_there(self, proc: WorkerProcess, msg: dict, rj) -> None:
@@ -223,13 +230,16 @@ class WorkerPipes:
         if proc.state is not ProcessState.STARTING:  # told to stop before it was ready
             return
         types = [t for t in proc.spec.types if t in set(hello["types"])]
-        extra = set(hello["types"]) - set(proc.spec.types)
-        if extra or not types:
-            log.warning("worker %s announced types %s; using those configured for it: %s",
-                        proc.name, hello["types"], types)
+        if not types:
+            raise ProtocolError(f"hello announces types {', '.join(hello['types'])}, none of "
+                                f"those configured for it ({', '.join(proc.spec.types)})")
+        if set(hello["types"]) != set(types):
+            log.warning("worker %s announced types %s; it gets jobs of %s only", proc.name,
+                        ", ".join(hello["types"]), ", ".join(types))
         slots = min(int(hello["slots"]), proc.spec.slots)
-        if slots < 1 or not types:
-            raise ProtocolError("hello announces no usable slot")
+        if hello["slots"] != proc.spec.slots:
+            log.warning("worker %s announced %d slots, %d configured: it gets %d", proc.name,
+                        hello["slots"], proc.spec.slots, slots)
         type_ids = [self.type_ids[t] for t in types]
         proc.types = tuple(types)
         proc.slot_ids = []

@@ -58,6 +58,7 @@ class WorkerProcess:
     refused_work: bool = False  # stopped for refusing a job: out of step with its config
     kill_reason: str | None = None  # why the supervisor killed this incarnation, for ps
     said_fatal: str | None = None  # the error of the 'fatal' message it sent
+    incompatible: str | None = None  # its hello spoke another protocol version: why
     warned_progress: bool = False  # it was told once that its progress fields are ignored
     oom_kills_at_start: int | None = None  # the kernel's OOM kill count when it started
 

@@ -78,11 +78,16 @@ class JobHandling:
         rj.proc.timed_out = True
         log.warning("job %s on worker %s %s; stopping the worker", rj.job_id, rj.proc.name,
                     rj.failure)
+        self.spare_jobs_beside(rj)
+        self.stop_worker(rj.proc)  # its free slots take no more work
+
+    def spare_jobs_beside(self, rj: RunningJob) -> None:
+        """The worker of `rj` is stopped for what `rj` did: its other jobs go back to the queue
+        (or run again, on demand) with their attempt unspent, as after a restart."""
         for other in self.running.values():
             if (other.proc is rj.proc and other is not rj and other.cancel_reason is None
                     and other.failure is None):
-                other.cancel_reason = "restart"  # not theirs to pay for: run again, attempt unspent
-        self.stop_worker(rj.proc)  # its free slots take no more work
+                other.cancel_reason = "restart"
 
     def cancel_job(self, rj: RunningJob, reason: str) -> None:
         if rj.cancel_reason is None or reason == "user":

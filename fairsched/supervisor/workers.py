@@ -84,7 +84,7 @@ class WorkerLifecycle:
         proc.lease_killed = False
         proc.write_failed = None
         proc.refused_work = False
-        proc.kill_reason = proc.said_fatal = None
+        proc.kill_reason = proc.said_fatal = proc.incompatible = None
         proc.warned_progress = False
         spec = launch_spec(proc, self.log_dir)
         template = None if cold else self.templates.get(proc.group)
@@ -246,6 +246,9 @@ class WorkerLifecycle:
             log.info("worker %s %s; restarting", proc.name, how)
             proc.set_state(ProcessState.DOWN)
             self._respawn(proc)
+            return
+        if proc.incompatible is not None:
+            self._make_fatal(proc, f"could not start ({proc.incompatible})")
             return
         if before_hello and os.WIFEXITED(status) and os.WEXITSTATUS(status) == EXIT_CANNOT_START:
             why = proc.said_fatal

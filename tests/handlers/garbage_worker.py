@@ -4,11 +4,15 @@
 `sleep` for its first job, writes "<its pid> <the sleep's pid>" to the job's payload["pids"],
 and never reads its pipe again), `fatal` (says it cannot start, exits 78), `stranger` (answers
 its first job with a result for another job), `scribble` (reports progress with fields of the
-wrong type or range, then succeeds), `cut` (writes half a frame and exits) or `early` (says why on
-stderr and exits 1 before its hello)."""
+wrong type or range, then succeeds), `cut` (writes half a frame and exits), `early` (says why on
+stderr and exits 1 before its hello), `future` (says hello in protocol 2), `odd` (announces one slot
+fewer than configured and a type more, then runs as `picky`) or `picky` (refuses the
+jobs whose payload has "refuse": true, runs the others for payload["seconds"], and answers
+`stop` with a stopped result for each job it runs)."""
 
 import json
 import os
+import select
 import socket
 import struct
 import subprocess
@@ -32,24 +36,59 @@ if mode == "early":
 if mode == "fatal":
     send({"t": "fatal", "error": "no licence file in /etc/render"})
     sys.exit(78)
-send({"t": "hello", "protocol": 1, "pid": os.getpid(),
-      "incarnation": os.environ["FAIRSCHED_INCARNATION"],
-      "slots": int(os.environ["FAIRSCHED_SLOTS"]), "types": os.environ["FAIRSCHED_TYPES"].split(",")})
-if mode == "refuse":
+
+
+def messages():
+    """The supervisor's messages, one at a time (None after `timeout` without one); exits 0 at
+    EOF."""
     buffer = b""
+    timeout = yield
     while True:
+        while len(buffer) >= 4 and len(buffer) >= 4 + struct.unpack(">I", buffer[:4])[0]:
+            size = struct.unpack(">I", buffer[:4])[0]
+            msg, buffer = json.loads(buffer[4:4 + size]), buffer[4 + size:]
+            timeout = yield msg
+        if not select.select([sock], [], [], timeout)[0]:
+            timeout = yield None
+            continue
         data = sock.recv(65536)
         if not data:
             sys.exit(0)
         buffer += data
-        while len(buffer) >= 4 and len(buffer) >= 4 + struct.unpack(">I", buffer[:4])[0]:
-            size = struct.unpack(">I", buffer[:4])[0]
-            msg, buffer = json.loads(buffer[4:4 + size]), buffer[4 + size:]
-            if msg["t"] == "stop":
-                sys.exit(0)
-            if msg["t"] == "run":
+
+
+send({"t": "hello", "protocol": 2 if mode == "future" else 1, "pid": os.getpid(),
+      "incarnation": os.environ["FAIRSCHED_INCARNATION"],
+      "slots": int(os.environ["FAIRSCHED_SLOTS"]) - (mode == "odd"),
+      "types": os.environ["FAIRSCHED_TYPES"].split(",") + (["extra"] if mode == "odd" else [])})
+if mode == "future":
+    time.sleep(600)
+if mode in ("refuse", "picky", "odd"):
+    inbox = messages()
+    next(inbox)
+    running = {}  # slot: (job id, when it ends)
+    while True:
+        ends = min((end for _, end in running.values()), default=None)
+        msg = inbox.send(None if ends is None else max(0.0, ends - time.monotonic()))
+        for slot, (job_id, end) in list(running.items()):
+            if end <= time.monotonic():
+                send({"t": "result", "slot": slot, "job_id": job_id, "result": {"pid": os.getpid()}})
+                del running[slot]
+        if msg is None:
+            continue
+        if msg["t"] == "stop":
+            for slot, (job_id, _) in running.items():
+                send({"t": "result", "slot": slot, "job_id": job_id, "result": None,
+                      "stopped": True})
+            sys.exit(0)
+        if msg["t"] == "run":
+            payload = msg["job"]["payload"] if isinstance(msg["job"]["payload"], dict) else {}
+            if mode == "refuse" or payload.get("refuse"):
                 send({"t": "refused", "slot": msg["slot"], "job_id": msg["job"]["id"],
                       "reason": "not today"})
+            else:
+                running[msg["slot"]] = (msg["job"]["id"],
+                                        time.monotonic() + payload.get("seconds", 0))
 if mode == "deaf":
     data = sock.recv(65536)
     while len(data) < 4 or len(data) < 4 + struct.unpack(">I", data[:4])[0]:
