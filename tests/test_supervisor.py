@@ -280,6 +280,19 @@ def test_sigterm_honours_shutdown_timeout_and_leaves_no_orphans(supervisors):
             " of shutdown_timeout (1 s)))") in out, out
 
 
+def test_shutdown_stops_each_worker_once_its_own_jobs_have_reported(supervisors):
+    sup = supervisors(ECHO + SLOW_PDF.replace('"pdf"', '"slow"'), shutdown_timeout=3).start()
+    caller = sup.spawn_cli("submit", "slow", "--on-demand", "--payload",
+                           '{"seconds": 30, "ignore_cancel": true}')
+    sup.wait_for(lambda ps: any(s["state"] == "busy" for s in ps["slots"]), what="slow job")
+    sup.signal(signal.SIGTERM)
+    assert sup.wait_exit(20) == 0
+    caller.communicate(timeout=10)
+    out = sup.output()
+    idle = out.index("worker pdf-1 stopped (exited with code 0)")
+    assert idle < out.index("worker slow-1 still runs job"), out  # not held by slow-1's job
+
+
 def test_an_on_demand_job_its_restart_sent_back_is_answered_when_the_supervisor_stops(
         supervisors):
     sup = supervisors(SLOW_PDF).start()

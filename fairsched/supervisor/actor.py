@@ -218,8 +218,10 @@ class Supervisor(WorkerLifecycle, TemplateLifecycle, WorkerPipes, JobHandling):
             if proc.pid is None and proc.state is ProcessState.STARTING:
                 proc.set_state(ProcessState.STOPPING)  # its template's answer: it is stopped then
         deadline = time.monotonic() + timeout
+        self._stop_idle_workers()
         while self.running and time.monotonic() < deadline and not self.hurried:
             await self._wait_changed(deadline - time.monotonic())
+            self._stop_idle_workers()
         for proc in self.procs:
             self._cancel_timers(proc)
             if proc.state in (ProcessState.DOWN, ProcessState.FATAL):
@@ -253,6 +255,14 @@ class Supervisor(WorkerLifecycle, TemplateLifecycle, WorkerPipes, JobHandling):
         self.observer.stop()
         if self.up:
             log.info("supervisor stopped")
+
+    def _stop_idle_workers(self) -> None:
+        """Shutting down: a worker whose jobs have all reported is told to stop at once."""
+        busy = {rj.proc for rj in self.running.values()}
+        for proc in self.procs:
+            if (proc.pid is not None and proc not in busy
+                    and proc.state in (ProcessState.STARTING, ProcessState.RUNNING)):
+                self.stop_worker(proc)
 
     async def _wait_changed(self, timeout: float) -> None:
         self.changed.clear()
