@@ -259,6 +259,27 @@ handler = "sup_handlers:slow"
                      sup.output()), sup.output()
 
 
+def test_a_caller_that_times_out_learns_what_became_of_its_job(supervisors):
+    sup = supervisors(SLOW_PDF).start()
+    stubborn = sup.spawn_cli("submit", "pdf", "--on-demand", "--timeout", "1", "--payload",
+                             '{"seconds": 2.5, "ignore_cancel": true}')
+    sup.wait_for(lambda ps: ps["slots"][0]["state"] == "busy", what="the stubborn job")
+    waiting = sup.cli("submit", "pdf", "--on-demand", "--timeout", "0.3")
+    assert waiting.returncode == 1
+    assert waiting.stderr.strip().endswith("no result within 0.3 s; withdrawn before it started")
+    _, err = stubborn.communicate(timeout=30)
+    assert stubborn.returncode == 1
+    assert ("no result within 1 s; its handler on worker pdf-1 was asked to stop (one that does "
+            "not check job.cancelled() runs to its end)") in err, err
+    sup.wait_for(lambda ps: ps["slots"][0]["state"] == "free", what="the job's end")
+    out = sup.output()
+    # It ran to its end: a success, not a cancel, in the log and in the counters.
+    assert re.search(r"job od-\d+ succeeded after its caller left \(the result is dropped\): "
+                     r"type pdf, worker pdf-1", out), out
+    counters = sup.ps()["supervisor"]["counters"]
+    assert (counters["succeeded"], counters["cancelled"]) == (1, 0), counters
+
+
 def test_sigterm_honours_shutdown_timeout_and_leaves_no_orphans(supervisors):
     sup = supervisors(SLOW_PDF, shutdown_timeout=1).start()
     pid = sup.slots("pdf")[0]["pid"]

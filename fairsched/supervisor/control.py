@@ -248,10 +248,10 @@ class ControlServer:
                 {eof, waiter}, timeout=float(timeout) if timeout else None,
                 return_when=asyncio.FIRST_COMPLETED)
             if waiter not in finished:
-                sup.abandon_request(req)
+                became = sup.abandon_request(req)
                 if eof not in finished:
                     _send(writer, {"event": "timeout", "job_id": req.job_id,
-                                   "error": f"no result within {float(timeout):g} s"})
+                                   "error": f"no result within {float(timeout):g} s; {became}"})
         finally:
             eof.cancel()
             waiter.cancel()

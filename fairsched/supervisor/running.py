@@ -174,6 +174,12 @@ class JobHandling:
         timed_out_anyway = rj.cancel_reason == "restart" and rj.failure is not None
         # A handler's own error counts, whatever stop was asked of it meanwhile.
         interrupted = rj.cancel_reason is not None and not timed_out_anyway and outcome != "failed"
+        if outcome == "succeeded" and req.cancelled:  # it ran to its end all the same
+            self._record(rj, "succeeded", duration)
+            log.info("job %s succeeded after its caller left (the result is dropped): %s, "
+                     "%.3f s", rj.job_id, where(rj), duration,
+                     extra=job_fields(rj, "succeeded", duration))
+            return
         if interrupted or req.cancelled:
             if rj.cancel_reason == "restart" and not req.cancelled and not self.shutting_down:
                 self._record(rj, "returned", duration)
@@ -267,12 +273,16 @@ class JobHandling:
                 self._finish_request(req, {"event": "error", "job_id": req.job_id,
                                            "error": no_worker})
 
-    def abandon_request(self, req: Request) -> None:
-        """The caller gave up (timeout or disconnect): drop it, or cancel it where it runs."""
+    def abandon_request(self, req: Request) -> str:
+        """The caller gave up (timeout or disconnect): drop it, or cancel it where it runs;
+        returns what became of it, for the caller."""
         req.cancelled = True
         if self.requests.pop(req.number, None) is not None:
             req.done = True
-            return
+            return "withdrawn before it started"
         rj = self.running_by_job.get(req.job_id)
-        if rj is not None:
-            self.cancel_job(rj, "caller")
+        if rj is None:
+            return "it had just finished"
+        self.cancel_job(rj, "caller")
+        return (f"its handler on worker {rj.proc.name} was asked to stop (one that does not "
+                "check job.cancelled() runs to its end)")
