@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -323,3 +324,34 @@ def test_the_reason_a_start_failed_is_read_from_that_start_only(tmp_path):
     assert _why_not_started(log) == ('unrecognized parameter "x"; configuration file contains '
                                      "errors")
     assert _why_not_started(tmp_path / "none") is None
+
+
+def test_a_supervisor_on_the_embedded_database_names_its_url_for_others(monkeypatch, short_tmp):
+    monkeypatch.delenv(ENV_URL, raising=False)
+    config = embedded_config(short_tmp / "a")
+    proc = subprocess.Popen([sys.executable, "-m", "fairsched", "supervise", "--config",
+                             str(config)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    try:
+        seen = []
+        for line in proc.stdout:
+            seen.append(line)
+            if "embedded PostgreSQL at " in line:
+                break
+        said = re.search(r"FAIRSCHED_DATABASE_URL='([^']+)'", seen[-1])
+        assert said, "".join(seen)
+        # A queue command elsewhere, with no workers.toml, reaches the same database.
+        env = dict(os.environ, FAIRSCHED_DATABASE_URL=said[1])
+        submitted = subprocess.run([sys.executable, "-m", "fairsched", "submit", "noop"],
+                                   cwd=short_tmp, env=env, capture_output=True, text=True,
+                                   timeout=60)
+        assert submitted.returncode == 0, submitted.stderr
+        for line in proc.stdout:
+            seen.append(line)
+            if " succeeded: " in line:
+                break
+        assert f"job {int(submitted.stdout)} succeeded" in seen[-1], "".join(seen)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+        proc.stdout.close()

@@ -144,6 +144,10 @@ class Supervisor(WorkerLifecycle, TemplateLifecycle, WorkerPipes, JobHandling):
         log.info("supervisor %s started (pid %d, core %s, database %s, %d worker%s)",
                  self.queue.supervisor_id, os.getpid(), core.__impl__, self.queue.kind,
                  len(self.procs), "" if len(self.procs) == 1 else "s")
+        if self.queue.kind == "embedded":
+            url = self.queue.database.url
+            log.info("embedded PostgreSQL at %s (other supervisors on this host: "
+                     "FAIRSCHED_DATABASE_URL='%s')", url, url)
         if core.__impl__ != "c" and os.environ.get("FAIRSCHED_NO_EXTENSIONS") != "1":
             log.warning("the compiled scheduling core did not load (%s); running the "
                         "pure-Python one, which plans large cycles far more slowly (rebuild: "
