@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import signal
 
+from fairsched.logs import fields
 from fairsched.protocol import IncompatibleProtocol, ProtocolError, encode, validate
 from fairsched.supervisor.process import WorkerProcess
 from fairsched.supervisor.states import ProcessState
@@ -255,6 +256,7 @@ class WorkerPipes:
         proc.set_state(ProcessState.RUNNING)
         self._changed()
         log.info("worker %s ready (pid %d, %d slot%s, types %s)", proc.name, proc.pid, slots,
-                 "" if slots == 1 else "s",
-                 ",".join(types))
+                 "" if slots == 1 else "s", ",".join(types),
+                 extra=fields(event="worker_ready", worker=proc.name, group=proc.group,
+                              pid=proc.pid, slots=slots, types=list(types)))
         self.schedule()

@@ -227,7 +227,9 @@ class WorkerLifecycle:
         self._changed()
         if self.shutting_down:
             proc.set_state(ProcessState.STOPPED)
-            log.info("worker %s stopped (%s)", proc.name, how)
+            log.info("worker %s stopped (%s)", proc.name, how,
+                     extra=fields(event="worker_exited", worker=proc.name, group=proc.group,
+                                  exit=how, restart_in=None))
             return
         if lease_ran_out or proc.timed_out:
             # This supervisor stalled, or the worker was stopped under a job past its timeout
@@ -243,7 +245,9 @@ class WorkerLifecycle:
             return
         if proc.state is ProcessState.STOPPING and not proc.refused_work:  # an operator's restart
             proc.last_exit = f"{how} (restarted by the operator)"
-            log.info("worker %s %s; restarting", proc.name, how)
+            log.info("worker %s %s; restarting", proc.name, how,
+                     extra=fields(event="worker_exited", worker=proc.name, group=proc.group,
+                                  exit=proc.last_exit, restart_in=0.0))
             proc.set_state(ProcessState.DOWN)
             self._respawn(proc)
             return
@@ -415,7 +419,8 @@ class WorkerLifecycle:
                 log.info("worker %s restarted by the operator", proc.name)
                 self._respawn(proc)
             elif proc.state in (ProcessState.STARTING, ProcessState.RUNNING):
-                log.info("worker %s restarted by the operator (pid %s)", proc.name, proc.pid)
+                log.info("worker %s restarted by the operator (stopping pid %s)", proc.name,
+                         proc.pid)
                 for rj in list(self.running.values()):
                     if rj.proc is proc:
                         self.cancel_job(rj, "restart")
