@@ -518,6 +518,13 @@ def test_a_hello_unlike_the_config_is_said_and_the_config_wins(supervisors):
     assert sup.cli("submit", "odd", "--on-demand").returncode == 0
 
 
+def test_an_error_without_a_message_says_so(supervisors):
+    sup = misbehaving(supervisors, "picky", "picky").start()
+    result = sup.cli("submit", "picky", "--on-demand", "--payload", '{"error": " "}')
+    assert result.returncode == 1
+    assert "worker picky-1 reported an error without a message" in result.stderr, result.stderr
+
+
 def test_a_worker_in_another_protocol_version_is_fatal_at_once(supervisors):
     sup = misbehaving(supervisors, "new", "future").start(wait=False)
     new = sup.wait_for(lambda ps: any(s["group"] == "new" and s["process_state"] == "fatal"
@@ -572,10 +579,12 @@ max_attempts = 1
     sup.wait_for(lambda ps: ps["slots"][0]["state"] == "free" and ps["slots"][0]["pid"] != pid,
                  what="replacement")
     # The supervisor's own kill is not taken for the kernel's OOM killer.
-    how = ("killed by SIGKILL from the supervisor (it ignored SIGTERM for 2 s)" if ignore_cancel
-           else "exited with code 0")
+    # Hung, it is the job that kept the worker: the worker itself did take the SIGTERM.
+    how = ("killed by SIGKILL from the supervisor (job od-1 did not stop within 2 s)"
+           if ignore_cancel else "exited with code 0")
     assert f"worker pdf-1 {how}" in sup.output(), sup.output()
-    assert ("worker pdf-1 still runs 2 s after SIGTERM; killing it" in sup.output()) == ignore_cancel
+    assert ("worker pdf-1 still runs job od-1 2 s after it was told to stop; killing it"
+            in sup.output()) == ignore_cancel
     assert "out of memory" not in sup.output() and "OOM" not in sup.output()
 
 

@@ -171,7 +171,8 @@ class WorkerPipes:
             outcome = "stopped" if msg.get("stopped") is True else "succeeded"
             self.finish_job(rj, outcome, result=msg.get("result"))
         elif kind == "error":
-            self.finish_job(rj, "failed", error=msg["error"], permanent=bool(msg.get("permanent")))
+            error = msg["error"].strip() or f"worker {proc.name} reported an error without a message"
+            self.finish_job(rj, "failed", error=error, permanent=bool(msg.get("permanent")))
         elif kind == "refused":
             log.error("worker %s refused job %s: %s", proc.name, rj.job_id, msg.get("reason"))
             if proc.state is not ProcessState.STOPPING and not self.shutting_down:

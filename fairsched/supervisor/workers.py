@@ -104,7 +104,7 @@ class WorkerLifecycle:
                 launched = launch(spec, proc.incarnation)
                 sock, pid = launched.sock, launched.pid
         except OSError as exc:
-            self._make_fatal(proc, f"could not start: {exc}")
+            self._make_fatal(proc, f"could not start ({exc})")
             return
         proc.pid = None
         proc.sock = sock
@@ -388,9 +388,16 @@ class WorkerLifecycle:
         proc.kill_timer = None
         if proc.pid is None:
             return
-        log.warning("worker %s still runs %g s after SIGTERM; killing it", proc.name, grace)
+        jobs = ", ".join(str(rj.job_id) for rj in self.running.values() if rj.proc is proc)
+        if jobs:  # it took the SIGTERM, and waits for handlers that do not check job.cancelled()
+            log.warning("worker %s still runs job %s %g s after it was told to stop; killing it",
+                        proc.name, jobs, grace)
+            why = f"job {jobs} did not stop within {grace:g} s"
+        else:
+            log.warning("worker %s still runs %g s after SIGTERM; killing it", proc.name, grace)
+            why = f"it ignored SIGTERM for {grace:g} s"
         if proc.kill_reason is None:
-            proc.kill_reason = f"it ignored SIGTERM for {grace:g} s"
+            proc.kill_reason = why
         self.kill_worker(proc, signal.SIGKILL)
 
     def stop_worker(self, proc: WorkerProcess, *, kill_now: bool = False) -> None:

@@ -125,7 +125,7 @@ def _check_spec(spec: LaunchSpec) -> None:
     if spec.slots < 1 or not spec.types:
         raise ValueError(f"worker {spec.name}: needs at least one slot and one type")
     if not Path(spec.cwd).is_dir():
-        raise LaunchError(f"worker {spec.name}: directory {str(spec.cwd)!r} does not exist")
+        raise LaunchError(f"directory {str(spec.cwd)!r} does not exist")
 
 
 def _resolve_command(spec: LaunchSpec, env: dict[str, str]) -> str:
@@ -133,12 +133,12 @@ def _resolve_command(spec: LaunchSpec, env: dict[str, str]) -> str:
     if "/" in program:
         path = Path(spec.cwd, program)  # the config made it absolute; relative: from cwd
         if not (path.is_file() and os.access(path, os.X_OK)):
-            raise LaunchError(f"worker {spec.name}: command {str(path)!r} is not an "
+            raise LaunchError(f"command {str(path)!r} is not an "
                               f"executable file")
         return str(path.resolve())
     found = shutil.which(program, path=env.get("PATH", os.defpath))
     if found is None:
-        raise LaunchError(f"worker {spec.name}: command {program!r} not found on PATH")
+        raise LaunchError(f"command {program!r} not found on PATH")
     return found
 
 

@@ -7,7 +7,8 @@ its first job with a result for another job), `scribble` (reports progress with 
 wrong type or range, then succeeds), `cut` (writes half a frame and exits), `early` (says why on
 stderr and exits 1 before its hello), `future` (says hello in protocol 2), `odd` (announces one slot
 fewer than configured and a type more, then runs as `picky`) or `picky` (refuses the
-jobs whose payload has "refuse": true, runs the others for payload["seconds"], and answers
+jobs whose payload has "refuse": true, fails for good those with an "error", runs the others
+for payload["seconds"], and answers
 `stop` with a stopped result for each job it runs)."""
 
 import json
@@ -86,6 +87,9 @@ if mode in ("refuse", "picky", "odd"):
             if mode == "refuse" or payload.get("refuse"):
                 send({"t": "refused", "slot": msg["slot"], "job_id": msg["job"]["id"],
                       "reason": "not today"})
+            elif "error" in payload:
+                send({"t": "error", "slot": msg["slot"], "job_id": msg["job"]["id"],
+                      "error": payload["error"], "permanent": True})
             else:
                 running[msg["slot"]] = (msg["job"]["id"],
                                         time.monotonic() + payload.get("seconds", 0))
