@@ -10,6 +10,7 @@ import json
 import math
 import os
 import re
+import tomllib
 from pathlib import Path
 
 import click
@@ -58,6 +59,8 @@ def explain(config_path, job_id, as_json, plot_path):
     else:
         config = load_config(path)
         weights, source = config.scoring, f"[scoring] of {config.path}"
+        if "scoring" not in tomllib.loads(config.path.read_text(encoding="utf-8")):
+            source = f"defaults: {config.path} has no [scoring]"
     job = ex.explain_job(config, job_id) if job_id is not None else None
     if plot_path:
         from fairsched.sched.plots import plot_score_lines
@@ -87,7 +90,7 @@ def explain(config_path, job_id, as_json, plot_path):
         click.echo(f"score lines drawn to {plot_path}")
 
 
-@main.command()
+@main.command(short_help="Replay a job trace against the configured slots, per policy.")
 @click.argument("trace_path", metavar="TRACE")
 @click.option("--policy", "policies", multiple=True, metavar="NAME",
               help="fairsched, fifo, priority or optimal; repeat to compare "

@@ -41,9 +41,11 @@ def control_client(config_path: str | None, socket_path: str | None,
 @main.command()
 @config_option
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text",
-              show_default=True)
+              show_default=True,
+              help="The log on standard error: lines of text, or one JSON object per line.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
-              default="info", show_default=True)
+              default="info", show_default=True,
+              help="The least severe lines logged (warning: problems only).")
 @reports_errors
 def supervise(config_path, log_format, log_level):
     """Run the supervisor in the foreground."""
@@ -66,14 +68,15 @@ def supervise(config_path, log_format, log_level):
     sys.exit(code)
 
 
-@main.command()
+@main.command(short_help="One row per slot: its worker, state, job and progress.")
 @config_option
 @socket_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 @click.option("--watch", is_flag=True, help="Redraw every second until Ctrl-C.")
 @reports_errors
 def ps(config_path, socket_path, as_json, watch):
-    """One row per slot: worker, pid, slot, types, state, job, age, restarts, uptime, RSS, CPU."""
+    """One row per slot: worker, pid, slot, types, state, job, age, progress, restarts, uptime,
+    RSS, CPU."""
     client = control_client(config_path, socket_path)
     if watch:
         # Ctrl-C (SIGINT) ends the watch even where it was inherited ignored, as it is by a
@@ -97,13 +100,14 @@ def ps(config_path, socket_path, as_json, watch):
         click.echo("")
 
 
-@main.command()
+@main.command(short_help="Restart a worker group or process, fatal ones included.")
 @click.argument("name")
 @config_option
 @socket_option
 @reports_errors
 def restart(name, config_path, socket_path):
-    """Restart a worker group (pdf) or one process (pdf-1), fatal ones included."""
+    """Restart a worker group (pdf) or one process (pdf-1), fatal ones included, with the
+    handler's code as it is now."""
     reply = control_client(config_path, socket_path).request({"cmd": "restart", "name": name})
     if not reply.get("ok"):
         fail(reply.get("error", "restart failed"), int(reply.get("code", 1)))
@@ -117,7 +121,7 @@ def restart(name, config_path, socket_path):
               help="Seconds to let running jobs finish (default: shutdown_timeout).")
 @reports_errors
 def stop(config_path, socket_path, timeout):
-    """Gracefully stop the running supervisor and wait until it has exited."""
+    """Stop the supervisor gracefully and wait until it has exited."""
     timeout = parse_seconds("--timeout", timeout) if timeout is not None else None
     client = control_client(config_path, socket_path)
     # The shutdown takes its time; the answer that it began does not.
