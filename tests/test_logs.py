@@ -181,6 +181,14 @@ def test_log_level_warning_keeps_only_problems(supervisors):
     assert not sup.find(r"job od-1")
 
 
+def test_log_level_debug_shows_the_queue_at_work(supervisors, db):
+    sup = supervisors(WORKERS, log_level="debug").start()
+    job_id = int(sup.cli("submit", "pdf").stdout)
+    sup.wait_log(rf"job {job_id} succeeded")
+    assert sup.find(r"^fetched 1 candidates? for (.*, )?pdf \(1 free\)", level="debug")
+    assert sup.find(r"^claimed 1 of 1 jobs$", level="debug")
+
+
 def test_children_exiting_during_shutdown_leave_stderr_clean(supervisors):
     """A SIGCHLD that lands while the event loop closes must not print raw CPython lines."""
     for _ in range(3):

@@ -621,6 +621,21 @@ def test_a_claim_under_way_at_shutdown_leaves_its_job_pending(supervisors, db):
     assert row == ("pending", 0, 1, None), (row, sup.output())
 
 
+def test_the_supervisors_connections_say_whose_they_are(supervisors, db):
+    sup = supervisors(SLOW).start()
+    wanted = {f"fairsched {lane} (pid {sup.proc.pid})"
+              for lane in ("claims", "outcomes", "notifications")}
+    deadline = time.monotonic() + 20
+    with psycopg.connect(db, autocommit=True) as conn:
+        while True:
+            names = {row[0] for row in conn.execute(
+                "SELECT application_name FROM pg_stat_activity")}
+            if wanted <= names or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+    assert wanted <= names, names
+
+
 def test_a_lone_supervisor_never_loses_a_claim_to_itself(supervisors, db, tmp_path):
     # Rows reserved while a fetch is in flight must not come back as candidates: claiming
     # them twice would lose the second claim (and waste a round trip) every time.

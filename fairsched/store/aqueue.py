@@ -74,6 +74,7 @@ class AsyncStore:
         self.supervisor_id = supervisor_id
         self.lease = lease
         self.host = host
+        self.lane = "claims"  # what pg_stat_activity's application_name calls the connection
         # Set by a reconnect that found this supervisor's row gone: its jobs were rescued.
         self.lease_lost = False
         # The server's clock minus this host's, as of the last heartbeat: job times read from
@@ -83,7 +84,7 @@ class AsyncStore:
 
     @classmethod
     async def connect(cls, url: str, *, lease: float = 15.0, host: str | None = None,
-                      supervisor_id: int | None = None) -> AsyncStore:
+                      supervisor_id: int | None = None, lane: str = "claims") -> AsyncStore:
         """Connect and register a supervisor row; heartbeat well within `lease` seconds.
 
         After a lost connection, pass the old `supervisor_id` to carry on as the same
@@ -93,7 +94,7 @@ class AsyncStore:
         if not isinstance(lease, int | float) or not math.isfinite(lease) or lease <= 0:
             raise ValueError(f"lease must be a number of seconds > 0, got {lease!r}")
         host = host or socket.gethostname()
-        conn = await open_connection(url, float(lease))
+        conn = await open_connection(url, float(lease), lane)
         renewed: float | None = 0.0
         try:
             if supervisor_id is None:
@@ -107,13 +108,14 @@ class AsyncStore:
             await conn.close()
             raise
         store = cls(conn, url, supervisor_id, float(lease), host)
+        store.lane = lane
         store.lease_lost = renewed is None
         return store
 
     async def reconnect(self) -> None:
         """Replace a lost connection, staying the same supervisor (see connect)."""
         old = self.conn
-        conn = await open_connection(self.url, self.lease)
+        conn = await open_connection(self.url, self.lease, self.lane)
         try:
             self.lease_lost = await _renew(conn, self.supervisor_id, self.host, self.lease) is None
         except BaseException:
@@ -341,22 +343,24 @@ def _keyed_by_id(items: Iterable[tuple[int, str]]) -> str:
     return "{" + ",".join(f'"{job_id}":{text}' for job_id, text in items) + "}"
 
 
-async def open_connection(url: str, lease: float) -> psycopg.AsyncConnection:
+async def open_connection(url: str, lease: float, lane: str = "claims") -> psycopg.AsyncConnection:
     """An autocommit connection that notices a silently dead network well within the lease.
 
     A connection whose packets vanish (a NAT or firewall that dropped its state, a cut link)
     would otherwise hang a statement for the kernel's default of about 15 minutes, and an
     idle LISTEN connection for hours. So, over TCP, the kernel gives up on data unacknowledged
     for a third of the lease and probes an idle connection after a third of it. libpq ignores
-    these over Unix sockets; settings given in the URL win.
+    these over Unix sockets; settings given in the URL win. pg_stat_activity names the
+    connection by its `lane` and this process's pid.
     """
     given = conninfo_to_dict(url)
-    tcp = {"keepalives": 1, "keepalives_idle": max(1, round(lease / 3)),
-           "keepalives_interval": 1, "keepalives_count": 3,
-           "tcp_user_timeout": max(1000, round(lease * 1000 / 3))}
+    defaults = {"keepalives": 1, "keepalives_idle": max(1, round(lease / 3)),
+                "keepalives_interval": 1, "keepalives_count": 3,
+                "tcp_user_timeout": max(1000, round(lease * 1000 / 3)),
+                "application_name": f"fairsched {lane} (pid {os.getpid()})"}
     return await psycopg.AsyncConnection.connect(
         url, autocommit=True, connect_timeout=CONNECT_TIMEOUT,
-        **{key: value for key, value in tcp.items() if key not in given})
+        **{key: value for key, value in defaults.items() if key not in given})
 
 
 async def _renew(conn: psycopg.AsyncConnection, supervisor_id: int, host: str,
@@ -405,7 +409,7 @@ class Notifications:
         if self._closed:
             raise psycopg.InterfaceError("notifications are closed")
         if self._conn is None:
-            conn = await open_connection(self.url, self.lease)
+            conn = await open_connection(self.url, self.lease, "notifications")
             try:
                 await conn.execute(f"LISTEN {JOBS_CHANNEL}")
                 await conn.execute(f"LISTEN {CANCEL_CHANNEL}")

@@ -349,7 +349,7 @@ class QueueLink:
                         continue
                     self.writer = await self._answer(AsyncStore.connect(
                         self.database.url, lease=self.settings.lease,
-                        supervisor_id=self.supervisor_id))
+                        supervisor_id=self.supervisor_id, lane="outcomes"))
                     writer_since = time.monotonic()
                     if self.writer.lease_lost:  # found first here that our row was rescued
                         self._lease_lost()
@@ -421,6 +421,8 @@ class QueueLink:
                 raise
             finally:
                 self.claiming = False
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("claimed %d of %d jobs", len(won), len(claims))
             self.sup.on_claimed(claims, {qj.id: qj for qj in won})
         if self.fetch_wanted and not self.claims:
             self.fetch_wanted = False
@@ -428,6 +430,9 @@ class QueueLink:
             if wanted:
                 self.sup.notified.clear()  # rows notified before this fetch are in its answer
                 rows = await store.fetch(wanted, self.sup.priority_per_second)
+                if log.isEnabledFor(logging.DEBUG):
+                    log.debug("fetched %d candidates for %s", len(rows),
+                              ", ".join(f"{t} ({n} free)" for t, n in sorted(wanted.items())))
                 self.sup.on_fetched(rows, wanted)
                 # When the next delayed job or retry comes due, the jobs fetched may no longer
                 # be the best: learn when, if the fetch came back short (what is due is
