@@ -104,7 +104,8 @@ class WorkerPipes:
                             "came)", proc.name, proc.decoder.pending)
             self.killed_by_watchdog(proc)
             if not self.reap_worker(proc):  # exited: its jobs learn how (a signal, a code)
-                self.unregister_worker(proc, f"worker {proc.name} closed its pipe")
+                self.unregister_worker(proc, f"worker {proc.name} closed its pipe" + (
+                    f" after saying: {proc.said_fatal}" if proc.said_fatal else ""))
                 self.expect_exit(proc)
             return True
         self._take(proc, sock, size)
