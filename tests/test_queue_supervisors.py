@@ -1107,7 +1107,8 @@ def test_results_sent_just_before_a_restart_are_never_lost(supervisors, db, tmp_
     twice = [job for job, n in recorded(runs).items() if n > 1]
     assert not twice, (twice, sup.output()[-3000:])
     assert [r[1] for r in job_rows(db, set(jobs))] == ["succeeded"] * len(jobs)
-    assert re.search(r"worker rec-\d restarted by the operator \(pid \d+\)", sup.output())
+    assert re.search(r"worker rec-\d restarted by the operator \(stopping pid \d+\)",
+                     sup.output())
 
 
 def test_a_backlog_of_large_results_is_written_once_the_database_is_back(db):
