@@ -47,14 +47,13 @@ _loads = json.JSONDecoder(parse_constant=_reject_constant).decode
 
 
 def encode(msg: dict) -> bytes:
-    """One frame for `msg`; raises TypeError/ValueError for what JSON cannot hold and
+    """One frame for `msg`, non-ASCII text in UTF-8 (escaped only for a lone surrogate, which
+    UTF-8 cannot carry); raises TypeError/ValueError for what JSON cannot hold and
     ProtocolError when the frame would exceed MAX_FRAME."""
-    return _frame(_dumps(msg).encode("ascii"))  # ensure_ascii: valid UTF-8, lone surrogates too
-
-
-def json_text(value) -> str:
-    """`value` as the JSON text frames carry; TypeError/ValueError for what JSON cannot hold."""
-    return _dumps(value)
+    try:
+        return _frame(_dumps_utf8(msg).encode())
+    except UnicodeEncodeError:
+        return _frame(_dumps(msg).encode("ascii"))
 
 
 def payload_json(value) -> tuple[str, int]:

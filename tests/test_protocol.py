@@ -20,7 +20,7 @@ from fairsched.protocol import (
     encode,
     encode_run,
     json_depth,
-    json_text,
+    payload_json,
     validate,
 )
 
@@ -73,8 +73,11 @@ def test_frames_split_byte_by_byte_and_merged_in_one_read():
     assert decoder.feed(stream[-3:]) == MESSAGES[-1:]
 
 
-def test_encoding_is_compact_ascii_json():
+def test_encoding_is_compact_utf8_json():
     assert encode({"t": "stop"}) == b"\x00\x00\x00\x0c" + b'{"t":"stop"}'
+    # Non-ASCII text in UTF-8: 400 KB of "é" fits a frame its escapes (1.2 MB) would not.
+    frame = encode({"t": "fatal", "error": "é" * 200_000})
+    assert len(frame) < 400_100 and FrameDecoder().feed(frame)[0]["error"] == "é" * 200_000
     body = encode({"t": "fatal", "error": "é\ud800"})[4:]
     assert body.isascii()  # lone surrogates survive: escaped, never invalid UTF-8
     assert FrameDecoder().feed(encode({"t": "fatal", "error": "é\ud800"}))[0]["error"] == "é\ud800"
@@ -93,7 +96,7 @@ def test_a_frame_of_exactly_the_limit_passes_and_one_byte_more_fails():
     '{"path": "/a.pdf", "pages": [1, 2]}',  # jsonb as PostgreSQL prints it: spaces
     '{"name": "é😀"}',  # UTF-8 as stored, not escaped
     "null",
-    json_text({"path": "/a.pdf", "text": "é\ud800"}),  # an on-demand payload, escaped
+    payload_json({"path": "/a.pdf", "text": "é\ud800"})[0],  # on demand, a lone surrogate
 ])
 def test_a_run_frame_carries_its_payload_text_as_it_is(payload_json):
     data = encode_run("pdf-1.1.ab", 2, 5, "pdf", 3, 1, False, payload_json)
@@ -106,7 +109,7 @@ def test_a_run_frame_carries_its_payload_text_as_it_is(payload_json):
 
 def test_a_run_frame_too_large_is_refused():
     with pytest.raises(ProtocolError, match="exceeds the 1048576-byte limit"):
-        encode_run("i", 0, 1, "pdf", 0, 1, False, json_text("x" * MAX_FRAME))
+        encode_run("i", 0, 1, "pdf", 0, 1, False, payload_json("x" * MAX_FRAME)[0])
 
 
 def test_a_run_frame_of_a_payload_too_deep_for_a_worker_is_refused():

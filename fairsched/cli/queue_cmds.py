@@ -176,7 +176,7 @@ def submit_queued(config: Config | None, type_name: str, payload: Any, *, priori
     return job_id
 
 
-@main.command()
+@main.command(short_help="Enqueue a job (with --on-demand: run it now and wait).")
 @click.argument("type_name", metavar="TYPE")
 @click.option("--payload", metavar="JSON",
               help="The job's payload, as JSON; @FILE reads it from a file, - from stdin.")
@@ -307,7 +307,7 @@ def parse_job_id(text: str) -> int:
     return parse_int("ID", text, 1, 2**63 - 1)
 
 
-@main.command()
+@main.command(short_help="Put a failed or cancelled job back in the queue.")
 @click.argument("job_id", metavar="ID")
 @config_option
 @reports_errors
@@ -320,7 +320,7 @@ def retry(job_id, config_path):
     click.echo(f"job {job_id} is pending again")
 
 
-@main.command()
+@main.command(short_help="Cancel a pending job, or stop a running one.")
 @click.argument("job_id", metavar="ID")
 @config_option
 @reports_errors

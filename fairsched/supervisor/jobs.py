@@ -15,7 +15,7 @@ class Request:
     number: int
     type: str
     type_id: int
-    payload_json: str  # the payload as JSON text (protocol.json_text)
+    payload_json: str  # the payload as JSON text (protocol.payload_json)
     priority: int
     max_attempts: int
     notify: Callable[[dict], None]  # sends an event line to the waiting caller

@@ -231,7 +231,7 @@ class JobHandling:
 
     def submit_on_demand(self, type_name: str, payload_json: str, priority: int,
                          notify) -> Request | None:
-        """Accept an on-demand request (its payload as protocol.json_text); None when no
+        """Accept an on-demand request (its payload as protocol.payload_json); None when no
         configured worker supports the type."""
         tid = self.type_ids.get(type_name)
         if tid is None:
