@@ -162,8 +162,8 @@ def test_job_and_worker_lines_are_json(supervisors):
     exited = next(e for e in entries if e.get("event") == "worker_exited")
     assert exited["worker"] == "pdf-1" and exited["exit"].startswith("killed by SIGKILL")
     assert any(e.get("event") == "worker_fatal" and e["worker"] == "broken-1" for e in entries)
-    ready = next(e for e in entries if e.get("event") == "worker_ready")
-    assert {"worker": "pdf-1", "slots": 1, "types": ["pdf"]}.items() <= ready.items(), ready
+    ready = next(e for e in entries if e.get("event") == "worker_ready" and e["worker"] == "pdf-1")
+    assert {"group": "pdf", "slots": 1, "types": ["pdf"]}.items() <= ready.items(), ready
     # Every exit is a worker_exited: a crash, and each worker's stop at shutdown.
     stopped = {e["worker"] for e in entries
                if e.get("event") == "worker_exited" and e.get("restart_in") is None}
