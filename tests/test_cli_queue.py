@@ -12,6 +12,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from fairsched.store.errors import OtherDatabase
 from fairsched.store.queue import Queue
 
 WORKERS_TOML = """
@@ -351,18 +352,27 @@ def test_commands_beside_a_running_supervisor_leave_its_database_up(reused_state
         holder.stdout.close()
 
 
-def test_queue_commands_beside_a_supervisor_on_an_external_database_refuse(supervisors, db):
+def test_queue_commands_beside_a_supervisor_on_an_external_database_refuse(supervisors, db,
+                                                                         monkeypatch):
     # The supervisor has its database's URL from its environment; a command run without it
     # would start an empty embedded database in the same state_dir, which nothing reads.
     sup = supervisors('[[worker]]\nname = "pdf"\ntypes = ["pdf"]\n'
                       'handler = "sup_handlers:echo"\n').start()
     pid = sup.ps()["supervisor"]["pid"]
-    for command in (["submit", "pdf"], ["jobs"], ["retry", "1"], ["cancel", "1"]):
+    commands = (["submit", "pdf"], ["jobs"], ["retry", "1"], ["cancel", "1"],
+                ["explain", "--job", "1"])
+    for command in commands:
         line = one_line_error(fairsched(*command, "--config", str(sup.config), url=None), 2)
         assert line == (f"fairsched: the supervisor (pid {pid}) on {sup.dir / 'state'} uses an "
                         "external database; give this command its URL with "
                         f"FAIRSCHED_DATABASE_URL or `[supervisor] database` in {sup.config}")
     assert not (sup.dir / "state" / "pg").exists()
+    # An embedded database left from an earlier setup is not taken for the supervisor's.
+    (sup.dir / "state" / "pg").mkdir()
+    one_line_error(fairsched("submit", "pdf", "--config", str(sup.config), url=None), 2)
+    monkeypatch.delenv("FAIRSCHED_DATABASE_URL", raising=False)
+    with pytest.raises(OtherDatabase, match=f"the supervisor \\(pid {pid}\\)"):
+        Queue.open(sup.config)  # the Python API alike
     assert jobs_in(db) == 0
     submitted = fairsched("submit", "pdf", "--config", str(sup.config), url=db)
     assert submitted.returncode == 0, submitted.stderr

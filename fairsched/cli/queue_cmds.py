@@ -11,7 +11,6 @@ import math
 import os
 import re
 import sys
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -58,44 +57,9 @@ def open_queue(config: Config | None) -> Queue:
     if config is None:  # FAIRSCHED_DATABASE_URL names it: no state_dir to look in
         return Queue.open(Path.cwd(), None, create=True)
     if not chosen_url(config.supervisor.database, config.path):
-        refuse_beside_an_external_supervisor(config)
         config.make_state_dir()  # the embedded database's home: one line naming the setting
     return Queue.open(config.supervisor.state_dir, config.supervisor.database, create=True,
                       config_file=config.path)
-
-
-STARTING_WITHIN = 15.0  # seconds a supervisor just started has to say which database it uses
-
-
-def refuse_beside_an_external_supervisor(config: Config) -> None:
-    """UsageProblem when a supervisor runs on this state_dir with an external database and
-    there is no embedded one: the embedded database this command would start there is one
-    no supervisor reads."""
-    from fairsched.control_client import ControlClient, NoAnswer, NotRunning, lock_holder
-
-    state_dir = config.supervisor.state_dir
-    deadline = time.monotonic() + STARTING_WITHIN
-    while not (state_dir / "pg").exists():  # a supervisor on the embedded database makes it
-        try:
-            ps = ControlClient(config.control_socket, timeout=2.0).ps()["supervisor"]
-        except (NotRunning, NoAnswer, OSError, ValueError, KeyError, TypeError):
-            ps = None
-        if ps is not None:
-            if ps.get("database") == "external":
-                raise UsageProblem(
-                    f"the supervisor (pid {ps.get('pid', '?')}) on {state_dir} uses an external"
-                    " database; give this command its URL with FAIRSCHED_DATABASE_URL or"
-                    f" `[supervisor] database` in {config.path}")
-            return
-        pid = lock_holder(config.control_socket.parent)
-        if pid is None:  # no supervisor: the embedded database is this state_dir's
-            return
-        if time.monotonic() >= deadline:
-            raise UsageProblem(
-                f"the supervisor (pid {pid}) on {state_dir} has not said which database it uses"
-                " (starting, or stalled); try again, or give this command the database's URL"
-                " with FAIRSCHED_DATABASE_URL")
-        time.sleep(0.1)
 
 
 # -- submit -----------------------------------------------------------------------------------

@@ -19,6 +19,11 @@ class BadStateDir(DatabaseUnavailable, ConfigError):
     """The embedded PostgreSQL cannot live in state_dir as configured: exit 2."""
 
 
+class OtherDatabase(StoreError, ConfigError):
+    """A supervisor runs on this state_dir with an external database, which this command was
+    not given: the embedded one it would open there is read by no supervisor. Exit 2."""
+
+
 class SchemaError(StoreError):
     """The database schema is not one this version of fairsched can use."""
 

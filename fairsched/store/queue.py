@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import decimal
 import json
+import os
 import re
+import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,12 @@ from psycopg.rows import dict_row
 
 from fairsched.protocol import MAX_DEPTH, MAX_PAYLOAD, json_depth
 from fairsched.store.database import Database, chosen_url, open_database
-from fairsched.store.errors import DatabaseUnavailable, JobNotFound, JobStateError
+from fairsched.store.errors import (
+    DatabaseUnavailable,
+    JobNotFound,
+    JobStateError,
+    OtherDatabase,
+)
 from fairsched.store.schema import MAX_DELAY, MAX_PRIORITY, STATUSES
 
 # payload and result come as text, decoded by _job: a value nested too deeply to decode (one
@@ -98,6 +105,8 @@ class Queue:
             raise DatabaseUnavailable(
                 f"{path}: no embedded database here; give the supervisor's workers.toml (it "
                 "names the database), or the state_dir of one that uses the embedded database")
+        if not chosen_url(url, config_file):
+            refuse_beside_an_external_supervisor(path, config_file)
         database = open_database(path, url, config_file)
         try:
             conn = database.connect()
@@ -279,6 +288,42 @@ class Queue:
         if row is None:
             raise JobNotFound(id)
         return row[0]
+
+
+STARTING_WITHIN = 15.0  # seconds a supervisor just started has to say which database it uses
+
+
+def refuse_beside_an_external_supervisor(state_dir: Path,
+                                         config_file: str | os.PathLike | None) -> None:
+    """OtherDatabase when a supervisor runs on `state_dir` with an external database: the
+    embedded one a queue would open there (starting it, or one left from an earlier setup)
+    is read by no supervisor. Asks the supervisor (one round trip when one runs)."""
+    from fairsched.control_client import ControlClient, NoAnswer, NotRunning, lock_holder
+
+    socket_path = Path(state_dir) / "control" / "sock"
+    deadline = time.monotonic() + STARTING_WITHIN
+    while True:
+        try:
+            ps = ControlClient(socket_path, timeout=2.0).ps()["supervisor"]
+        except (NotRunning, NoAnswer, OSError, ValueError, KeyError, TypeError):
+            ps = None
+        kind = ps.get("database") if isinstance(ps, dict) else None
+        if kind == "external":
+            where = f"`[supervisor] database` in {config_file}" if config_file else "Queue.open's url"
+            raise OtherDatabase(
+                f"the supervisor (pid {ps.get('pid', '?')}) on {state_dir} uses an external "
+                f"database; give this command its URL with FAIRSCHED_DATABASE_URL or {where}")
+        if kind == "embedded" or (Path(state_dir) / "pg").exists():
+            return  # the embedded database here is the supervisor's (or there is none)
+        pid = lock_holder(socket_path.parent)
+        if pid is None:  # no supervisor: the embedded database is this state_dir's
+            return
+        if time.monotonic() >= deadline:
+            raise DatabaseUnavailable(
+                f"the supervisor (pid {pid}) on {state_dir} has not said which database it uses"
+                " (starting, or stalled); try again, or give this command the database's URL"
+                " with FAIRSCHED_DATABASE_URL")
+        time.sleep(0.1)
 
 
 def job_row(job: Mapping[str, Any], index: int = 0, several: bool = False) -> tuple:
