@@ -93,7 +93,9 @@ def test_keys_inside_one_batch_and_against_the_table(queue):
 
 def test_batches_sharing_keys_in_any_order_do_not_deadlock(db):
     # Each batch takes its keys' index entries as it inserts them: in input order, two
-    # batches holding the same keys in opposite orders would each wait for the other.
+    # batches holding the same keys in opposite orders would each wait for the other. Each
+    # batch runs in a transaction of its caller's, where enqueue_many cannot run it again: a
+    # deadlock would surface here.
     import random
     import threading
 
@@ -103,12 +105,14 @@ def test_batches_sharing_keys_in_any_order_do_not_deadlock(db):
 
     def enqueue(seed: int) -> None:
         try:
-            with psycopg.connect(db, autocommit=True) as conn:
+            with psycopg.connect(db) as conn:
                 for round in range(3):
                     order = [f"r{round}-k{i}" for i in range(3000)]
                     random.Random(seed * 10 + round).shuffle(order)
                     start.wait(10)
-                    ids = Queue(conn).enqueue_many([{"type": "mail", "key": k} for k in order])
+                    with conn.transaction():
+                        ids = Queue(conn).enqueue_many([{"type": "mail", "key": k}
+                                                        for k in order])
                     found.append(dict(zip(order, ids, strict=True)))
         except BaseException as exc:
             errors.append(exc)
