@@ -186,7 +186,7 @@ def test_numbers_count_as_jsonb_writes_them_out(queue):
         queue.enqueue("pdf", [1e308] * 4000)
     assert str(err.value).startswith(
         "payload is 1240001 bytes of JSON once its numbers are written out in full, as "
-        "PostgreSQL stores them (28001 as given); at most 524288 fit")
+        "PostgreSQL stores them (28001 as compact JSON); at most 524288 fit")
     assert count(queue) == 1
 
 

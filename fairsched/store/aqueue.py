@@ -240,7 +240,9 @@ class AsyncStore:
         """The status a failed attempt of this supervisor's under `claim` left, if it was
         written (by a try whose answer was lost with its connection); None if it was not: the
         row moved on without it (a rescue writes its own last_error; a new claim, its own
-        claim number)."""
+        claim number). One such row reads as ours: a job rescued while cancelling keeps the
+        last_error an earlier attempt left, and that may be the very error this attempt
+        reports; the row is right all the same, only "not recorded" goes unsaid."""
         cur = await self.conn.execute(
             "SELECT status FROM fairsched_jobs WHERE id = %s AND claims = %s"
             " AND status <> 'running' AND last_error = %s"
@@ -351,13 +353,13 @@ async def open_connection(url: str, lease: float, lane: str = "claims") -> psyco
     idle LISTEN connection for hours. So, over TCP, the kernel gives up on data unacknowledged
     for a third of the lease and probes an idle connection after a third of it. libpq ignores
     these over Unix sockets; settings given in the URL win. pg_stat_activity names the
-    connection by its `lane` and this process's pid.
+    connection by its `lane` and this process's pid, unless the URL or PGAPPNAME names it.
     """
     given = conninfo_to_dict(url)
     defaults = {"keepalives": 1, "keepalives_idle": max(1, round(lease / 3)),
                 "keepalives_interval": 1, "keepalives_count": 3,
                 "tcp_user_timeout": max(1000, round(lease * 1000 / 3)),
-                "application_name": f"fairsched {lane} (pid {os.getpid()})"}
+                "fallback_application_name": f"fairsched {lane} (pid {os.getpid()})"}
     return await psycopg.AsyncConnection.connect(
         url, autocommit=True, connect_timeout=CONNECT_TIMEOUT,
         **{key: value for key, value in defaults.items() if key not in given})

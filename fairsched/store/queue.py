@@ -377,7 +377,7 @@ def _job_row(job: Mapping[str, Any], index: int) -> tuple:
     if size > MAX_PAYLOAD:
         grown = number_growth(payload)
         how = (f" once its numbers are written out in full, as PostgreSQL stores them"
-               f" ({size - grown} as given)" if grown > 0 else "")
+               f" ({size - grown} as compact JSON)" if grown > 0 else "")
         raise ValueError(f"payload is {size} bytes of JSON{how}; at most {MAX_PAYLOAD} fit in"
                          " the frame that takes a job to its worker (pass a path or a URL instead)")
     if payload is not None and json_depth(payload) > MAX_DEPTH:

@@ -279,7 +279,8 @@ class JobHandling:
         req.cancelled = True
         if self.requests.pop(req.number, None) is not None:
             req.done = True
-            return "withdrawn before it started"
+            return ("withdrawn before its next attempt" if req.attempts
+                    else "withdrawn before it started")
         rj = self.running_by_job.get(req.job_id)
         if rj is None:
             return "it had just finished"

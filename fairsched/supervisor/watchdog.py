@@ -90,14 +90,11 @@ def _drain(sock: socket.socket, buffer: bytes) -> tuple[bytes, bytes, bool]:
 
 
 def _kill(pids: tuple[int, ...]) -> None:
+    # Process groups only: a pid alone may have been given to another process by now. A
+    # worker too new to lead its own session has no job, and leaves once its pipe closes.
     for pid in pids:
-        try:
+        with contextlib.suppress(OSError):
             os.killpg(pid, signal.SIGKILL)
-        except ProcessLookupError:  # a worker forked too recently to lead a session yet
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
 
 
 def watch(sock: socket.socket) -> None:
