@@ -297,8 +297,8 @@ def test_sigterm_honours_shutdown_timeout_and_leaves_no_orphans(supervisors):
     out = sup.output()
     assert re.search(r"worker pdf-1 still runs job od-\d+ at the end of shutdown_timeout \(1 s\); "
                      r"killing it", out), out
-    assert ("worker pdf-1 stopped (killed by SIGKILL from the supervisor (still running at the end"
-            " of shutdown_timeout (1 s)))") in out, out
+    assert ("worker pdf-1 stopped: killed by SIGKILL from the supervisor (still running after "
+            "shutdown_timeout, 1 s)") in out, out
 
 
 def test_shutdown_stops_each_worker_once_its_own_jobs_have_reported(supervisors):
@@ -310,7 +310,7 @@ def test_shutdown_stops_each_worker_once_its_own_jobs_have_reported(supervisors)
     assert sup.wait_exit(20) == 0
     caller.communicate(timeout=10)
     out = sup.output()
-    idle = out.index("worker pdf-1 stopped (exited with code 0)")
+    idle = out.index("worker pdf-1 stopped: exited with code 0")
     assert idle < out.index("worker slow-1 still runs job"), out  # not held by slow-1's job
 
 

@@ -237,7 +237,8 @@ class Supervisor(WorkerLifecycle, TemplateLifecycle, WorkerPipes, JobHandling):
                             f"at the end of shutdown_timeout ({timeout:g} s)")
                     log.warning("worker %s still runs job %s %s; killing it", proc.name,
                                 ", ".join(jobs), when)
-                    proc.kill_reason = f"still running {when}"
+                    proc.kill_reason = ("still running when stop was asked again" if self.hurried
+                                        else f"still running after shutdown_timeout, {timeout:g} s")
                 self.stop_worker(proc, kill_now=bool(jobs))
         deadline = time.monotonic() + STOP_GRACE + 1.0
         while self.by_pid and time.monotonic() < deadline:

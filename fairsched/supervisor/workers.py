@@ -227,7 +227,7 @@ class WorkerLifecycle:
         self._changed()
         if self.shutting_down:
             proc.set_state(ProcessState.STOPPED)
-            log.info("worker %s stopped (%s)", proc.name, how,
+            log.info("worker %s stopped: %s", proc.name, how,
                      extra=fields(event="worker_exited", worker=proc.name, group=proc.group,
                                   exit=how, restart_in=None))
             return
