@@ -6,7 +6,6 @@ kept across a lost connection until written.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fairsched.store.aqueue import AsyncStore
@@ -38,7 +37,6 @@ class Failure:
     error: str
     permanent: bool
     retry_delay: float
-    done: Callable[[str], None] | None = None
 
 
 @dataclass
@@ -78,8 +76,6 @@ class Outbox:
             self.failures.pop(0)
             if status is None:
                 refused.append(f.job_id)
-            if f.done is not None:
-                f.done(status)
         if refused:
             # The row moved on without us: handed back to the queue after this supervisor's
             # lease expired, and perhaps run again elsewhere. The log said "succeeded" or

@@ -15,13 +15,11 @@ import contextlib
 import logging
 import math
 import time
-from typing import Any
 
 import psycopg
 
 from fairsched.store.aqueue import AsyncStore
 from fairsched.store.database import first_line, open_database
-from fairsched.store.queue import encode_json
 from fairsched.supervisor.outbox import Failure, Outbox
 
 log = logging.getLogger("fairsched.queue")
@@ -94,18 +92,8 @@ class QueueLink:
         self.claims.extend(pairs)
         self.wake()
 
-    def complete(self, job_id: int, claim: int, result: Any) -> None:
-        try:
-            text = encode_json(result, "result")
-        except ValueError as exc:  # NaN, a NUL character: the job fails for good instead
-            why = f"the result could not be stored: {exc}"
-
-            def said(status, job_id=job_id, why=why):  # the actor logged "succeeded" already
-                if status == "failed":
-                    log.warning("job %s failed for good after all: %s", job_id, why)
-
-            self.fail(Failure(job_id, claim, why, permanent=True, retry_delay=0, done=said))
-            return
+    def complete(self, job_id: int, claim: int, text: str | None) -> None:
+        """Record a success; `text` is its result as JSON text (queue.encode_json)."""
         self.outbox.completions.append((job_id, claim, text))
         self._outbox_wake.set()
 

@@ -10,6 +10,7 @@ import time
 from fairsched.logs import fields
 from fairsched.protocol import ProtocolError, encode_run
 from fairsched.store.aqueue import retry_delay
+from fairsched.store.queue import encode_json
 from fairsched.supervisor.jobs import Request, RunningJob
 from fairsched.supervisor.outbox import Failure
 from fairsched.supervisor.states import ProcessState
@@ -125,10 +126,16 @@ class JobHandling:
         self.schedule()
 
     def _finish_queued(self, rj, outcome, result, error, permanent, duration) -> None:
+        if outcome == "succeeded":
+            try:
+                text = encode_json(result, "result")
+            except ValueError as exc:  # NaN, a NUL character: jsonb cannot hold it
+                outcome, error = "failed", f"the result could not be stored: {exc}"
+                permanent = True
         # A job that did its work succeeded, whatever cancel came too late to stop it.
         if outcome == "succeeded":
             self._record(rj, "succeeded", duration)
-            self.queue.complete(rj.job_id, rj.claim, result)
+            self.queue.complete(rj.job_id, rj.claim, text)
             if log.isEnabledFor(logging.INFO):
                 log.info("job %s succeeded: %s, %.3f s", rj.job_id, where(rj), duration,
                          extra=job_fields(rj, "succeeded", duration))
