@@ -131,6 +131,13 @@ def test_a_result_as_deep_as_a_payload_may_be_goes_through(start):
     assert peer.expect("result")["job_id"] == 1
 
 
+def test_a_large_result_of_accented_text_goes_through_in_utf8(start):
+    peer = start()
+    peer.hello()
+    peer.run(1, payload={"text": "é" * 200_000})  # 400 KB in UTF-8, 1.2 MB escaped
+    assert peer.expect("result")["result"]["payload"]["text"] == "é" * 200_000
+
+
 def test_an_async_handler_is_run_to_its_end(start):
     peer = start(handler="worker_handlers:async_echo", slots=2)
     peer.hello()

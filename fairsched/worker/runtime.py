@@ -401,7 +401,7 @@ class Worker:
         except Exception as exc:  # TypeError mostly; whatever a strange object's methods raise
             error = f"result is not JSON-serialisable: {describe_exception(exc)}"
         else:  # the supervisor reads no deeper than it sends payloads
-            if len(data) <= 2 * MAX_DEPTH or json_depth(data[4:].decode("ascii")) <= MAX_DEPTH:
+            if len(data) <= 2 * MAX_DEPTH or json_depth(data[4:].decode()) <= MAX_DEPTH:
                 return data
             error = f"result nests deeper than {MAX_DEPTH - 1} levels"
         note(f"job {job.id} ({job.type}) failed permanently: {error}")
