@@ -262,6 +262,20 @@ def test_cancel_reaches_job_cancelled(start):
     assert result["stopped"] is True  # it saw the cancel: what it returned is not the job done
 
 
+@pytest.mark.parametrize("raised", ["retryable", "permanent"])
+def test_a_handler_that_raises_once_it_saw_the_cancel_stopped_early(start, raised):
+    # Asking is what counts: raising to stop is stopping, not a failure of the job, so a
+    # shutdown or a restart hands it back unspent.
+    peer = start(handler="worker_handlers:until_cancelled")
+    peer.hello()
+    peer.run(1, payload={"raise": raised})
+    assert peer.recv()["t"] == "progress"
+    peer.cancel(1)
+    assert peer.expect("result") == {"t": "result", "slot": 0, "job_id": 1, "result": None,
+                                     "stopped": True}
+    assert "job 1 (echo) stopped early on a cancel, raising " in peer.log()
+
+
 def test_a_job_that_never_asks_about_the_cancel_finishes_unstopped(start):
     peer = start(handler="worker_handlers:ignores_cancel")
     peer.hello()

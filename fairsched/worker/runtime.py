@@ -379,10 +379,14 @@ class Worker:
         try:
             value = self.handler(job)
         except PermanentError as exc:
+            if job._stopped:
+                return self._stopped_by_raising(job, head, exc)
             note(f"job {job.id} ({job.type}) failed permanently: {describe_exception(exc)}")
             data = encode({"t": "error", **head, "error": describe_exception(exc),
                            "permanent": True})
         except BaseException as exc:  # SystemExit too: a handler must not end the worker
+            if job._stopped:
+                return self._stopped_by_raising(job, head, exc)
             note(f"job {job.id} ({job.type}) failed, attempt {job.attempt}:")
             traceback.print_exc()
             data = encode({"t": "error", **head, "error": describe_exception(exc),
@@ -390,6 +394,13 @@ class Worker:
         else:
             data = self._result_frame(job, head, value)
         return data
+
+    def _stopped_by_raising(self, job: Job, head: dict, exc: BaseException) -> bytes:
+        """The handler saw job.cancelled() and raised to stop: stopped early, as if it had
+        returned (asking is what counts); the supervisor knows what that stop costs."""
+        note(f"job {job.id} ({job.type}) stopped early on a cancel, raising "
+             f"{describe_exception(exc)}")
+        return self._result_frame(job, head, None)
 
     def _result_frame(self, job: Job, head: dict, value: Any) -> bytes:
         if job._stopped:

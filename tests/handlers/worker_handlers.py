@@ -84,6 +84,9 @@ def until_cancelled(job: fairsched.Job):
     deadline = time.monotonic() + float((job.payload or {}).get("seconds", WAIT))
     while time.monotonic() < deadline:
         if job.cancelled():
+            if (job.payload or {}).get("raise"):  # a handler that stops by raising
+                raise (fairsched.PermanentError if job.payload["raise"] == "permanent"
+                       else RuntimeError)("stopped by the cancel")
             return {"cancelled": True}
         time.sleep(0.005)
     return {"cancelled": False}
