@@ -11,6 +11,7 @@ import socket
 import struct
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -888,6 +889,28 @@ def test_a_worker_its_template_forks_during_the_shutdown_is_stopped_at_once(supe
     assert out.index(f"spawned (pid {new})") < out.index(stopped[0])
     assert out.index(stopped[0]) < out.index("worker slow-1 still runs job"), out
     assert not alive(new) and time.monotonic() - began < 10
+
+
+def test_what_a_handlers_import_started_in_its_template_goes_with_the_supervisor(supervisors):
+    sup = supervisors('[[worker]]\nname = "sp"\ntypes = ["sp"]\nhandler = "spawner:run"\n')
+    (sup.dir / "spawner.py").write_text(textwrap.dedent("""
+        import pathlib, subprocess
+        HELPER = subprocess.Popen(["sleep", "600"])  # a helper the module starts at import
+        pathlib.Path(__file__).with_name("helpers").open("a").write(f"{HELPER.pid}\\n")
+
+        def run(job):
+            return None
+    """))
+    sup.start()
+    assert sup.cli("submit", "sp", "--on-demand").returncode == 0
+    helpers = [int(pid) for pid in (sup.dir / "helpers").read_text().split()]
+    assert helpers and all(alive(pid) for pid in helpers)  # the template's, and maybe a cold one's
+    assert sup.cli("stop").returncode == 0
+    assert sup.wait_exit() == 0
+    deadline = time.monotonic() + 5
+    while any(alive(pid) for pid in helpers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [pid for pid in helpers if alive(pid)]
 
 
 def templates_of(sup, group: str) -> list[psutil.Process]:

@@ -256,6 +256,9 @@ class Supervisor(WorkerLifecycle, TemplateLifecycle, WorkerPipes, JobHandling):
         self.reap_workers()
         for template in [*self.templates.values(), *self.warming.values()]:
             self._drop_template(template)
+        for pid in self.template_pids:  # the templates and what their imports started
+            with contextlib.suppress(OSError):
+                os.killpg(pid, signal.SIGKILL)
         await self.queue.close()
         self.observer.stop()
         if self.up:

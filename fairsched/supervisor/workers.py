@@ -159,6 +159,10 @@ class WorkerLifecycle:
             self._changed()
         elif pid in self.template_pids:
             group = self.template_pids.pop(pid)
+            # What its handler's import started (a helper process, say) goes with it, as
+            # what a job starts goes with its worker: the workers it forked lead their own.
+            with contextlib.suppress(OSError):
+                os.killpg(pid, signal.SIGKILL)
             template = self.templates.get(group)
             if template is not None and template.pid == pid:
                 self._drop_template(template)
