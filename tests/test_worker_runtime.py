@@ -97,6 +97,21 @@ def test_handler_exception_is_a_retryable_error_with_traceback_in_the_log(start)
                      r"attempt 3:$", log, re.M), log
 
 
+def test_a_log_that_cannot_be_written_does_not_hide_the_jobs_error(start):
+    peer = start(handler="worker_handlers:fail")
+    peer.hello()
+    peer.run(1, payload={"close_stderr": True})
+    assert peer.expect("error")["error"] == "RuntimeError: boom on attempt 1"
+
+
+def test_an_error_whose_message_cannot_be_made_is_still_permanent(start):
+    peer = start(handler="worker_handlers:fail_unspeakably")
+    peer.hello()
+    peer.run(1)
+    assert peer.expect("error") == {"t": "error", "slot": 0, "job_id": 1,
+                                    "error": "Unspeakable", "permanent": True}
+
+
 def test_permanent_error_is_marked_permanent(start):
     peer = start(handler="worker_handlers:fail_permanently")
     peer.hello()

@@ -154,7 +154,7 @@ def describe_exception(exc: BaseException) -> str:
     """'ExcType: message', as sent in an error frame."""
     try:
         text = str(exc)
-    except Exception:
+    except BaseException:  # a __str__ that raises, even SystemExit: the type is still news
         text = ""
     name = type(exc).__name__
     return (f"{name}: {text}" if text else name)[:MAX_ERROR]
@@ -388,7 +388,7 @@ class Worker:
             if job._stopped:
                 return self._stopped_by_raising(job, head, exc)
             note(f"job {job.id} ({job.type}) failed, attempt {job.attempt}:")
-            traceback.print_exc()
+            note_traceback()
             data = encode({"t": "error", **head, "error": describe_exception(exc),
                            "permanent": False})
         else:
@@ -457,7 +457,18 @@ def note(line: str) -> None:
     every supervisor)."""
     now = time.time()
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}Z"
-    print(f"{stamp} {line}", file=sys.stderr, flush=True)
+    try:
+        print(f"{stamp} {line}", file=sys.stderr, flush=True)
+    except (OSError, ValueError):  # a full disk, a handler that closed stderr: the line is lost,
+        pass                       # not the job's outcome
+
+
+def note_traceback() -> None:
+    """The traceback of the exception being handled, to the log, as note() writes lines."""
+    try:
+        traceback.print_exc()
+    except (OSError, ValueError):
+        pass
 
 
 def serve(settings: Settings, handler: Handler, sock: socket.socket) -> NoReturn:

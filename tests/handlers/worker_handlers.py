@@ -36,7 +36,18 @@ def environment(job: fairsched.Job):
 
 
 def fail(job: fairsched.Job):
+    if (job.payload or {}).get("close_stderr"):  # the log cannot be written any more
+        sys.stderr.close()
     raise RuntimeError(f"boom on attempt {job.attempt}")
+
+
+class Unspeakable(fairsched.PermanentError):
+    def __str__(self):
+        raise SystemExit(3)
+
+
+def fail_unspeakably(job: fairsched.Job):
+    raise Unspeakable()
 
 
 def fail_permanently(job: fairsched.Job):
