@@ -112,6 +112,15 @@ def test_an_error_whose_message_cannot_be_made_is_still_permanent(start):
                                     "error": "Unspeakable", "permanent": True}
 
 
+def test_a_handlers_fork_that_returns_does_not_answer_for_the_worker(start):
+    peer = start(handler="worker_handlers:forks")
+    peer.hello()
+    for job_id in (1, 2):  # and the worker is still in step for the next job
+        peer.run(job_id)
+        msg = peer.expect("result")
+        assert (msg["job_id"], msg["result"]) == (job_id, {"from": "parent"}), msg
+
+
 def test_permanent_error_is_marked_permanent(start):
     peer = start(handler="worker_handlers:fail_permanently")
     peer.hello()

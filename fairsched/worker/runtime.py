@@ -188,6 +188,7 @@ class Worker:
         self.sock = sock
         self.settings = settings
         self.handler = handler
+        self.pid = os.getpid()
         self.jobs: list[Job | None] = [None] * settings.slots
         # Jobs read but not yet started. One thread at a time is called for them (woken or
         # started), and a thread that takes one calls the next: a burst of long jobs still
@@ -321,7 +322,10 @@ class Worker:
             if call is not None:
                 call()
             try:
-                self.finish_job(job, self.run_job(job))
+                data = self.run_job(job)
+                if os.getpid() != self.pid:  # a handler's fork came back here: it is not the
+                    exit_now(0)              # worker, and must not speak for it
+                self.finish_job(job, data)
             finally:
                 state.acquire()
             self._returning -= 1

@@ -141,3 +141,12 @@ async def async_echo(job: fairsched.Job):
 
     await asyncio.sleep(0.01)
     return {"payload": job.payload, "awaited": True}
+
+
+def forks(job: fairsched.Job):
+    """Forks, and both processes return from the handler: only the worker may answer."""
+    pid = os.fork()
+    if pid == 0:
+        return {"from": "child"}
+    os.waitpid(pid, 0)
+    return {"from": "parent"}
