@@ -172,6 +172,13 @@ def test_an_async_handler_is_run_to_its_end(start):
                        2: {"payload": {"n": 2}, "awaited": True}}
 
 
+def test_an_object_with_an_async_call_is_run_to_its_end(start):
+    peer = start(handler="worker_handlers:async_callable")
+    peer.hello()
+    peer.run(4)
+    assert peer.expect("result")["result"] == {"called": 4}
+
+
 def test_sys_exit_in_a_handler_fails_the_job_not_the_worker(start):
     peer = start(handler="worker_handlers:exit_in_handler")
     peer.hello()
@@ -379,6 +386,12 @@ def test_stop_when_idle_exits_0_at_once(start):
      "library is not installed"),
     ("interrupt_on_import:handle",
      "could not start: cannot import handler 'interrupt_on_import:handle': KeyboardInterrupt"),
+    ("worker_handlers:generator",
+     "could not start: handler 'worker_handlers:generator' is a generator function: it must "
+     "return its result (or be an `async def` that returns it)"),
+    ("worker_handlers:no_arguments",
+     "could not start: handler 'worker_handlers:no_arguments' must take one argument, the job; "
+     "its signature is ()"),
 ])
 def test_handler_import_failure_exits_78_with_one_clear_line(start, handler, line):
     peer = start(handler=handler)

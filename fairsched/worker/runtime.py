@@ -134,7 +134,19 @@ def load_handler(ref: str | None) -> Handler:
                            f"attribute {func_name!r}") from None
     if not callable(handler):
         raise StartupError(f"handler {ref!r} is a {type(handler).__name__}, not a function")
-    if inspect.iscoroutinefunction(handler):
+    # Shapes that would fail every job they get, said once here instead.
+    if inspect.isgeneratorfunction(handler) or inspect.isasyncgenfunction(handler):
+        raise StartupError(f"handler {ref!r} is a generator function: it must return its "
+                           "result (or be an `async def` that returns it)")
+    try:
+        inspect.signature(handler).bind(None)
+    except TypeError:
+        raise StartupError(f"handler {ref!r} must take one argument, the job; its signature "
+                           f"is {inspect.signature(handler)}") from None
+    except ValueError:  # no signature to be had (some builtins): let the jobs tell
+        pass
+    call = handler if inspect.isroutine(handler) else type(handler).__call__
+    if inspect.iscoroutinefunction(call):  # an `async def`, or an object whose __call__ is one
         return _run_coroutine(handler)
     return handler
 

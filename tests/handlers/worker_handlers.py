@@ -150,3 +150,19 @@ def forks(job: fairsched.Job):
         return {"from": "child"}
     os.waitpid(pid, 0)
     return {"from": "parent"}
+
+
+def generator(job: fairsched.Job):
+    yield job.id
+
+
+def no_arguments():
+    return None
+
+
+class AsyncCallable:
+    async def __call__(self, job: fairsched.Job):
+        return {"called": job.id}
+
+
+async_callable = AsyncCallable()
