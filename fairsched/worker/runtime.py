@@ -145,8 +145,9 @@ def load_handler(ref: str | None) -> Handler:
                            f"is {inspect.signature(handler)}") from None
     except ValueError:  # no signature to be had (some builtins): let the jobs tell
         pass
-    call = handler if inspect.isroutine(handler) else type(handler).__call__
-    if inspect.iscoroutinefunction(call):  # an `async def`, or an object whose __call__ is one
+    if inspect.iscoroutinefunction(handler) or (  # an `async def` (a partial of one too),
+            not inspect.isroutine(handler)         # or an object whose __call__ is one
+            and inspect.iscoroutinefunction(type(handler).__call__)):
         return _run_coroutine(handler)
     return handler
 
