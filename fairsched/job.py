@@ -51,7 +51,7 @@ class Job:
             except OverflowError:  # an integer or Fraction past any float: far out of range
                 fraction = 1.0 if fraction > 0 else 0.0
             fraction = None if math.isnan(fraction) else min(1.0, max(0.0, fraction))
-        message = str(message)[:MAX_MESSAGE]
+        message = "" if message is None else str(message)[:MAX_MESSAGE]
         if self._send is None or self._done:
             return
         self._send({"t": "progress", "slot": self.slot, "job_id": self.id,

@@ -5,6 +5,7 @@ import json
 import os
 import re
 import resource
+import select
 import shutil
 import signal
 import socket
@@ -1253,6 +1254,27 @@ handler = "sup_handlers:says"
     assert len(lines) == 3, lines  # the supervisor, the header, the one slot
     assert "50% \\ud800x\\nWORKER FAKE\\x1b[2" in lines[2], lines[2]  # cut at 30
     caller.kill()
+    # The waiting caller's progress line on a terminal is as safe: one line, redrawn.
+    import pty
+
+    master, slave = pty.openpty()
+    watcher = subprocess.Popen(
+        [sys.executable, "-m", "fairsched", "submit", "says", "--on-demand", "--payload",
+         json.dumps({"message": "x\nWORKER FAKE\x1b[2J\x07"})],
+        env=sup.env, stdout=subprocess.DEVNULL, stderr=slave)
+    os.close(slave)
+    seen = b""
+    deadline = time.monotonic() + 20
+    try:
+        while b"FAKE" not in seen and time.monotonic() < deadline:
+            if select.select([master], [], [], 0.2)[0]:
+                seen += os.read(master, 4096)
+    finally:
+        watcher.kill()
+        watcher.wait()
+        os.close(master)
+    assert b"50.0% x\\nWORKER FAKE\\x1b[2J\\x07" in seen, seen
+    assert b"\x07" not in seen and b"\x1b[2J" not in seen, seen
 
 
 def test_a_worker_that_dies_before_its_hello_is_shown_with_its_last_words(supervisors):

@@ -128,6 +128,11 @@ def test_permanent_error_is_marked_permanent(start):
     msg = peer.expect("error")
     assert msg["permanent"] is True
     assert msg["error"] == "PermanentError: this input can never work"
+    peer.send({"t": "stop"})
+    assert peer.wait_exit() == 0
+    log = peer.log()  # in full, as for any failure
+    assert "job 1 (echo) failed permanently, attempt 1:" in log
+    assert "Traceback (most recent call last)" in log, log
 
 
 @pytest.mark.parametrize(("handler", "words"), [

@@ -169,15 +169,16 @@ def submit_on_demand(config_path, socket_path, type_name, payload, priority, tim
         elif kind == "progress" and show_progress:
             fraction = event.get("fraction")
             pct = f"{fraction * 100:5.1f}% " if isinstance(fraction, int | float) else ""
-            click.echo(f"\r{event['job_id']}: {pct}{event.get('message') or ''}\x1b[K", err=True,
-                       nl=False)
+            message = printable(str(event.get("message") or ""))[:200]  # one line, redrawn
+            click.echo(f"\r{event['job_id']}: {pct}{message}\x1b[K", err=True, nl=False)
         elif kind == "result":
             if show_progress:
                 click.echo("\r\x1b[K", err=True, nl=False)
             click.echo(json.dumps(event.get("result")))
             return 0
         elif kind == "error":
-            fail(f"job {event.get('job_id')} failed: {one_line(str(event.get('error')))}", 1)
+            fail(f"job {event.get('job_id')} failed: "
+                 f"{printable(one_line(str(event.get('error'))))}", 1)
         elif kind == "timeout":
             fail(f"job {event.get('job_id')}: {event.get('error')}", 1)
     fail("the supervisor closed the connection before the job finished", 1)

@@ -398,7 +398,8 @@ class Worker:
         except PermanentError as exc:
             if job._stopped:
                 return self._stopped_by_raising(job, head, exc)
-            note(f"job {job.id} ({job.type}) failed permanently: {describe_exception(exc)}")
+            note(f"job {job.id} ({job.type}) failed permanently, attempt {job.attempt}:")
+            note_traceback()  # where it was raised, and what caused it
             data = encode({"t": "error", **head, "error": describe_exception(exc),
                            "permanent": True})
         except BaseException as exc:  # SystemExit too: a handler must not end the worker
