@@ -134,6 +134,19 @@ def test_the_watchdog_leaves_when_the_supervisor_does_and_takes_every_worker_alo
     assert not stranger.gone(timeout=0.3)
 
 
+def test_a_supervisor_gone_before_its_answer_could_be_sent_still_takes_its_workers_along(
+        watchdog, groups):
+    # Its end no longer reads: the watchdog's answer fails (EPIPE) before any EOF is seen.
+    busy, idle = groups(), groups()
+    watchdog.sock.sendall(b"%r %d + %d\n" % (clock() + 60, busy.pid, idle.pid))
+    assert read_lines(watchdog, 1) == [b"ok"]
+    watchdog.sock.shutdown(socket.SHUT_RD)
+    watchdog.sock.sendall(b"%r %d + %d\n" % (clock() + 60, busy.pid, idle.pid))  # owed an ok
+    _, status = os.waitpid(watchdog.pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert busy.gone() and idle.gone()
+
+
 def test_lines_that_waited_while_the_watchdog_was_stopped_do_not_end_a_renewed_lease(
         tmp_path, groups):
     # The supervisor's own end (Watchdog) keeps renewing while the watchdog is stopped: the

@@ -89,6 +89,15 @@ def _drain(sock: socket.socket, buffer: bytes) -> tuple[bytes, bytes, bool]:
     return done.rpartition(b"\n")[2], rest, closed
 
 
+def _say(sock: socket.socket, data: bytes) -> bool:
+    """Send to the supervisor; False when it is gone (EPIPE: it closed or died)."""
+    try:
+        sock.sendall(data)
+    except OSError:
+        return False
+    return True
+
+
 def _kill(pids: tuple[int, ...]) -> None:
     # Process groups only: a pid alone may have been given to another process by now. A
     # worker too new to lead its own session has no job, and leaves once its pipe closes.
@@ -124,7 +133,9 @@ def watch(sock: socket.socket) -> None:
                 _kill(busy + others)
                 return
         if owed and clock() >= answered + ANSWER_EVERY:
-            sock.sendall(b"ok\n")
+            if not _say(sock, b"ok\n"):  # the supervisor is gone, as with an EOF
+                _kill(busy + others)
+                return
             answered, owed = clock(), False
         if until is None or not busy or clock() < until:
             continue
@@ -133,7 +144,9 @@ def watch(sock: socket.socket) -> None:
             if select.select([sock], [], [], GRACE)[0]:
                 continue
         # The report goes first: the supervisor reads it before it can see the exits.
-        sock.sendall(b"".join(b"killed %d\n" % pid for pid in busy))
+        if not _say(sock, b"".join(b"killed %d\n" % pid for pid in busy)):
+            _kill(busy + others)
+            return
         _kill(busy)
         print(f"fairsched lease watchdog: the supervisor's lease ended with no renewal; "
               f"killed the workers running its queued jobs (pids {', '.join(map(str, busy))})",
