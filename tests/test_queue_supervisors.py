@@ -717,6 +717,31 @@ def test_a_supervisor_cut_off_from_postgres_gives_its_jobs_back_before_its_lease
         proxy.close()
 
 
+def test_workers_gone_idle_are_not_killed_for_a_lease_running_out(db):
+    # A worker whose queued job ended after the last renewal is idle, whatever the lease
+    # watchdog last heard: when the lease runs out, its on-demand job runs on, unharmed.
+    from tests.pg_proxy import PgProxy
+
+    proxy = PgProxy(db)
+    sup = Supervisor(proxy.url_through, SLOW + "processes = 2\n",
+                     supervisor="lease = 3\nheartbeat_interval = 1\n")
+    try:
+        sup.start()
+        (job,) = enqueue(db, [{"type": "slow", "payload": {"seconds": 1.5}}])
+        sup.wait_for(lambda ps: any(s["job_id"] == job for s in ps["slots"]), what="the job")
+        sup.wait_for(lambda ps: all(s["state"] == "free" for s in ps["slots"]),
+                     what="the job done", timeout=10)
+        proxy.cut()  # before the next renewal could tell the watchdog the worker is idle
+        caller = sup.spawn_cli("submit", "slow", "--on-demand", "--payload", '{"seconds": 5}')
+        out, err = caller.communicate(timeout=30)
+        assert caller.returncode == 0, (err, sup.output())
+        assert "killed by the lease watchdog" not in sup.output(), sup.output()
+        assert "could not renew the 3 s lease: claiming stops" in sup.output()
+    finally:
+        sup.close()
+        proxy.close()
+
+
 def test_jobs_queued_while_the_database_was_out_of_reach_start_when_it_is_back(db, tmp_path):
     # Their notifications were lost with the connection: the supervisor fetches afresh when
     # it reconnects instead of waiting for its (here very slow) poll.

@@ -75,6 +75,8 @@ class LeaseGuard:
         self.sup.read_pending()  # late after a stall: jobs may have finished meanwhile
         self.fenced = True
         self.sup.cache.clear()
+        if self.sup.watchdog is not None:  # who is busy now, before the watchdog's turn comes
+            self.sup.watchdog.refresh()
         jobs = [rj for rj in self.sup.running.values() if rj.request is None]
         if not jobs:
             if not expired:  # an expired lease has been logged by the caller

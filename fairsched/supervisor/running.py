@@ -104,7 +104,10 @@ class JobHandling:
         self.running_by_job.pop(rj.job_id, None)
         if rj.request is None:
             rj.proc.queued_jobs -= 1
-            # Its being idle goes to the lease watchdog with the next line (Watchdog.busy).
+            # Its being idle goes to the lease watchdog with the next line (Watchdog.busy),
+            # which the next renewal sends; with the lease in doubt, none may come in time.
+            if rj.proc.queued_jobs == 0 and self.lease.fenced and self.watchdog is not None:
+                self.watchdog.refresh()
         if rj.timer is not None:
             rj.timer.cancel()
         self.pool.release(rj.slot_id)  # a no-op when the worker (and its slots) is gone

@@ -237,6 +237,11 @@ class Watchdog:
     def born(self, pid: int) -> None:
         self._schedule()
 
+    def refresh(self) -> None:
+        """Send the state now (in the loop's next turn): workers gone idle since the last line
+        must not be killed for a lease that is running out."""
+        self._schedule()
+
     def gone(self, pid: int | None) -> None:
         self._schedule()  # its pid must not stay in the watchdog's hands
 
