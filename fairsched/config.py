@@ -84,7 +84,7 @@ class Config:
 
     @property
     def control_socket(self) -> Path:
-        return self.supervisor.state_dir / "control" / "sock"
+        return control_socket_in(self.supervisor.state_dir)
 
     def worker(self, name: str) -> WorkerSpec | None:
         return next((w for w in self.workers if w.name == name), None)
@@ -205,6 +205,11 @@ def _kind(value: Any) -> str:
     if isinstance(value, dict):
         return "a table"
     return type(value).__name__
+
+
+def control_socket_in(state_dir: str | os.PathLike) -> Path:
+    """Where a supervisor on `state_dir` listens for commands."""
+    return Path(state_dir) / "control" / "sock"
 
 
 def control_socket_of(path: str | os.PathLike) -> Path:
