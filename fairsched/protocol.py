@@ -50,10 +50,15 @@ def encode(msg: dict) -> bytes:
     """One frame for `msg`, non-ASCII text in UTF-8 (escaped only for a lone surrogate, which
     UTF-8 cannot carry); raises TypeError/ValueError for what JSON cannot hold and
     ProtocolError when the frame would exceed MAX_FRAME."""
+    return _frame(_json_bytes(msg))
+
+
+def _json_bytes(value) -> bytes:
+    """Compact JSON in UTF-8; escaped ASCII only when `value` holds a lone surrogate."""
     try:
-        return _frame(_dumps_utf8(msg).encode())
+        return _dumps_utf8(value).encode()
     except UnicodeEncodeError:
-        return _frame(_dumps(msg).encode("ascii"))
+        return _dumps(value).encode("ascii")
 
 
 def payload_json(value) -> tuple[str, int]:
@@ -61,14 +66,8 @@ def payload_json(value) -> tuple[str, int]:
     as they are, in UTF-8 (an escape takes 6 or 12 bytes for UTF-8's 2 to 4), escaped only
     when `value` holds a lone surrogate, which UTF-8 cannot. TypeError/ValueError for what
     JSON cannot hold."""
-    text = _dumps_utf8(value)
-    if text.isascii():
-        return text, len(text)
-    try:
-        return text, len(text.encode())
-    except UnicodeEncodeError:
-        text = _dumps(value)
-        return text, len(text)
+    data = _json_bytes(value)
+    return data.decode(), len(data)
 
 
 def encode_run(incarnation: str, slot: int, job_id: int | str, job_type: str, priority: int,

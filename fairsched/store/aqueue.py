@@ -68,13 +68,13 @@ class AsyncStore:
     """One supervisor's connection to the job table; create with `await AsyncStore.connect(...)`."""
 
     def __init__(self, conn: psycopg.AsyncConnection, url: str, supervisor_id: int,
-                 lease: float, host: str):
+                 lease: float, host: str, lane: str = "claims"):
         self.conn = conn
         self.url = url
         self.supervisor_id = supervisor_id
         self.lease = lease
         self.host = host
-        self.lane = "claims"  # what pg_stat_activity's application_name calls the connection
+        self.lane = lane  # what pg_stat_activity's application_name calls the connection
         # Set by a reconnect that found this supervisor's row gone: its jobs were rescued.
         self.lease_lost = False
         # The server's clock minus this host's, as of the last heartbeat: job times read from
@@ -107,8 +107,7 @@ class AsyncStore:
         except BaseException:
             await conn.close()
             raise
-        store = cls(conn, url, supervisor_id, float(lease), host)
-        store.lane = lane
+        store = cls(conn, url, supervisor_id, float(lease), host, lane)
         store.lease_lost = renewed is None
         return store
 

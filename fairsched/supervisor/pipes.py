@@ -82,10 +82,10 @@ class WorkerPipes:
             self.unregister_worker(proc, proc.write_failed)
             self.expect_exit(proc)
 
-    def read_pending(self) -> None:
-        """Read all that the workers have written so far: what finished while this supervisor
-        was stalled counts before it acts on the stall."""
-        for proc in self.procs:
+    def read_pending(self, procs=None) -> None:
+        """Read all that the workers (or `procs`) have written so far: what finished while
+        this supervisor was stalled counts before it acts on the stall."""
+        for proc in self.procs if procs is None else procs:
             while proc.sock is not None and self._on_readable(proc):
                 pass
 

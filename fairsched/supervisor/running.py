@@ -73,8 +73,7 @@ class JobHandling:
 
     def _on_job_timeout(self, rj: RunningJob) -> None:
         rj.timer = None
-        while rj.proc.sock is not None and self._on_readable(rj.proc):
-            pass  # late after a stall of this supervisor: its result may be waiting there
+        self.read_pending([rj.proc])  # late after a stall: its result may be waiting there
         if self.running.get(rj.slot_id) is not rj:
             return
         rj.failure = f"timed out after {rj.proc.spec.timeout:g} s"
