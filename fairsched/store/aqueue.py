@@ -42,6 +42,14 @@ from fairsched.store.statements import (
 # Used when a claimed job has no max_attempts and its type is missing from the defaults.
 DEFAULT_MAX_ATTEMPTS = 3
 CONNECT_TIMEOUT = 10
+# A statement of the supervisor's that takes longer than this share of its lease is given up:
+# by the supervisor, which takes the connection for lost (queue_link.py says why), and by the
+# server, through the connection's own statement_timeout. The server's half matters: a
+# statement waiting on a lock (a LOCK TABLE held for minutes) does not notice its client has
+# gone, so every reconnection would otherwise leave one more backend waiting, until the
+# server's connections ran out. And a database-wide statement_timeout shorter than that (set
+# for the applications beside fairsched) would fail every large batch of outcomes for ever.
+ANSWER_WITHIN = 1 / 4
 MAX_ERROR = 65536  # characters of last_error kept
 
 @dataclass(frozen=True, slots=True)
@@ -353,15 +361,25 @@ async def open_connection(url: str, lease: float, lane: str = "claims") -> psyco
     for a third of the lease and probes an idle connection after a third of it. libpq ignores
     these over Unix sockets; settings given in the URL win. pg_stat_activity names the
     connection by its `lane` and this process's pid, unless the URL or PGAPPNAME names it.
+    Its statements end on the server after ANSWER_WITHIN of the lease, whatever
+    statement_timeout the database or role sets.
     """
     given = conninfo_to_dict(url)
     defaults = {"keepalives": 1, "keepalives_idle": max(1, round(lease / 3)),
                 "keepalives_interval": 1, "keepalives_count": 3,
                 "tcp_user_timeout": max(1000, round(lease * 1000 / 3)),
                 "fallback_application_name": f"fairsched {lane} (pid {os.getpid()})"}
-    return await psycopg.AsyncConnection.connect(
+    conn = await psycopg.AsyncConnection.connect(
         url, autocommit=True, connect_timeout=CONNECT_TIMEOUT,
         **{key: value for key, value in defaults.items() if key not in given})
+    try:
+        # A SET rather than the startup packet's `options`, which connection poolers refuse.
+        await conn.execute("SELECT set_config('statement_timeout', %s, false)",
+                           (f"{max(1, round(lease * ANSWER_WITHIN * 1000))}ms",))
+    except BaseException:
+        await conn.close()
+        raise
+    return conn
 
 
 async def _renew(conn: psycopg.AsyncConnection, supervisor_id: int, host: str,

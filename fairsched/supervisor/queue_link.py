@@ -18,7 +18,7 @@ import time
 
 import psycopg
 
-from fairsched.store.aqueue import AsyncStore
+from fairsched.store.aqueue import ANSWER_WITHIN, AsyncStore
 from fairsched.store.database import first_line, open_database
 from fairsched.supervisor.outbox import Failure, Outbox
 
@@ -30,12 +30,11 @@ RECONNECT_MAX = 5.0
 # its worker answers, so this delays only the row's update, and folds many commits into one.
 OUTCOME_LINGER = 0.005
 DB_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError)
-# A lane's round trips (a few statements) that take longer than this share of the lease are
+# A lane's round trips (a few statements) that take longer than ANSWER_WITHIN of the lease are
 # taken for a lost connection, whatever the transport (over a Unix socket nothing else would
 # notice). A slow round delays the next heartbeat, due at most `lease / 3` after the last one:
 # the two together stay short of lease.CANCEL_AT, so a database that is slow but answers never
-# makes this supervisor give its jobs back.
-ANSWER_WITHIN = 1 / 4
+# makes this supervisor give its jobs back. The server ends such a statement too (aqueue.py).
 
 
 class QueueLink:

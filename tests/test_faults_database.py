@@ -1,0 +1,78 @@
+"""The durable queue when the database misbehaves without going away: locks held by others,
+timeouts set for other applications, connections ended from the server's side."""
+
+import time
+
+import psycopg
+from psycopg.conninfo import make_conninfo
+
+from fairsched.store.queue import Queue
+from tests.supervisor_harness import wait_until
+
+RECORD = """
+[[worker]]
+name = "rec"
+types = ["rec"]
+handler = "sup_handlers:record"
+processes = 2
+slots = 2
+retry_backoff = 0.05
+"""
+
+
+def enqueue(url, jobs):
+    with psycopg.connect(url, autocommit=True) as conn:
+        return Queue(conn).enqueue_many(jobs)
+
+
+def statuses(url) -> dict:
+    with psycopg.connect(url) as conn:
+        return dict(conn.execute("SELECT status, count(*) FROM fairsched_jobs GROUP BY 1"))
+
+
+def backends_of(url, pid: int, waiting_on_a_lock: bool = False) -> int:
+    with psycopg.connect(url) as conn:
+        (n,) = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE %s"
+            " AND (NOT %s OR wait_event_type = 'Lock')",
+            (f"fairsched % (pid {pid})", waiting_on_a_lock)).fetchone()
+    return n
+
+
+def test_a_table_lock_held_past_the_lease_leaves_no_backend_behind(supervisors, db, tmp_path):
+    # Each lane gives a statement that waits on the lock up and reconnects; the server must
+    # end the statement it gave up, or one more backend waits on the lock per reconnection.
+    sup = supervisors(RECORD, supervisor="lease = 4\n").start()
+    log = tmp_path / "runs"
+    ids = enqueue(db, [{"type": "rec", "payload": {"log": str(log), "seconds": 0.5}}
+                       for _ in range(20)])
+    wait_until(lambda: statuses(db).get("succeeded"), what="a first job done")
+    most = 0
+    with psycopg.connect(db) as locker:
+        locker.execute("LOCK TABLE fairsched_jobs IN ACCESS EXCLUSIVE MODE")
+        deadline = time.monotonic() + 8
+        while time.monotonic() < deadline:
+            most = max(most, backends_of(db, sup.proc.pid, waiting_on_a_lock=True))
+            time.sleep(0.2)
+        locker.rollback()
+    wait_until(lambda: statuses(db) == {"succeeded": len(ids)}, timeout=30,
+               what=lambda: f"every job done: {statuses(db)}")
+    assert most <= 3, f"{most} backends of the supervisor waited on the lock at once"
+    assert sup.proc.poll() is None
+    wait_until(lambda: backends_of(db, sup.proc.pid) == 3, timeout=10,
+               what=lambda: f"3 connections, not {backends_of(db, sup.proc.pid)}")
+
+
+def test_a_short_statement_timeout_set_for_others_does_not_hold_back_outcomes(supervisors, db,
+                                                                             tmp_path):
+    # As if the database or role set statement_timeout for the applications beside fairsched.
+    sup = supervisors(RECORD, supervisor="lease = 8\n")
+    sup.env["FAIRSCHED_DATABASE_URL"] = make_conninfo(db, options="-c statement_timeout=1ms")
+    sup.start()
+    log = tmp_path / "runs"
+    for _ in range(3):  # outcomes then come in batches of many
+        enqueue(db, [{"type": "rec", "payload": {"log": str(log)}} for _ in range(300)])
+        time.sleep(0.5)
+    wait_until(lambda: statuses(db) == {"succeeded": 900}, timeout=60,
+               what=lambda: f"every job done: {statuses(db)}\n{sup.output()[-2000:]}")
+    assert "statement timeout" not in sup.output()
