@@ -76,3 +76,15 @@ def test_a_short_statement_timeout_set_for_others_does_not_hold_back_outcomes(su
     wait_until(lambda: statuses(db) == {"succeeded": 900}, timeout=60,
                what=lambda: f"every job done: {statuses(db)}\n{sup.output()[-2000:]}")
     assert "statement timeout" not in sup.output()
+
+
+def test_an_idle_session_timeout_set_for_others_does_not_end_the_supervisors_connections(
+        supervisors, db, tmp_path):
+    sup = supervisors(RECORD, supervisor="lease = 8\npoll_interval = 600\n")
+    sup.env["FAIRSCHED_DATABASE_URL"] = make_conninfo(db, options="-c idle_session_timeout=300ms")
+    sup.start()
+    time.sleep(3)  # a heartbeat is due every lease / 3; the listener hears nothing meanwhile
+    ids = enqueue(db, [{"type": "rec", "payload": {"log": str(tmp_path / "runs")}}])
+    wait_until(lambda: statuses(db) == {"succeeded": len(ids)}, timeout=30,
+               what=lambda: f"the job done: {statuses(db)}")
+    assert "lost the database" not in sup.output(), sup.output()[-2000:]

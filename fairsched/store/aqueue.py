@@ -362,7 +362,7 @@ async def open_connection(url: str, lease: float, lane: str = "claims") -> psyco
     these over Unix sockets; settings given in the URL win. pg_stat_activity names the
     connection by its `lane` and this process's pid, unless the URL or PGAPPNAME names it.
     Its statements end on the server after ANSWER_WITHIN of the lease, whatever
-    statement_timeout the database or role sets.
+    statement_timeout the database or role sets, and it is never ended for being idle.
     """
     given = conninfo_to_dict(url)
     defaults = {"keepalives": 1, "keepalives_idle": max(1, round(lease / 3)),
@@ -376,6 +376,11 @@ async def open_connection(url: str, lease: float, lane: str = "claims") -> psyco
         # A SET rather than the startup packet's `options`, which connection poolers refuse.
         await conn.execute("SELECT set_config('statement_timeout', %s, false)",
                            (f"{max(1, round(lease * ANSWER_WITHIN * 1000))}ms",))
+        if conn.info.server_version >= 140000:
+            # Idle between heartbeats, and the LISTEN connection idle for hours: an
+            # idle_session_timeout meant for others would end them, each time a lost
+            # connection to report and notifications missed until the next one.
+            await conn.execute("SET idle_session_timeout = 0")
     except BaseException:
         await conn.close()
         raise
