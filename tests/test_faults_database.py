@@ -1,6 +1,7 @@
 """The durable queue when the database misbehaves without going away: locks held by others,
 timeouts set for other applications, connections ended from the server's side."""
 
+import threading
 import time
 
 import psycopg
@@ -88,3 +89,18 @@ def test_an_idle_session_timeout_set_for_others_does_not_end_the_supervisors_con
     wait_until(lambda: statuses(db) == {"succeeded": len(ids)}, timeout=30,
                what=lambda: f"the job done: {statuses(db)}")
     assert "lost the database" not in sup.output(), sup.output()[-2000:]
+
+
+def test_a_short_statement_timeout_set_for_others_does_not_stop_the_migration_check(db,
+                                                                                  tmp_path):
+    from fairsched.store.database import open_database
+    from fairsched.store.schema import MIGRATION_LOCK
+
+    with psycopg.connect(db) as other:  # another process migrating: the check waits for it
+        other.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+        finish = threading.Timer(0.5, other.rollback)
+        finish.start()
+        try:
+            open_database(tmp_path, make_conninfo(db, options="-c statement_timeout=50ms")).close()
+        finally:
+            finish.join()

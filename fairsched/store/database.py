@@ -96,6 +96,9 @@ def open_database(state_dir: Path, url: str | None,
         database = Database(url=server.acquire(), kind="embedded", _embedded=server)
     try:
         with database.connect() as conn:
+            # A migration may take its time: a statement_timeout set on the database for the
+            # applications beside fairsched is not for it.
+            conn.execute("SET statement_timeout = 0")
             migrate(conn)
     except BaseException:
         database.close()
