@@ -104,3 +104,33 @@ def test_a_short_statement_timeout_set_for_others_does_not_stop_the_migration_ch
             open_database(tmp_path, make_conninfo(db, options="-c statement_timeout=50ms")).close()
         finally:
             finish.join()
+
+
+def commits(url) -> int:
+    with psycopg.connect(url) as conn:
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        (n,) = conn.execute("SELECT xact_commit FROM pg_stat_database"
+                            " WHERE datname = current_database()").fetchone()
+    return n
+
+
+def test_jobs_locked_by_another_transaction_hold_back_neither_the_rest_nor_the_cpu(
+        supervisors, db, tmp_path):
+    sup = supervisors(RECORD).start()  # 4 free slots: a fetch reads the best 8 of a type
+    log = tmp_path / "runs"
+    with psycopg.connect(db, autocommit=True) as conn:
+        ids = Queue(conn).enqueue_many([{"type": "rec", "payload": {"log": str(log)},
+                                         "delay": 2} for _ in range(30)])
+    with psycopg.connect(db) as locker:
+        locker.execute("SELECT id FROM fairsched_jobs WHERE id <= %s FOR UPDATE", (ids[7],))
+        wait_until(lambda: statuses(db) == {"succeeded": 22, "pending": 8}, timeout=20,
+                   what=lambda: f"the jobs not locked done: {statuses(db)}")
+        before = commits(db)
+        time.sleep(3)
+        spent = commits(db) - before
+        locker.rollback()
+    wait_until(lambda: statuses(db) == {"succeeded": 30}, timeout=20,
+               what=lambda: f"every job done: {statuses(db)}")
+    # A claim lost to the lock and tried again at once would run thousands a second.
+    assert spent < 300, f"{spent} transactions in 3 s while 8 locked jobs waited"
+    assert sup.proc.poll() is None

@@ -290,6 +290,18 @@ class AsyncStore:
             "claims": _keyed_by_id((job_id, str(claim)) for job_id, claim in items)})
         return [row[0] for row in await cur.fetchall()]
 
+    async def still_pending(self, ids: list[int]) -> list[tuple[int, str]]:
+        """(id, type) of the jobs among `ids` that are pending and eligible: after a claim
+        lost them, they are locked by a transaction that is not a claim."""
+        if not ids:
+            return []
+        cur = await self.conn.execute(  # by primary key, as the claim (statements.py)
+            "SELECT j.id, j.type FROM fairsched_jobs AS j,"
+            " (SELECT 'pending'::text OFFSET 0) AS fence(status)"
+            " WHERE j.id = ANY(%s::bigint[]) AND j.status = fence.status"
+            " AND j.run_after <= now()", (list(ids),))
+        return await cur.fetchall()
+
     async def held(self) -> list[tuple[int, int, bool]]:
         """(id, claim, cancel requested) of the jobs running under this supervisor's claim, by
         the table."""

@@ -11,6 +11,7 @@ PostgreSQL restarts. Both connections act as the same supervisor id.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import math
@@ -35,6 +36,13 @@ DB_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError)
 # notice). A slow round delays the next heartbeat, due at most `lease / 3` after the last one:
 # the two together stay short of lease.CANCEL_AT, so a database that is slow but answers never
 # makes this supervisor give its jobs back. The server ends such a statement too (aqueue.py).
+
+# A claim lost on a row that is still pending afterwards was lost to a lock held by a
+# transaction of someone else's (a SELECT ... FOR UPDATE, say), not to another supervisor.
+# Fetched again at once it would be lost again, round after round as fast as the database
+# answers; and the best rows of a type locked so would hold back every job behind them. Such
+# rows are left out of fetches for this long, then tried again.
+LOCKED_SKIP = 1.0
 
 
 class QueueLink:
@@ -65,6 +73,7 @@ class QueueLink:
         self._in_touch_since = 0.0  # monotonic time of the claim lane's last (re)connection
         self._peer_beats: dict[int, tuple[float, float]] = {}  # id: (heartbeat_at, seen since)
         self._next_poll = 0.0
+        self._locked: dict[int, tuple[str, float]] = {}  # id: (type, monotonic time to retry)
         self.claim_losses = 0
         self.clock_offset = 0.0  # the server's clock minus this host's (AsyncStore.clock_offset)
         self.answer_within = self.settings.lease * ANSWER_WITHIN
@@ -254,7 +263,7 @@ class QueueLink:
                 await self._answer(self._drain())
                 delay = RECONNECT_FIRST
                 if not self._pending():
-                    timeout = max(0.0, min(self._next_heartbeat, self._next_poll) - time.monotonic())
+                    timeout = max(0.0, self._next_timer() - time.monotonic())
                     try:
                         await asyncio.wait_for(self._wake.wait(), timeout)
                     except TimeoutError:
@@ -308,7 +317,11 @@ class QueueLink:
 
     def _pending(self) -> bool:
         return bool(self.claims or self.fetch_wanted
-                    or time.monotonic() >= min(self._next_heartbeat, self._next_poll))
+                    or time.monotonic() >= self._next_timer())
+
+    def _next_timer(self) -> float:
+        retry = min((until for _, until in self._locked.values()), default=math.inf)
+        return min(self._next_heartbeat, self._next_poll, retry)
 
     async def _drop_store(self) -> None:
         store, self.store = self.store, None
@@ -411,12 +424,19 @@ class QueueLink:
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("claimed %d of %d jobs", len(won), len(claims))
             self.sup.on_claimed(claims, {qj.id: qj for qj in won})
+            if len(won) < len(claims):
+                await self._note_locked(claims, won)
+        if self._locked and now >= min(until for _, until in self._locked.values()):
+            self._locked = {i: v for i, v in self._locked.items() if v[1] > now}
+            self.sup.on_poll()  # the rows left out may be free now: look afresh
+            self.fetch_wanted = True
         if self.fetch_wanted and not self.claims:
             self.fetch_wanted = False
             wanted = self.sup.free_by_type()
             if wanted:
                 self.sup.notified.clear()  # rows notified before this fetch are in its answer
-                rows = await store.fetch(wanted, self.sup.priority_per_second)
+                rows = await store.fetch(self._asking(wanted), self.sup.priority_per_second)
+                rows = self._unlocked(rows, wanted)
                 if log.isEnabledFor(logging.DEBUG):
                     log.debug("fetched %d candidates for %s", len(rows),
                               ", ".join(f"{t} ({n} free)" for t, n in sorted(wanted.items())))
@@ -427,6 +447,34 @@ class QueueLink:
                 if self.due_unknown or len(rows) < sum(2 * n for n in wanted.values()):
                     self.due_unknown = False
                     await self._arm_delayed_wakeup()
+
+    async def _note_locked(self, claims, won) -> None:
+        """Leave out of fetches, for LOCKED_SKIP, the rows this claim lost that are still
+        pending: locked by someone else, as the claim skips locked rows."""
+        won_ids = {qj.id for qj in won}
+        lost = [qj.id for qj, _ in claims if qj.id not in won_ids]
+        until = time.monotonic() + LOCKED_SKIP
+        for job_id, type_name in await self.store.still_pending(lost):
+            self._locked[job_id] = (type_name, until)
+
+    def _asking(self, wanted: dict[str, int]) -> dict[str, int]:
+        """What to fetch for `wanted` free slots: enough more for the rows left out (fetch
+        returns two per free slot) that the best of the others are in its answer."""
+        if not self._locked:
+            return wanted
+        left_out = collections.Counter(t for t, _ in self._locked.values())
+        return {t: n + (left_out[t] + 1) // 2 for t, n in wanted.items()}
+
+    def _unlocked(self, rows: list, wanted: dict[str, int]) -> list:
+        """The fetched rows, less those left out, at most two per free slot of each type."""
+        if not self._locked:
+            return rows
+        kept, taken = [], collections.Counter()
+        for row in rows:
+            if row.id not in self._locked and taken[row.type] < 2 * wanted.get(row.type, 0):
+                taken[row.type] += 1
+                kept.append(row)
+        return kept
 
     def _watch_peers(self, peers, now: float) -> list[tuple[int, float]]:
         """The other supervisors whose heartbeat has stood still for their whole lease, by
