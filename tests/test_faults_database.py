@@ -134,3 +134,30 @@ def test_jobs_locked_by_another_transaction_hold_back_neither_the_rest_nor_the_c
     # A claim lost to the lock and tried again at once would run thousands a second.
     assert spent < 300, f"{spent} transactions in 3 s while 8 locked jobs waited"
     assert sup.proc.poll() is None
+
+
+SLOW = """
+[[worker]]
+name = "slow"
+types = ["slow"]
+handler = "sup_handlers:slow"
+processes = 2
+"""
+
+
+def test_a_supervisors_row_deleted_by_hand_costs_its_running_jobs_nothing(supervisors, db):
+    sup = supervisors(SLOW, supervisor="lease = 6\n").start()
+    ids = enqueue(db, [{"type": "slow", "payload": {"seconds": 4}} for _ in range(2)])
+    sup.wait_for(lambda ps: {s["job_id"] for s in ps["slots"]} == set(ids),
+                 what="both jobs running")
+    pids = {s["pid"] for s in sup.slots()}
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("DELETE FROM fairsched_supervisors")
+    sup.wait_output("row in fairsched_supervisors was gone, but none of its running jobs")
+    wait_until(lambda: statuses(db) == {"succeeded": 2}, timeout=20,
+               what=lambda: f"both jobs done: {statuses(db)}")
+    with psycopg.connect(db) as conn:
+        assert conn.execute("SELECT max(attempts), max(claims) FROM fairsched_jobs"
+                            ).fetchone() == (1, 1)
+    assert "returned to the queue" not in sup.output()
+    assert {s["pid"] for s in sup.slots()} == pids  # no worker killed

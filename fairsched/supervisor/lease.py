@@ -53,10 +53,11 @@ class LeaseGuard:
             log.warning("lease renewed: claiming queued jobs again")
             self.sup.schedule()
 
-    def expired(self) -> None:
-        """The lease had already run out: the jobs may be running elsewhere now."""
+    def expired(self, lost: set[int] | None = None) -> None:
+        """The lease had already run out: the jobs (those of `lost`, or all) may be running
+        elsewhere now."""
         self._cancel_timers()
-        self._running_out(expired=True)
+        self._running_out(expired=True, lost=lost)
         self._kill_stragglers()
 
     def stop(self) -> None:
@@ -68,7 +69,7 @@ class LeaseGuard:
                 timer.cancel()
         self._cancel_timer = self._kill_timer = None
 
-    def _running_out(self, expired: bool = False) -> None:
+    def _running_out(self, expired: bool = False, lost: set[int] | None = None) -> None:
         self._cancel_timer = None
         if self.sup.shutting_down:
             return
@@ -77,7 +78,8 @@ class LeaseGuard:
         self.sup.cache.clear()
         if self.sup.watchdog is not None:  # who is busy now, before the watchdog's turn comes
             self.sup.watchdog.refresh()
-        jobs = [rj for rj in self.sup.running.values() if rj.request is None]
+        jobs = [rj for rj in self.sup.running.values()
+                if rj.request is None and (lost is None or rj.job_id in lost)]
         if not jobs:
             if not expired:  # an expired lease has been logged by the caller
                 log.warning("could not renew the %g s lease: claiming stops until it is "

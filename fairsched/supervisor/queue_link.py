@@ -140,7 +140,7 @@ class QueueLink:
         self.connected = True
         self._in_touch_since = time.monotonic()
         if store.lease_lost:
-            self._lease_lost()
+            await self._lease_lost(store)
         self.sup.lease.renewed(sent_at)
         self.sup.on_poll()  # what was notified while the connection was down never reached us
         await self._reconcile()
@@ -352,7 +352,7 @@ class QueueLink:
                         supervisor_id=self.supervisor_id, lane="outcomes"))
                     writer_since = time.monotonic()
                     if self.writer.lease_lost:  # found first here that our row was rescued
-                        self._lease_lost()
+                        await self._answer(self._lease_lost(self.writer))
                 self._outbox_wake.clear()
                 if self.outbox:
                     await self._answer(self.outbox.write(self.writer))
@@ -390,7 +390,7 @@ class QueueLink:
         if now >= self._next_heartbeat:
             sent_at = asyncio.get_running_loop().time()
             if not await store.heartbeat():
-                self._lease_lost()
+                await self._lease_lost(store)
             self.clock_offset = store.clock_offset
             self.sup.lease.renewed(sent_at)
             # Judge others dead only after a whole lease in touch: when the database itself was
@@ -490,10 +490,30 @@ class QueueLink:
         self._peer_beats = seen
         return suspects
 
-    def _lease_lost(self) -> None:
+    async def _lease_lost(self, store: AsyncStore) -> None:
+        """This supervisor's row was found gone (and made again): stop the jobs it lost.
+
+        A rescuer deletes the row and hands back its jobs in one transaction, so the jobs the
+        table still says run under this supervisor's claims were not taken over: the row was
+        deleted some other way (by hand, say). Those run on; their outcomes still pass the
+        fence."""
+        running = [rj for rj in self.sup.running.values() if rj.request is None]
+        try:
+            mine = {(job_id, claim) for job_id, claim, _ in await store.held()}
+        except BaseException:  # the next connection finds the row made again: fence now
+            self._lease_expired()
+            raise
+        lost = {rj.job_id for rj in running if (rj.job_id, rj.claim) not in mine}
+        if running and not lost:
+            log.warning("this supervisor's row in fairsched_supervisors was gone, but none of "
+                        "its running jobs had been taken over: registered again, they run on")
+            return
+        self._lease_expired(lost)
+
+    def _lease_expired(self, lost: set[int] | None = None) -> None:
         log.error("this supervisor's lease had expired and its running jobs were given "
                   "back to the queue; their results here will not be recorded")
-        self.sup.lease.expired()
+        self.sup.lease.expired(lost)
 
     async def _arm_delayed_wakeup(self) -> None:
         delay = await self.store.next_eligible_in()
