@@ -161,3 +161,16 @@ def test_a_supervisors_row_deleted_by_hand_costs_its_running_jobs_nothing(superv
                             ).fetchone() == (1, 1)
     assert "returned to the queue" not in sup.output()
     assert {s["pid"] for s in sup.slots()} == pids  # no worker killed
+
+
+def test_a_job_whose_row_is_deleted_while_it_runs_is_said_to_be_so(supervisors, db):
+    sup = supervisors(SLOW).start()
+    gone, kept = enqueue(db, [{"type": "slow", "payload": {"seconds": 1}} for _ in range(2)])
+    sup.wait_for(lambda ps: gone in {s["job_id"] for s in ps["slots"]}, what="the job running")
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("DELETE FROM fairsched_jobs WHERE id = %s", (gone,))
+    sup.wait_output(rf"the outcome of 1 job was not recorded: its row was deleted from "
+                    rf"fairsched_jobs while it ran: {gone}\n")
+    wait_until(lambda: statuses(db) == {"succeeded": 1}, timeout=20,
+               what=lambda: f"the other job done: {statuses(db)}")
+    assert "lease expired" not in sup.output()

@@ -302,6 +302,14 @@ class AsyncStore:
             " AND j.run_after <= now()", (list(ids),))
         return await cur.fetchall()
 
+    async def missing(self, ids: Iterable[int]) -> set[int]:
+        """The jobs among `ids` that are no longer in the table (deleted by hand)."""
+        ids = list(ids)
+        cur = await self.conn.execute(
+            "SELECT i FROM unnest(%s::bigint[]) AS i"
+            " WHERE NOT EXISTS (SELECT 1 FROM fairsched_jobs WHERE id = i)", (ids,))
+        return {row[0] for row in await cur.fetchall()}
+
     async def held(self) -> list[tuple[int, int, bool]]:
         """(id, claim, cancel requested) of the jobs running under this supervisor's claim, by
         the table."""

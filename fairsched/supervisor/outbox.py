@@ -80,10 +80,16 @@ class Outbox:
             # The row moved on without us: handed back to the queue after this supervisor's
             # lease expired, and perhaps run again elsewhere. The log said "succeeded" or
             # "failed" for what the worker reported; the table keeps what happened since.
-            log.warning("the outcome of %d job%s was not recorded: no longer this supervisor's"
-                        " (its lease expired while it ran): %s", len(refused),
-                        "" if len(refused) == 1 else "s",
-                        ", ".join(map(str, refused[:10])) + (" ..." if len(refused) > 10 else ""))
+            # Or it is gone: deleted from the table while the job ran.
+            gone = await store.missing(refused)
+            for ids, why in (([i for i in refused if i not in gone],
+                              "no longer this supervisor's (its lease expired while it ran)"),
+                             ([i for i in refused if i in gone],
+                              "its row was deleted from fairsched_jobs while it ran")):
+                if ids:
+                    log.warning("the outcome of %d job%s was not recorded: %s: %s", len(ids),
+                                "" if len(ids) == 1 else "s", why,
+                                ", ".join(map(str, ids[:10])) + (" ..." if len(ids) > 10 else ""))
         while self.cancels:
             job_id, claim = self.cancels[0]
             await store.cancel_finish(job_id, claim)
