@@ -6,6 +6,7 @@ object with a string field "t". docs/protocol.md is the full description.
 
 from __future__ import annotations
 
+import functools
 import json
 import struct
 from collections.abc import Collection
@@ -43,7 +44,18 @@ def _reject_constant(name: str):
     raise ValueError(f"{name} is not valid JSON")
 
 
-_loads = json.JSONDecoder(parse_constant=_reject_constant).decode
+_decoder = json.JSONDecoder(parse_constant=_reject_constant)
+_loads = _decoder.decode
+_scan_once = _decoder.scan_once  # what decode does less its checks for spaces either side
+
+
+def _loads_frame(text: str):
+    """_loads for a frame body: the common case, nothing around the object, twice as fast."""
+    try:
+        value, end = _scan_once(text, 0)
+    except StopIteration:
+        end = -1
+    return value if end == len(text) else _loads(text)  # _loads says what is wrong, if anything
 
 
 def encode(msg: dict) -> bytes:
@@ -77,10 +89,21 @@ def encode_run(incarnation: str, slot: int, job_id: int | str, job_type: str, pr
     on its way through the supervisor."""
     if len(payload_json) > 2 * MAX_DEPTH and json_depth(payload_json) > MAX_DEPTH:
         raise ProtocolError(f"payload nests deeper than {MAX_DEPTH} levels")
-    head = _dumps({"t": "run", "incarnation": incarnation, "slot": slot,
-                   "job": {"id": job_id, "type": job_type, "priority": priority,
-                           "attempt": attempt, "on_demand": on_demand}})
-    return _frame(f'{head[:-2]},"payload":{payload_json}}}}}'.encode())
+    # Written out rather than encoded from a dict: one is sent for every job, and this takes
+    # a third of the time. The strings that repeat (a worker's incarnation, the job types)
+    # are encoded once.
+    job_id_json = f"{job_id:d}" if type(job_id) is int else _dumps(job_id)
+    return _frame(f'{{"t":"run","incarnation":{_json_name(incarnation)},"slot":{slot:d},'
+                  f'"job":{{"id":{job_id_json},"type":{_json_name(job_type)},'
+                  f'"priority":{priority:d},"attempt":{attempt:d},'
+                  f'"on_demand":{"true" if on_demand else "false"},'
+                  f'"payload":{payload_json}}}}}'.encode())
+
+
+@functools.lru_cache(maxsize=4096)
+def _json_name(text: str) -> str:
+    """A string that recurs in frames (an incarnation, a job type), as JSON."""
+    return _dumps(text)
 
 
 def json_depth(text: str) -> int:
@@ -121,7 +144,7 @@ def decode_body(body: bytes | bytearray, accept: Collection[str] = MESSAGE_TYPES
     except UnicodeDecodeError as exc:
         raise ProtocolError(f"frame is not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
     try:
-        msg = _loads(text)
+        msg = _loads_frame(text)
     except RecursionError:
         raise ProtocolError("frame JSON nests too deeply") from None
     except ValueError as exc:  # json.JSONDecodeError, NaN, over-long integers
@@ -221,7 +244,9 @@ def _job_id_ok(value) -> bool:
 
 
 def _slot_and_job(kind: str, msg: dict) -> None:
-    slot = msg.get("slot")
+    slot, job_id = msg.get("slot"), msg.get("job_id")
+    if type(slot) is int and slot >= 0 and (type(job_id) is int or type(job_id) is str):
+        return  # the way nearly every message is: checked without a call per field
     _check(_is_int(slot) and slot >= 0, kind, "slot", "an integer >= 0", msg)
     _check(_job_id_ok(msg.get("job_id")), kind, "job_id", "an integer or a string", msg)
 
@@ -249,7 +274,8 @@ def _v_progress(msg: dict) -> None:
 
 def _v_result(msg: dict) -> None:
     _slot_and_job("result", msg)
-    _check("result" in msg, "result", "result", "present (any JSON value)", msg)
+    if "result" not in msg:
+        _check(False, "result", "result", "present (any JSON value)", msg)
 
 
 def _v_error(msg: dict) -> None:
@@ -268,6 +294,13 @@ def _v_fatal(msg: dict) -> None:
 
 
 def _v_run(msg: dict) -> None:
+    slot, job = msg.get("slot"), msg.get("job")
+    if (type(msg.get("incarnation")) is str and type(slot) is int and slot >= 0
+            and type(job) is dict and type(job.get("type")) is str and "payload" in job
+            and type(job.get("priority")) is int and type(job.get("on_demand")) is bool):
+        job_id, attempt = job.get("id"), job.get("attempt")
+        if (type(job_id) is int or type(job_id) is str) and type(attempt) is int and attempt >= 1:
+            return  # as every frame of a supervisor's is: checked without a call per field
     _check(isinstance(msg.get("incarnation"), str), "run", "incarnation", "a string", msg)
     slot = msg.get("slot")
     _check(_is_int(slot) and slot >= 0, "run", "slot", "an integer >= 0", msg)

@@ -289,3 +289,69 @@ def test_fuzz_any_chunking_of_valid_frames_gives_the_same_messages(msgs, cuts):
     for a, b in zip(positions, positions[1:], strict=False):
         out.extend(decoder.feed(data[a:b]))
     assert out == msgs and decoder.pending == 0
+
+
+_names = st.text(max_size=12)  # any text: quotes, backslashes, control and non-ASCII characters
+
+
+@settings(max_examples=300, deadline=None)
+@given(_names, st.integers(min_value=0, max_value=10**6),
+       st.one_of(st.integers(min_value=1, max_value=2**70), _names), _names,
+       st.integers(min_value=0, max_value=10), st.integers(min_value=1, max_value=100),
+       st.booleans(), _json)
+def test_a_run_frame_decodes_to_the_message_its_fields_make(incarnation, slot, job_id, job_type,
+                                                            priority, attempt, on_demand,
+                                                            payload):
+    data = encode_run(incarnation, slot, job_id, job_type, priority, attempt, on_demand,
+                      payload_json(payload)[0])
+    (msg,) = FrameDecoder(SUPERVISOR_MESSAGES).feed(data)
+    assert validate(msg) == {"t": "run", "incarnation": incarnation, "slot": slot,
+                             "job": {"id": job_id, "type": job_type, "priority": priority,
+                                     "attempt": attempt, "on_demand": on_demand,
+                                     "payload": payload}}
+
+
+_field = st.one_of(st.none(), st.booleans(), st.integers(min_value=-2, max_value=3),
+                   st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=3),
+                   st.lists(st.integers(), max_size=1), st.just({}), st.just(_DROP))
+
+
+def _is_int_at_least(value, low: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+
+def _job_id_ok(value) -> bool:
+    return _is_int_at_least(value, -10**9) or isinstance(value, str)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.sampled_from(["result", "progress", "error"]), _field, _field, _field, _field)
+def test_validate_takes_exactly_the_worker_messages_whose_fields_are_right(kind, slot, job_id,
+                                                                          result, error):
+    msg = _with({"t": kind, "slot": 0, "job_id": 0, "result": 0, "error": "", "permanent": False},
+                slot=slot, job_id=job_id, result=result, error=error)
+    ok = _is_int_at_least(msg.get("slot"), 0) and _job_id_ok(msg.get("job_id")) and (
+        kind != "result" or "result" in msg) and (kind != "error" or isinstance(msg.get("error"), str))
+    if ok:
+        assert validate(msg) is msg
+    else:
+        with pytest.raises(ProtocolError):
+            validate(msg)
+
+
+@settings(max_examples=500, deadline=None)
+@given(_field, _field, _field, _field, _field, _field, _field, _field)
+def test_validate_takes_exactly_the_run_messages_whose_fields_are_right(
+        incarnation, slot, job_id, job_type, payload, priority, attempt, on_demand):
+    job = _with(RUN["job"], id=job_id, type=job_type, payload=payload, priority=priority,
+                attempt=attempt, on_demand=on_demand)
+    msg = _with(RUN, incarnation=incarnation, slot=slot, job=job)
+    ok = (isinstance(msg.get("incarnation"), str) and _is_int_at_least(msg.get("slot"), 0)
+          and _job_id_ok(job.get("id")) and isinstance(job.get("type"), str)
+          and "payload" in job and _is_int_at_least(job.get("priority"), -10**9)
+          and _is_int_at_least(job.get("attempt"), 1) and isinstance(job.get("on_demand"), bool))
+    if ok:
+        assert validate(msg) is msg
+    else:
+        with pytest.raises(ProtocolError):
+            validate(msg)
