@@ -6,6 +6,7 @@ import math
 import numbers
 import threading
 from collections.abc import Callable
+from decimal import Decimal
 from typing import Any
 
 MAX_MESSAGE = 4096  # characters of a progress message; longer ones are cut
@@ -39,17 +40,20 @@ class Job:
     def progress(self, fraction: float | None = None, message: str = "") -> None:
         """Report how far the job is (0..1, or None when unknown); shows in `fairsched ps`.
 
-        Any real number goes (a Fraction, a numpy scalar); one a little past the range, as
-        `done / total` can be, is clamped into 0..1, and NaN counts as unknown. Only what is
-        no number at all raises (TypeError): a mistake in the handler, not in its arithmetic.
+        Any real number goes (a Fraction, a Decimal, a numpy scalar); one a little past the
+        range, as `done / total` can be, is clamped into 0..1, and NaN counts as unknown. Only
+        what is no number at all raises (TypeError): a mistake in the handler, not in its
+        arithmetic.
         """
         if fraction is not None:
-            if isinstance(fraction, bool) or not isinstance(fraction, numbers.Real):
+            if isinstance(fraction, bool) or not isinstance(fraction, (numbers.Real, Decimal)):
                 raise TypeError(f"progress fraction must be a number or None, got {fraction!r}")
             try:
                 fraction = float(fraction)
             except OverflowError:  # an integer or Fraction past any float: far out of range
                 fraction = 1.0 if fraction > 0 else 0.0
+            except ValueError:  # a signalling NaN Decimal: no more a number than a quiet one
+                fraction = math.nan
             fraction = None if math.isnan(fraction) else min(1.0, max(0.0, fraction))
         message = "" if message is None else str(message)[:MAX_MESSAGE]
         if self._send is None or self._done:

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
 
@@ -503,7 +504,9 @@ def test_job_outside_a_worker_reports_nowhere_and_checks_its_arguments():
     reported = Job("x", "pdf", send=sent.append)
     for fraction, shown in [(3 * 0.1 / 0.3, 1.0), (1.5, 1.0), (-1e-17, 0.0),
                             (float("nan"), None), (Fraction(1, 4), 0.25), (1, 1.0),
-                            (10**400, 1.0), (-(10**400), 0.0)]:
+                            (10**400, 1.0), (-(10**400), 0.0), (Decimal("0.5"), 0.5),
+                            (Decimal("1e999"), 1.0), (Decimal("NaN"), None),
+                            (Decimal("sNaN"), None)]:
         sent.clear()
         reported.progress(fraction)
         assert sent[0]["fraction"] == shown, (fraction, sent)
