@@ -413,17 +413,37 @@ class QueueLink:
             self._next_poll = now + self.settings.poll_interval
         if self.claims:
             claims, self.claims = self.claims, []
-            self.claiming = True
+            self.claiming = True  # until the actor has the answer (close() waits for it)
             try:
                 won = await store.claim([qj.id for qj, _ in claims], self.default_max_attempts)
             except BaseException:
                 self.claims[:0] = claims
+                self.claiming = False
+                raise
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("claimed %d of %d jobs", len(won), len(claims))
+            # A fetch wanted goes out before the jobs won are handed to their workers, and is
+            # answered meanwhile: the rows just claimed are no longer pending, so it cannot
+            # find them, and the lane does not wait for the dispatch of a large claim.
+            fetching = None
+            try:
+                if self.fetch_wanted and not self.claims and len(won) == len(claims):
+                    fetching = asyncio.ensure_future(self._fetch(store))
+                    await asyncio.sleep(0)  # its first step sends the statement
+            except BaseException:  # closing: the actor hands the jobs won back, unspent
+                if fetching is not None:
+                    fetching.cancel()
                 raise
             finally:
                 self.claiming = False
-            if log.isEnabledFor(logging.DEBUG):
-                log.debug("claimed %d of %d jobs", len(won), len(claims))
-            self.sup.on_claimed(claims, {qj.id: qj for qj in won})
+                self.sup.on_claimed(claims, {qj.id: qj for qj in won})
+            if fetching is not None:
+                try:
+                    await fetching
+                finally:
+                    if not fetching.done():
+                        fetching.cancel()
+                return  # what it found is planned before anything else is asked
             if len(won) < len(claims):
                 await self._note_locked(claims, won)
         if self._locked and now >= min(until for _, until in self._locked.values()):
@@ -431,22 +451,26 @@ class QueueLink:
             self.sup.on_poll()  # the rows left out may be free now: look afresh
             self.fetch_wanted = True
         if self.fetch_wanted and not self.claims:
-            self.fetch_wanted = False
-            wanted = self.sup.free_by_type()
-            if wanted:
-                self.sup.notified.clear()  # rows notified before this fetch are in its answer
-                rows = await store.fetch(self._asking(wanted), self.sup.priority_per_second)
-                rows = self._unlocked(rows, wanted)
-                if log.isEnabledFor(logging.DEBUG):
-                    log.debug("fetched %d candidates for %s", len(rows),
-                              ", ".join(f"{t} ({n} free)" for t, n in sorted(wanted.items())))
-                self.sup.on_fetched(rows, wanted)
-                # When the next delayed job or retry comes due, the jobs fetched may no longer
-                # be the best: learn when, if the fetch came back short (what is due is
-                # drained) or a job was notified since last asked (a new one may be delayed).
-                if self.due_unknown or len(rows) < sum(2 * n for n in wanted.values()):
-                    self.due_unknown = False
-                    await self._arm_delayed_wakeup()
+            await self._fetch(store)
+
+    async def _fetch(self, store: AsyncStore) -> None:
+        self.fetch_wanted = False
+        wanted = self.sup.free_by_type()
+        if not wanted:
+            return
+        self.sup.notified.clear()  # rows notified before this fetch are in its answer
+        rows = await store.fetch(self._asking(wanted), self.sup.priority_per_second)
+        rows = self._unlocked(rows, wanted)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("fetched %d candidates for %s", len(rows),
+                      ", ".join(f"{t} ({n} free)" for t, n in sorted(wanted.items())))
+        self.sup.on_fetched(rows, wanted)
+        # When the next delayed job or retry comes due, the jobs fetched may no longer be the
+        # best: learn when, if the fetch came back short (what is due is drained) or a job was
+        # notified since last asked (a new one may be delayed).
+        if self.due_unknown or len(rows) < sum(2 * n for n in wanted.values()):
+            self.due_unknown = False
+            await self._arm_delayed_wakeup()
 
     async def _note_locked(self, claims, won) -> None:
         """Leave out of fetches, for LOCKED_SKIP, the rows this claim lost that are still
