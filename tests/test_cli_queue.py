@@ -311,6 +311,23 @@ def test_an_unreachable_database_is_one_line_exit_1_without_its_password(config,
     assert "s3cret" not in line and "password=***" in line
 
 
+@pytest.mark.parametrize("url", ["postgresql://u:s3cret@[::1/db",
+                                 "http://u:s3cret@db.example/db",
+                                 "postgresql://u:s3cret%ZZ@db.example/db",
+                                 "postgresql://u@db.example/db?password=s3cret%ZZ"])
+def test_a_database_url_that_does_not_parse_is_one_line_exit_2_without_its_password(config,
+                                                                                    url):
+    for command in (["jobs"], ["submit", "pdf"], ["supervise"]):
+        line = one_line_error(fairsched(*command, "--config", str(config), url=url), 2)
+        assert "FAIRSCHED_DATABASE_URL is not a PostgreSQL URL" in line, line
+        assert "s3cret" not in line, line
+    bad = config.parent / "db.toml"
+    bad.write_text(WORKERS_TOML.replace('state_dir = "state"',
+                                        f'state_dir = "state"\ndatabase = "{url}"'))
+    line = one_line_error(fairsched("jobs", "--config", str(bad), url=None), 2)
+    assert "key 'database' is not a PostgreSQL URL" in line and "s3cret" not in line, line
+
+
 def test_embedded_database_without_any_url(reused_state_dir):
     config = reused_state_dir.parent / "workers.toml"  # its state_dir is "state"
     config.write_text(WORKERS_TOML)

@@ -80,7 +80,7 @@ def chosen_url(url: str | None, config_file: str | os.PathLike | None = None) ->
                       else f"{config_file}: [supervisor] key 'database'" if config_file
                       else "[supervisor] key 'database'")
             raise BadDatabaseURL(f"{source} is not a PostgreSQL URL or connection string: "
-                                 f"{first_line(exc)}") from None
+                                 f"{without_password(first_line(exc), chosen)}") from None
     return chosen
 
 
@@ -132,7 +132,21 @@ def redact(url: str) -> str:
     return _QUERY_PASSWORD.sub(r"\1***", url)
 
 
-_QUERY_PASSWORD = re.compile(r"([?&]password=)[^&#]*")
+def without_password(message: str, url: str) -> str:
+    """`message` with any password `url` holds, as written there, replaced by ***: libpq quotes
+    the part of a connection string it cannot parse, which may be the password or all of it."""
+    secrets = [m.group(2) for m in _KEYWORD_PASSWORD.finditer(url)]
+    secrets += [m.group(2) for m in _QUERY_PASSWORD.finditer(url)]
+    userinfo = re.match(r"[A-Za-z][A-Za-z0-9+.-]*://(.*)@", url)  # user:password@, to the last @
+    if userinfo and ":" in userinfo.group(1):
+        secrets.append(userinfo.group(1).split(":", 1)[1])
+    for secret in sorted(secrets, key=len, reverse=True):
+        if secret:
+            message = message.replace(secret, "***")
+    return message
+
+
+_QUERY_PASSWORD = re.compile(r"([?&]password=)([^&#]*)")
 # password=secret, password = 'se cret' (libpq quotes values with single quotes, \' inside)
 _KEYWORD_PASSWORD = re.compile(r"(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)")
 
