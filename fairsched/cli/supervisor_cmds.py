@@ -15,8 +15,10 @@ from fairsched.cli import main
 from fairsched.cli.common import (
     UsageProblem,
     config_option,
+    display_width,
     expected_error,
     fail,
+    pad,
     parse_seconds,
     printable,
     reports_errors,
@@ -227,6 +229,21 @@ def _bytes(n) -> str:
     return str(n)
 
 
+PROGRESS_COLUMNS = 30  # a longer message is cut short, so one does not widen every row
+
+
+def cut(text: str, columns: int) -> str:
+    """`text` cut to at most `columns` terminal columns."""
+    if display_width(text) <= columns:
+        return text
+    used = 0
+    for i, ch in enumerate(text):
+        used += display_width(ch)
+        if used > columns:
+            return text[:i]
+    return text
+
+
 PS_COLUMNS = ["WORKER", "PID", "SLOT", "TYPES", "STATE", "JOB", "AGE", "PROGRESS", "RESTARTS",
               "UPTIME", "RSS", "CPU"]
 
@@ -244,18 +261,21 @@ def render_ps(data: dict) -> str:
         progress = "-"
         if s.get("progress") is not None or s.get("message"):
             pct = f"{s['progress'] * 100:.0f}%" if s.get("progress") is not None else ""
-            progress = " ".join(x for x in (pct, printable(s.get("message") or "")) if x)[:30]
+            progress = cut(" ".join(x for x in (pct, printable(s.get("message") or "")) if x),
+                           PROGRESS_COLUMNS)
         if s.get("cancelling"):
-            progress = "cancelling" + ("" if progress == "-" else f"; {progress}")[:30]
+            progress = "cancelling" + cut("" if progress == "-" else f"; {progress}",
+                                          PROGRESS_COLUMNS)
         rows.append([
             s["worker"], str(s["pid"] or "-"), str(s["slot"]), ",".join(s["types"]), s["state"],
             str(s["job_id"]) if s["job_id"] is not None else "-", _duration(s.get("job_age")),
             progress, str(s["restarts"]), _duration(s.get("uptime")), _bytes(s.get("rss")),
             f"{s['cpu']:.2f}s" if s.get("cpu") is not None else "-",
         ])
-    widths = [max(len(r[i]) for r in rows) for i in range(len(PS_COLUMNS))]
+    # In terminal columns, not characters: a CJK or emoji message takes two per character.
+    widths = [max(display_width(r[i]) for r in rows) for i in range(len(PS_COLUMNS))]
     for r in rows:
-        lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+        lines.append("  ".join(pad(c, w) for c, w in zip(r, widths, strict=True)).rstrip())
     for s in data["slots"]:
         if s["slot"] != 0:
             continue
