@@ -1,6 +1,7 @@
 """The `fairsched` command line: a click group; each command module registers itself."""
 
 import sys
+from typing import NoReturn
 
 import click
 
@@ -29,6 +30,21 @@ class Commands(click.Group):
             click.echo("", err=True)
             sys.exit(130)  # Ctrl-C at a prompt
         sys.exit(code if isinstance(code, int) else 0)
+
+    def invoke(self, ctx):
+        # Ahead of click, which would answer Ctrl-C with a blank line and nothing else.
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            interrupted()
+
+
+def interrupted(what: str = "") -> NoReturn:
+    """Ctrl-C: one line, exit 130 (128 + SIGINT, as a shell reports it)."""
+    # On a terminal the line starts below the "^C" it echoed.
+    start = "\n" if sys.stderr.isatty() else ""
+    click.echo(f"{start}fairsched: interrupted{what}", err=True)
+    sys.exit(130)
 
 
 @click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"]})

@@ -164,27 +164,43 @@ def submit_on_demand(config_path, socket_path, type_name, payload, priority, tim
     request = {"cmd": "submit", "type": type_name, "payload": payload, "priority": priority,
                "timeout": timeout}
     show_progress = sys.stderr.isatty()
-    for event in client.stream(request, timeout=None):
-        kind = event.get("event")
-        if kind == "refused":
-            fail(event.get("error", "refused"), int(event.get("code", 2)))
-        elif kind == "progress" and show_progress:
-            fraction = event.get("fraction")
-            pct = f"{fraction * 100:5.1f}% " if isinstance(fraction, int | float) else ""
-            message = printable(str(event.get("message") or ""))[:200]  # one line, redrawn
-            click.echo(f"\r{event['job_id']}: {pct}{message}\x1b[K", err=True, nl=False)
-        elif kind == "result":
-            if show_progress:
-                click.echo("\r\x1b[K", err=True, nl=False)
-            click.echo(json.dumps(event.get("result")))
-            return 0
-        elif kind == "error":
-            fail(f"job {event.get('job_id')} failed: "
-                 f"{printable(one_line(str(event.get('error'))))}", 1)
-        elif kind == "timeout":
-            fail(f"job {event.get('job_id')}: {event.get('error')}", 1)
+    job_id = None
+    try:
+        for event in client.stream(request, timeout=None):
+            job_id = event.get("job_id", job_id)
+            code = _on_demand_event(event, show_progress)
+            if code is not None:
+                return code
+    except KeyboardInterrupt:
+        # The supervisor withdraws a request whose caller left, and asks its handler to stop.
+        from fairsched.cli import interrupted
+
+        interrupted(f": job {job_id} withdrawn" if job_id else ": the request is withdrawn")
     fail("the supervisor closed the connection before the job finished", 1)
     return 1
+
+
+def _on_demand_event(event: dict, show_progress: bool) -> int | None:
+    """Show one event of an on-demand request: its exit code once it is the last one."""
+    kind = event.get("event")
+    if kind == "refused":
+        fail(event.get("error", "refused"), int(event.get("code", 2)))
+    elif kind == "progress" and show_progress:
+        fraction = event.get("fraction")
+        pct = f"{fraction * 100:5.1f}% " if isinstance(fraction, int | float) else ""
+        message = printable(str(event.get("message") or ""))[:200]  # one line, redrawn
+        click.echo(f"\r{event['job_id']}: {pct}{message}\x1b[K", err=True, nl=False)
+    elif kind == "result":
+        if show_progress:
+            click.echo("\r\x1b[K", err=True, nl=False)
+        click.echo(json.dumps(event.get("result")))
+        return 0
+    elif kind == "error":
+        fail(f"job {event.get('job_id')} failed: "
+             f"{printable(one_line(str(event.get('error'))))}", 1)
+    elif kind == "timeout":
+        fail(f"job {event.get('job_id')}: {event.get('error')}", 1)
+    return None
 
 
 def add_process_figures(data: dict) -> dict:

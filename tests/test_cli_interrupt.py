@@ -1,0 +1,42 @@
+"""Ctrl-C on a command that waits: exit 130 and one line saying so, never a traceback."""
+
+import signal
+
+SLOW_PDF = """
+[[worker]]
+name = "pdf"
+types = ["pdf"]
+handler = "sup_handlers:slow"
+"""
+
+
+def interrupted(proc) -> str:
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=20)
+    assert (proc.returncode, out) == (130, ""), (proc.returncode, out, err)
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def test_ctrl_c_while_an_on_demand_job_runs_withdraws_it_in_one_line(supervisors):
+    sup = supervisors(SLOW_PDF).start()
+    caller = sup.spawn_cli("submit", "pdf", "--on-demand", "--payload", '{"seconds": 30}')
+    sup.wait_for(lambda ps: ps["slots"][0]["message"] == "started", what="the job started")
+    line = interrupted(caller)
+    assert line.startswith("fairsched: interrupted"), line
+    assert "od-1" in line and "withdrawn" in line, line
+    # The supervisor heard the caller leave: the handler was asked to stop, the slot is free.
+    sup.wait_for(lambda ps: ps["slots"][0]["state"] == "free", what="the slot free again")
+
+
+def test_ctrl_c_while_stop_waits_is_one_line(supervisors):
+    sup = supervisors(SLOW_PDF, shutdown_timeout=30).start()
+    caller = sup.spawn_cli("submit", "pdf", "--on-demand", "--payload",
+                           '{"seconds": 30, "ignore_cancel": true}')
+    sup.wait_for(lambda ps: ps["slots"][0]["message"] == "started", what="the job started")
+    stopper = sup.spawn_cli("stop")
+    sup.wait_for(lambda ps: ps["supervisor"].get("shutting_down"), what="shutting down")
+    line = interrupted(stopper)
+    assert line == "fairsched: interrupted", line
+    caller.kill()
