@@ -5,8 +5,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psycopg
@@ -339,6 +341,33 @@ def test_embedded_database_without_any_url(reused_state_dir):
     assert {j["id"]: j["type"] for j in json.loads(result.stdout)}[job_id] == "ocr"
     # Each command started the server for itself and stopped it again.
     assert not (reused_state_dir / "pg" / "postmaster.pid").exists()
+
+
+def test_ctrl_c_while_a_command_starts_the_embedded_database_stops_it_too(reused_state_dir):
+    # The server is up (its postmaster.pid written) before pg_ctl says so: a command
+    # interrupted in between must still stop the server it started, as any other exit does.
+    config = reused_state_dir.parent / "workers.toml"
+    config.write_text(WORKERS_TOML)
+    env = {k: v for k, v in os.environ.items() if k != "FAIRSCHED_DATABASE_URL"}
+    pid_file = reused_state_dir / "pg" / "postmaster.pid"
+    command = subprocess.Popen([sys.executable, "-m", "fairsched", "jobs", "--config",
+                                str(config)], env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not pid_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.001)
+        command.send_signal(signal.SIGINT)
+        out, err = command.communicate(timeout=30)
+    finally:
+        command.kill()
+        command.wait()
+    assert command.returncode in (0, 130), err
+    assert "Traceback" not in err, err
+    deadline = time.monotonic() + 10
+    while pid_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not pid_file.exists(), "the embedded PostgreSQL outlived the command that started it"
 
 
 def test_commands_beside_a_running_supervisor_leave_its_database_up(reused_state_dir):

@@ -187,7 +187,15 @@ class _EmbeddedServer:
         with self._locked() as state:
             postmaster = _running_postmaster(self.pgdata)
             if postmaster is None:
-                url, postmaster = self._start()
+                try:
+                    url, postmaster = self._start()
+                except BaseException:
+                    # Interrupted (Ctrl-C) or failed once the server was up, before pg_ctl
+                    # said so: nobody else uses it yet, and nobody would ever stop it.
+                    started = _running_postmaster(self.pgdata)
+                    if started is not None:
+                        _stop_postmaster(started)
+                    raise
                 # Only a server fairsched started is fairsched's to stop.
                 state["owned_postmaster"] = postmaster
             else:
