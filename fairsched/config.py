@@ -22,8 +22,9 @@ DEFAULT_STATE_DIR = ".fairsched"  # beside workers.toml
 MAX_SOCKET_PATH = 107  # bytes of a Unix socket's path on Linux (sun_path less its NUL)
 MAX_WEIGHT = 1e12  # points: larger weights add nothing but float trouble
 MAX_LEVEL_SECONDS = 1e12  # priority_weight / age_weight: the wait one priority level is worth
-NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.]*$")
-TYPE_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:/-]*$")
+NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.]*")
+TYPE_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:/-]*")
+HANDLER_RE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 _ADDRESS = re.compile(r"(?:\[(?P<ipv6>[0-9A-Fa-f:.]+)\]|(?P<host>[^:\s\[\]]*)):(?P<port>[0-9]{1,5})")
 
 
@@ -311,14 +312,14 @@ def load_config(path: str | os.PathLike) -> Config:
 
 def _load_worker(sec: _Section, base: Path) -> WorkerSpec:
     name = sec.get("name", "str", required=True)
-    if not NAME_RE.match(name):
+    if not NAME_RE.fullmatch(name):  # not match(): "$" also matches before a final "\n"
         sec.fail("name", f"must use letters, digits, '_' and '.' ('-' is for process names"
                  f" such as pdf-1), got {name!r}")
     types = sec.get("types", "strlist", required=True)
     if not types:
         sec.fail("types", "must not be empty")
     for t in types:
-        if not TYPE_RE.match(t):
+        if not TYPE_RE.fullmatch(t):
             sec.fail("types", f"has an invalid type name {t!r}")
     if len(set(types)) != len(types):
         sec.fail("types", "lists a type twice")
@@ -326,7 +327,7 @@ def _load_worker(sec: _Section, base: Path) -> WorkerSpec:
     command = sec.get("command", "strlist")
     if (handler is None) == (command is None):
         sec.fail(None, "needs exactly one of 'handler' or 'command'")
-    if handler is not None and not re.match(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", handler):
+    if handler is not None and not HANDLER_RE.fullmatch(handler):
         sec.fail("handler", f"must look like 'package.module:function', got {handler!r}")
     if command is not None:
         if not command:

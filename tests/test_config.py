@@ -119,6 +119,14 @@ BAD = [
      "[supervisor] key 'state_dir' must not hold a NUL character"),
     ("age weight too small to count", GOOD.replace("age_weight = 32", "age_weight = 1e-320"),
      "[scoring] key 'age_weight' is too small beside priority_weight"),
+    ("name ending in a line break", GOOD.replace('name = "tool"', 'name = "tool\\n"'),
+     "key 'name' must use letters, digits, '_' and '.' ('-' is for process names such as "
+     "pdf-1), got 'tool\\n'"),
+    ("type ending in a line break", GOOD.replace('["pdf", "excel"]', '["pdf", "excel\\n"]'),
+     "key 'types' has an invalid type name 'excel\\n'"),
+    ("handler ending in a line break",
+     GOOD.replace('"handlers:render_pdf"', '"handlers:render_pdf\\n"'),
+     "key 'handler' must look like 'package.module:function', got 'handlers:render_pdf\\n'"),
     ("weight too large", GOOD.replace("age_weight = 32", "age_weight = 32\nrarity_weight = 1e300"),
      "[scoring] key 'rarity_weight' must be <= 1e+12, got 1e+300"),
 ]
