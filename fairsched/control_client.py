@@ -38,6 +38,11 @@ class NoAnswer(FairschedError):
     """The supervisor took the request and said nothing in time: stalled, or stopped."""
 
 
+class NotASupervisor(NotRunning):
+    """What listens on the socket answered in a way no fairsched supervisor does: no
+    supervisor runs there."""
+
+
 def request_line(request: dict) -> bytes:
     """`request` as one line of compact JSON in UTF-8, the size the supervisor measures a
     payload in (escaped, "😀" would take 12 bytes for UTF-8's 4); escaped ASCII only when it
@@ -98,11 +103,29 @@ class ControlClient:
                         break
                     buf = line.strip()
                     if buf:
-                        yield json.loads(buf)
+                        yield self._reply(buf)
                         if then is not ...:
                             sock.settimeout(then)
         finally:
             sock.close()
+
+    def _reply(self, line: bytes) -> dict:
+        try:
+            reply = json.loads(line)
+        except ValueError:  # not JSON, or not UTF-8
+            reply = None
+        if not isinstance(reply, dict):
+            raise self.not_a_supervisor(line)
+        return reply
+
+    def not_a_supervisor(self, answer: bytes | dict) -> NotASupervisor:
+        """The error for an answer no fairsched supervisor gives (`--socket` naming another
+        program's socket, say)."""
+        if isinstance(answer, dict):
+            answer = json.dumps(answer).encode()
+        said = repr(answer[:60])[2:-1] + ("..." if len(answer) > 60 else "")
+        return NotASupervisor(f"{self.path} is not a fairsched supervisor's control socket: "
+                              f"it answered '{said}'")
 
     def supervisor_pid(self) -> str:
         """The pid in the supervisor's lock file (beside its socket), or '?'."""
@@ -118,7 +141,11 @@ class ControlClient:
 
     def ps(self) -> dict:
         reply = self.request({"cmd": "ps"})
-        if "ps" not in reply:  # refused: too many connections, say
-            raise NotRunning(f"the supervisor on {self.path} did not answer: "
-                             f"{reply.get('error', 'no reason given')}")
-        return reply["ps"]
+        if "ps" not in reply and "error" in reply:  # refused: too many connections, say
+            raise NotRunning(f"the supervisor on {self.path} did not answer: {reply['error']}")
+        ps = reply.get("ps")
+        if not (isinstance(ps, dict) and isinstance(ps.get("supervisor"), dict)
+                and isinstance(ps.get("slots"), list)
+                and all(isinstance(slot, dict) for slot in ps["slots"])):
+            raise self.not_a_supervisor(reply)
+        return ps

@@ -110,10 +110,14 @@ def ps(config_path, socket_path, as_json, watch):
 def restart(name, config_path, socket_path):
     """Restart a worker group (pdf) or one process (pdf-1), fatal ones included, with the
     handler's code as it is now."""
-    reply = control_client(config_path, socket_path).request({"cmd": "restart", "name": name})
-    if not reply.get("ok"):
-        fail(reply.get("error", "restart failed"), int(reply.get("code", 1)))
-    click.echo(f"restarting {', '.join(reply['restarted'])}")
+    client = control_client(config_path, socket_path)
+    reply = client.request({"cmd": "restart", "name": name})
+    if not reply.get("ok") and isinstance(reply.get("error"), str):
+        fail(reply["error"], 2 if reply.get("code") == 2 else 1)
+    restarted = reply.get("restarted")
+    if not (reply.get("ok") and isinstance(restarted, list)):
+        raise client.not_a_supervisor(reply)
+    click.echo(f"restarting {', '.join(map(str, restarted))}")
 
 
 @main.command()
@@ -130,14 +134,18 @@ def stop(config_path, socket_path, timeout):
     replies = client.stream({"cmd": "stop", "timeout": timeout}, timeout=ANSWER_WITHIN,
                             then=None)
     first = next(replies, None)  # NoAnswer after ANSWER_WITHIN: one line, exit 1
-    if not first or not first.get("ok"):
-        fail(f"the supervisor did not accept the stop request: "
-             f"{(first or {}).get('error', 'no answer')}", int((first or {}).get("code", 1)))
+    if first is not None and not first.get("ok") and isinstance(first.get("error"), str):
+        fail(f"the supervisor did not accept the stop request: {first['error']}",
+             2 if first.get("code") == 2 else 1)
+    if not first:
+        fail("the supervisor did not accept the stop request: no answer", 1)
+    pid = first.get("pid")
+    if not (first.get("ok") and isinstance(pid, int) and not isinstance(pid, bool) and pid > 0):
+        raise client.not_a_supervisor(first)
     for _ in replies:  # the connection closes when the supervisor has stopped
         pass
     import psutil  # here: `supervise` and `submit` start 10 ms sooner without it
 
-    pid = first.get("pid")
     deadline = time.monotonic() + 10
     while pid and psutil.pid_exists(pid) and time.monotonic() < deadline:
         try:
@@ -168,6 +176,8 @@ def submit_on_demand(config_path, socket_path, type_name, payload, priority, tim
     try:
         for event in client.stream(request, timeout=None):
             job_id = event.get("job_id", job_id)
+            if not isinstance(event.get("event"), str):
+                raise client.not_a_supervisor(event)
             code = _on_demand_event(event, show_progress)
             if code is not None:
                 return code
@@ -184,7 +194,7 @@ def _on_demand_event(event: dict, show_progress: bool) -> int | None:
     """Show one event of an on-demand request: its exit code once it is the last one."""
     kind = event.get("event")
     if kind == "refused":
-        fail(event.get("error", "refused"), int(event.get("code", 2)))
+        fail(str(event.get("error", "refused")), 1 if event.get("code") == 1 else 2)
     elif kind == "progress" and show_progress:
         fraction = event.get("fraction")
         pct = f"{fraction * 100:5.1f}% " if isinstance(fraction, int | float) else ""
