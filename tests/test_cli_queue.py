@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -146,6 +147,21 @@ def test_a_payload_too_long_for_a_command_line_comes_from_a_file_or_stdin(db, co
         stored = conn.execute("SELECT payload FROM fairsched_jobs WHERE id = ANY(%s) ORDER BY id",
                               ([int(from_file.stdout), int(from_stdin.stdout)],)).fetchall()
     assert [row[0] for row in stored] == [payload, payload]
+
+
+@pytest.mark.parametrize("source", ["@/dev/zero", "-"])
+def test_a_payload_source_that_never_ends_is_one_line_exit_2(config, source):
+    # Read to its end it would take all the memory there is (here: 2 GiB, then MemoryError).
+    def limit_memory():
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+    with open("/dev/zero", "rb") as zeros:
+        result = subprocess.run([sys.executable, "-m", "fairsched", "submit", "pdf", "--payload",
+                                 source, "--config", str(config)], stdin=zeros,
+                                capture_output=True, text=True, timeout=60,
+                                preexec_fn=limit_memory)
+    line = one_line_error(result, 2)
+    assert "holds more than 64 MiB; a payload takes at most 512 KiB of JSON" in line, line
 
 
 def test_config_comes_from_fairsched_config_or_the_current_folder(db, config):

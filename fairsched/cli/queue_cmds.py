@@ -64,6 +64,11 @@ def open_queue(config: Config | None) -> Queue:
 
 # -- submit -----------------------------------------------------------------------------------
 
+# Bytes read from --payload @FILE or -: a payload's JSON laid out with room to spare (it is
+# measured compact), and not the memory of a file that never ends.
+MAX_PAYLOAD_INPUT = 64 << 20
+
+
 def parse_payload(text: str | None) -> Any:
     """--payload JSON, or @FILE (the JSON in a file), or - (on standard input): a command
     line holds at most 128 KiB in one argument, a payload up to 512 KiB."""
@@ -76,9 +81,16 @@ def parse_payload(text: str | None) -> Any:
         where = "standard input" if text == "-" else f"--payload file {text[1:]!r}"
         try:
             if text == "-":
-                text = sys.stdin.buffer.read().decode("utf-8")
+                data = sys.stdin.buffer.read(MAX_PAYLOAD_INPUT + 1)
             else:
-                text = Path(text[1:]).read_bytes().decode("utf-8")
+                with open(text[1:], "rb") as f:
+                    data = f.read(MAX_PAYLOAD_INPUT + 1)
+            if len(data) > MAX_PAYLOAD_INPUT:  # /dev/zero, say, or a file that is no payload
+                from fairsched.protocol import MAX_PAYLOAD
+
+                raise UsageProblem(f"{where} holds more than {MAX_PAYLOAD_INPUT >> 20} MiB; a "
+                                   f"payload takes at most {MAX_PAYLOAD >> 10} KiB of JSON")
+            text = data.decode("utf-8")
         except OSError as exc:
             raise UsageProblem(f"cannot read {where}: {exc.strerror or exc}") from None
         except UnicodeDecodeError as exc:
