@@ -200,7 +200,7 @@ class QueueLink:
             if not said and not self.connected:
                 log.warning("waiting up to %g s for the database to record the outcome of %d "
                             "jobs (a second SIGTERM or `fairsched stop` stops waiting)",
-                            deadline - time.monotonic(), len(self.outbox.job_ids()))
+                            round(deadline - time.monotonic(), 1), len(self.outbox.job_ids()))
                 said = True
             self._outbox_wake.set()
             await asyncio.sleep(0.01)
@@ -273,8 +273,9 @@ class QueueLink:
                 if not isinstance(exc, DB_ERRORS):  # never expected: say so, loudly
                     log.exception("the claim lane failed; starting over in %g s", delay)
                 elif self.connected:
-                    log.error("lost the database: %s; reconnecting (workers keep running)",
-                              str(exc).strip().splitlines()[0] if str(exc).strip() else exc)
+                    log.error("lost the database: %s; reconnecting%s",
+                              str(exc).strip().splitlines()[0] if str(exc).strip() else exc,
+                              "" if self.sup.shutting_down else " (workers keep running)")
                     lost = True
                 self.connected = False
                 await self._drop_store()
