@@ -355,3 +355,27 @@ def test_a_supervisor_on_the_embedded_database_names_its_url_for_others(monkeypa
         proc.send_signal(signal.SIGTERM)
         proc.wait(60)
         proc.stdout.close()
+
+
+def test_an_embedded_server_left_without_its_database_gets_it_back(monkeypatch, short_tmp):
+    # A first start cut short (Ctrl-C while initdb ran) can leave the cluster without the
+    # database fairsched uses: every later command failed with 'database "postgres" does
+    # not exist' until the folder was removed by hand.
+    monkeypatch.delenv(ENV_URL, raising=False)
+    config = embedded_config(short_tmp)
+    db = open_database(short_tmp / "state", None)
+    try:
+        template1 = db.url.replace("/postgres?", "/template1?")
+        with psycopg.connect(template1, autocommit=True) as conn:
+            conn.execute("DROP DATABASE postgres")
+    finally:
+        db.close()
+    cli = [sys.executable, "-m", "fairsched"]
+    listed = subprocess.run([*cli, "jobs", "--config", str(config)], capture_output=True,
+                            text=True, timeout=60)
+    assert listed.returncode == 0, listed.stderr
+    assert "had no 'postgres' database (its first start was cut short): created it" in (
+        listed.stderr)
+    submitted = subprocess.run([*cli, "submit", "noop", "--config", str(config)],
+                               capture_output=True, text=True, timeout=60)
+    assert submitted.returncode == 0 and submitted.stdout.strip() == "1", submitted.stderr

@@ -25,7 +25,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psutil
 import psycopg
-from psycopg.conninfo import conninfo_to_dict
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from fairsched.logs import tail_lines
 from fairsched.store.errors import BadDatabaseURL, BadStateDir, DatabaseUnavailable
@@ -243,12 +243,30 @@ class _EmbeddedServer:
                 # get_server caches one handle per pgdata in this process; a server stopped
                 # since then needs starting again through the same handle.
                 server.ensure_postgres_running()
-            return postmaster_url(self.pgdata), server.get_pid()
+            url, pid = postmaster_url(self.pgdata), server.get_pid()
         except Exception as exc:
             why = _why_not_started(self.pgdata / "log") or first_line(exc)
             raise DatabaseUnavailable(
                 f"cannot start the embedded PostgreSQL in {self.pgdata}: {why}"
                 f" (see {self.pgdata / 'log'})") from exc
+        self._create_main_database(url)
+        return url, pid
+
+    def _create_main_database(self, url: str) -> None:
+        """Create the database fairsched uses ('postgres') if the server has none: a first
+        start cut short (Ctrl-C while initdb ran) can leave it out, and every command would
+        fail with 'database "postgres" does not exist' for ever. Without that database the
+        cluster holds no jobs, so creating it loses nothing."""
+        try:
+            with connect(make_conninfo(url, dbname="template1"), autocommit=True) as conn:
+                if conn.execute("SELECT 1 FROM pg_database WHERE datname = 'postgres'").fetchone():
+                    return
+                conn.execute("CREATE DATABASE postgres")
+        except (psycopg.Error, DatabaseUnavailable) as exc:  # template1 gone too: more to come
+            log.debug("could not check the embedded server's databases: %s", first_line(exc))
+            return
+        log.warning("the embedded PostgreSQL in %s had no 'postgres' database (its first start "
+                    "was cut short): created it", self.pgdata)
 
     @contextlib.contextmanager
     def _locked(self):
