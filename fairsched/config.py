@@ -227,7 +227,10 @@ def control_socket_of(path: str | os.PathLike) -> Path:
         raise error from None
     if not isinstance(state_dir, str) or not state_dir:
         raise error
-    return Path(path).resolve().parent / state_dir / "control" / "sock"
+    socket_path = Path(path).resolve().parent / state_dir / "control" / "sock"
+    if len(os.fsencode(socket_path)) > MAX_SOCKET_PATH:  # no supervisor can listen there
+        raise error
+    return socket_path
 
 
 def load_config(path: str | os.PathLike) -> Config:

@@ -250,3 +250,17 @@ def test_a_slow_database_cannot_outlast_the_lease_between_two_heartbeats():
     from fairsched.supervisor.queue_link import ANSWER_WITHIN
 
     assert 1 / 3 + ANSWER_WITHIN <= CANCEL_AT - 0.05 < KILL_AT
+
+
+@pytest.mark.parametrize("command", [["ps"], ["stop"], ["restart", "pdf"],
+                                     ["submit", "pdf", "--on-demand"]])
+def test_a_state_dir_too_deep_for_a_socket_is_the_config_error_for_socket_commands(tmp_path,
+                                                                                  command):
+    # As for supervise and the queue commands: one line naming the key, exit 2, not
+    # 'cannot reach a supervisor ...: AF_UNIX path too long' with exit 1.
+    path = write(tmp_path, GOOD.replace('state_dir = "state"', 'state_dir = "' + "d" * 120 + '"'))
+    result = subprocess.run([sys.executable, "-m", "fairsched", *command, "--config", str(path)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert "[supervisor] key 'state_dir' is too deep for the control socket" in result.stderr
