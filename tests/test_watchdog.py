@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -134,6 +135,19 @@ def test_the_watchdog_leaves_when_the_supervisor_does_and_takes_every_worker_alo
     assert not stranger.gone(timeout=0.3)
 
 
+def test_a_supervisor_gone_with_an_answer_unread_still_takes_its_workers_along(watchdog,
+                                                                               groups):
+    # Its end closed with the watchdog's "ok" unread: the watchdog's next read is a reset,
+    # not an EOF, and meant the same (it exited 70, leaving the workers running).
+    busy, idle = groups(), groups()
+    watchdog.sock.sendall(b"%r %d + %d\n" % (clock() + 60, busy.pid, idle.pid))
+    time.sleep(0.5)  # answered, and the answer left unread
+    watchdog.sock.close()
+    _, status = os.waitpid(watchdog.pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert busy.gone() and idle.gone()
+
+
 def test_a_supervisor_gone_before_its_answer_could_be_sent_still_takes_its_workers_along(
         watchdog, groups):
     # Its end no longer reads: the watchdog's answer fails (EPIPE) before any EOF is seen.
@@ -204,6 +218,10 @@ def test_a_worker_made_busy_is_told_before_the_loop_turns(tmp_path, groups):
 
     os.waitpid(asyncio.run(scenario()), 0)
     assert killed_in_stall == [True]
+    said = (tmp_path / "watchdog.log").read_text()  # dated, as the supervisor's log lines
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} fairsched lease watchdog: the "
+                        r"supervisor's lease ended with no renewal; killed the workers running "
+                        rf"its queued jobs \(pids {worker.pid}\)\n", said), said
 
 
 def test_state_lines_read_as_written():

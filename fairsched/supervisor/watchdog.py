@@ -81,6 +81,9 @@ def _drain(sock: socket.socket, buffer: bytes) -> tuple[bytes, bytes, bool]:
             chunk = sock.recv(65536, socket.MSG_DONTWAIT)
         except BlockingIOError:
             break
+        except ConnectionResetError:  # it closed with our lines unread: gone all the same
+            closed = True
+            break
         if not chunk:
             closed = True
             break
@@ -148,11 +151,17 @@ def watch(sock: socket.socket) -> None:
             _kill(busy + others)
             return
         _kill(busy)
-        print(f"fairsched lease watchdog: the supervisor's lease ended with no renewal; "
-              f"killed the workers running its queued jobs (pids {', '.join(map(str, busy))})",
-              file=sys.stderr, flush=True)
+        _note(f"the supervisor's lease ended with no renewal; killed the workers running its "
+              f"queued jobs (pids {', '.join(map(str, busy))})")
         others += busy  # their pids stay taken until the supervisor reaps them
         busy = ()
+
+
+def _note(message: str) -> None:
+    """A line of watchdog.log (its stderr), dated as the supervisor's log lines are."""
+    now = time.time()
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now)) + f",{int(now % 1 * 1000):03d}"
+    print(f"{stamp} fairsched lease watchdog: {message}", file=sys.stderr, flush=True)
 
 
 class Watchdog:
@@ -375,7 +384,7 @@ def main() -> None:
     try:
         watch(sock)
     except (OSError, ValueError) as exc:
-        print(f"fairsched lease watchdog: {exc}", file=sys.stderr, flush=True)
+        _note(str(exc))
         sys.exit(70)
 
 
