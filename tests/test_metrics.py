@@ -181,3 +181,35 @@ def test_port_in_use_is_one_log_line_and_the_supervisor_runs_on(supervisors):
     assert len(lines) == 1, lines
     assert f"cannot listen on 127.0.0.1:{port} (Address already in use)" in lines[0]
     assert "running without metrics" in lines[0]
+
+
+def test_a_scrape_answers_while_the_database_is_silent(db):
+    # A partition leaves the depth query hanging: the scrape still answers, within its
+    # timeout, with the supervisor's own gauges and the depth said to be unknown.
+    from tests.pg_proxy import PgProxy
+    from tests.supervisor_harness import Supervisor
+
+    proxy = PgProxy(db)
+    port = free_port()
+    sup = Supervisor(proxy.url_through, WORKERS, supervisor=f'metrics = "127.0.0.1:{port}"\n')
+    try:
+        sup.start()
+        scrape_until(port, lambda s: value(s, "fairsched_queue_up") == 1, "the queue depth")
+        proxy.cut()
+        time.sleep(1.5)  # past the depth's cache: the next scrape asks the database
+        began = time.monotonic()
+        samples = scrape(port)
+        assert time.monotonic() - began < 5
+        assert value(samples, "fairsched_queue_up") == 0
+        assert not any(name == "fairsched_queue_jobs" for name, _ in samples)
+        assert value(samples, "fairsched_workers", group="pdf", state="running") == 1
+        assert value(scrape(port), "fairsched_queue_up") == 0  # the next scrape too
+        proxy.heal()
+        scrape_until(port, lambda s: value(s, "fairsched_queue_up") == 1,
+                     "the queue depth again", timeout=30)
+        lines = [ln for ln in sup.output().splitlines() if "queue depth" in ln]
+        assert "cannot read the queue depth: no answer from PostgreSQL within 2 s" in lines[0]
+        assert "reading the queue depth again" in lines[-1]
+    finally:
+        sup.close()
+        proxy.close()

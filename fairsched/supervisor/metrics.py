@@ -28,6 +28,11 @@ log = logging.getLogger("fairsched.metrics")
 
 SNAPSHOT_INTERVAL = 0.5  # seconds between two copies of the actor's state
 DEPTH_CACHE = 1.0  # seconds a queue-depth answer serves further scrapes
+DEPTH_WAIT = 2.0  # seconds a scrape waits for the queue depth before calling it unknown
+# A TCP connection to a database that went silent fails within about 20 s instead of hanging
+# (libpq ignores these for a Unix socket, where a silent server is a stopped one).
+TCP_KEEPALIVES = {"keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 5,
+                  "keepalives_count": 3, "tcp_user_timeout": 20000}
 OUTCOMES = ("succeeded", "failed", "retried", "cancelled", "returned")
 QUEUE_STATUSES = ("pending", "running", "failed")
 # Waits and run times range from milliseconds (on-demand) to hours (a backlog).
@@ -94,11 +99,18 @@ class _ThreadingServer6(_ThreadingServer):
 
 
 class QueueDepth:
-    """Job counts per type and status, read on scrape through a connection of its own."""
+    """Job counts per type and status, read on scrape through a connection of its own.
+
+    The query runs on a thread of its own, one at a time, and a scrape waits for it at most
+    DEPTH_WAIT seconds: a database that does not answer (a partition, a stalled server) makes
+    the depth unknown (`fairsched_queue_up` 0), it does not hold the whole scrape.
+    """
 
     def __init__(self, url_of):
         self.url_of = url_of  # called on scrape: the URL may change when PostgreSQL restarts
         self.lock = threading.Lock()
+        self.answered = threading.Condition(self.lock)
+        self.querying = False  # a query thread is out; only it touches the connection
         self.conn: psycopg.Connection | None = None
         self.conn_url: str | None = None
         self.read_at = -DEPTH_CACHE
@@ -108,15 +120,33 @@ class QueueDepth:
         self.closed = False
 
     def read(self) -> tuple[list[tuple], int]:
-        with self.lock:
+        with self.answered:
             if self.closed:
                 return [], 0
-            if time.monotonic() - self.read_at >= DEPTH_CACHE:
-                self._query()
-                self.read_at = time.monotonic()
+            if not self.querying and time.monotonic() - self.read_at >= DEPTH_CACHE:
+                self.querying = True
+                threading.Thread(target=self._run, name="fairsched-metrics-depth",
+                                 daemon=True).start()
+            if self.querying and not self.answered.wait_for(lambda: not self.querying,
+                                                            DEPTH_WAIT):
+                if not self.failing:  # one line per outage, not one per scrape
+                    log.warning("metrics: cannot read the queue depth: no answer from "
+                                "PostgreSQL within %g s", DEPTH_WAIT)
+                self.failing = True
+                return [], 0
             return self.rows, self.up
 
-    def _query(self) -> None:
+    def _run(self) -> None:
+        rows, up = self._query()
+        with self.answered:
+            self.rows, self.up = rows, up
+            self.read_at = time.monotonic()
+            self.querying = False
+            if self.closed:
+                self._close()
+            self.answered.notify_all()
+
+    def _query(self) -> tuple[list[tuple], int]:
         try:
             url = self.url_of()
             if url is None:
@@ -124,21 +154,22 @@ class QueueDepth:
             if self.conn is None or self.conn.closed or self.conn_url != url:
                 self._close()
                 self.conn = psycopg.connect(url, autocommit=True, connect_timeout=3,
-                                            application_name="fairsched metrics")
+                                            application_name="fairsched metrics",
+                                            **TCP_KEEPALIVES)
                 self.conn_url = url
                 self.conn.execute("SET statement_timeout = '5s'")
-            self.rows = self.conn.execute(DEPTH_SQL).fetchall()
-            self.up = 1
+            rows = self.conn.execute(DEPTH_SQL).fetchall()
             if self.failing:
                 log.info("metrics: reading the queue depth again")
             self.failing = False
+            return rows, 1
         except psycopg.Error as exc:
             self._close()
-            self.rows, self.up = [], 0
             if not self.failing:  # one line per outage, not one per scrape
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
                 log.warning("metrics: cannot read the queue depth: %s", first)
             self.failing = True
+            return [], 0
 
     def _close(self) -> None:
         if self.conn is not None:
@@ -149,12 +180,10 @@ class QueueDepth:
             self.conn = None
 
     def close(self) -> None:
-        if self.lock.acquire(timeout=6.0):
-            try:
-                self.closed = True
+        with self.lock:
+            self.closed = True
+            if not self.querying:  # else the query thread closes the connection when it ends
                 self._close()
-            finally:
-                self.lock.release()
 
 
 class _StateCollector:
