@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import sys
 import time
 
@@ -29,11 +30,23 @@ def one_line(text: str) -> str:
     return text
 
 
+# What one_line leaves that a terminal acts on (an escape sequence that clears the screen or
+# retitles the window, a bell) or that a reader takes for a line break (\v, \f, \x1c-\x1e,
+# NEL, U+2028, U+2029), and lone surrogates, which no encoding writes. A tab stays.
+_UNPRINTABLE = re.compile("[\x01-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+
+
+def printable_line(text: str) -> str:
+    """one_line(text) with the other control characters spelled out as Python does (\\x1b)."""
+    return _UNPRINTABLE.sub(lambda m: repr(m.group())[1:-1], one_line(text))
+
+
 class TextFormatter(logging.Formatter):
-    """TEXT_FORMAT, one line per record (a traceback still follows on lines of its own)."""
+    """TEXT_FORMAT, one line per record (a traceback still follows on lines of its own); a
+    message from a handler cannot redraw or ring the operator's terminal."""
 
     def formatMessage(self, record: logging.LogRecord) -> str:
-        record.message = one_line(record.message)
+        record.message = printable_line(record.message)
         return super().formatMessage(record)
 
 

@@ -228,6 +228,35 @@ def test_the_text_format_keeps_a_record_on_one_line():
     assert formatter.format(record).endswith("job od-1 failed: boom\\nsecond\\nthird\\0")
 
 
+def test_the_text_format_spells_out_what_a_terminal_would_act_on():
+    formatter = TextFormatter(TEXT_FORMAT)
+    record = logging.LogRecord("fairsched.supervisor", logging.WARNING, __file__, 1,
+                               "job %s failed: %s", ("1", "a\x1b[2Jb\x07c\u2028d\x85e\x0bf\tg é"),
+                               None)
+    line = formatter.format(record)
+    assert line.endswith("job 1 failed: a\\x1b[2Jb\\x07c\\u2028d\\x85e\\x0bf\tg é"), line
+    assert len(line.splitlines()) == 1
+
+
+def test_a_handlers_escape_sequence_reaches_the_text_log_spelled_out(db):
+    sup = Supervisor(db, """
+[[worker]]
+name = "bad"
+types = ["bad"]
+handler = "sup_handlers:fail_permanently"
+""")
+    try:
+        sup.start()
+        result = sup.cli("submit", "bad", "--on-demand", "--payload",
+                         json.dumps({"why": "\x1b]0;owned\x07\x1b[2Jcleared\u2028next"}))
+        assert result.returncode == 1
+        (line,) = [ln for ln in sup.output().splitlines() if "failed for good" in ln]
+        assert "PermanentError: \\x1b]0;owned\\x07\\x1b[2Jcleared\\u2028next" in line, line
+        assert "\x1b" not in sup.output()
+    finally:
+        sup.close()
+
+
 
 def test_a_supervisor_bug_is_logged_in_the_logs_format(tmp_path):
     config = tmp_path / "workers.toml"
