@@ -75,3 +75,16 @@ def test_a_folder_given_as_the_plot_is_refused_not_written_beside(tmp_path):
     if importlib.util.find_spec("matplotlib"):
         assert "is a folder" in result.stderr
     assert not (tmp_path / "plots.png").exists()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None, reason="needs matplotlib")
+def test_a_plot_named_without_a_suffix_is_written_under_that_name(tmp_path, starvation_files):
+    trace_path, workers_path = starvation_files
+    for args in (["explain", "--plot", "scores"],
+                 ["simulate", str(trace_path), "--workers", str(workers_path), "--plot", "waits"]):
+        result = run(*args, cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        name = args[-1]
+        assert result.stdout.splitlines()[-1].endswith(f"drawn to {name}")
+        assert (tmp_path / name).read_bytes()[:8] == PNG_MAGIC
+        assert not (tmp_path / f"{name}.png").exists()

@@ -36,7 +36,9 @@ def _save(fig, plt, path: str | Path) -> Path:
     try:
         if path.is_dir():  # matplotlib would write <folder>.png beside it
             raise IsADirectoryError(f"{path} is a folder")
-        fig.savefig(path, dpi=110)
+        # A name without a suffix gets a PNG of exactly that name; matplotlib would write
+        # NAME.png beside it instead, and the command would name a file it never wrote.
+        fig.savefig(path, dpi=110, format=None if path.suffix else "png")
     except (OSError, ValueError) as exc:
         raise FairschedError(f"cannot write plot {path}: {exc}") from None
     finally:
