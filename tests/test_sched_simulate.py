@@ -373,3 +373,49 @@ def test_make_traces_script_writes_scenarios_simulate_reads(tmp_path):
     bad = subprocess.run([sys.executable, str(script), "--out", str(tmp_path), "nope"],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "unknown scenario 'nope'" in bad.stderr
+
+
+def test_a_burst_of_identical_jobs_costs_a_cycle_its_free_slots_not_the_burst(tmp_path):
+    # 6,000 jobs arriving at once on one slot: every cycle places one, and looks at a few
+    # (it took minutes when each cycle offered the core the whole burst as near ties).
+    path = tmp_path / "burst.jsonl"
+    path.write_text('{"at": 0, "type": "pdf", "duration": 1}\n' * 6000)
+    (tmp_path / "w.toml").write_text('[[worker]]\nname = "pdf"\ntypes = ["pdf"]\n'
+                                     'command = ["x"]\n')
+    config = load_config(tmp_path / "w.toml")
+    type_ids = sim.type_ids_of(config)
+    trace = sim.read_trace(path, type_ids)
+    for policy in ("fairsched", "optimal"):
+        result = sim.simulate(trace, sim.slot_layout(config, type_ids), config.scoring, policy)
+        assert result.wall_seconds < 10, (policy, result.wall_seconds)
+        assert result.starts == [float(j) for j in range(6000)]  # in file order
+
+
+@pytest.mark.parametrize("tick", [0.0, 3.0])
+def test_bursts_beside_near_ties_plan_as_the_whole_backlog_would(tmp_path, tick):
+    # Copies of one job (a run) whose key is within rounding of other jobs' keys: the run's
+    # surplus is set aside, the near ties behind it are still offered to the core.
+    lines = []
+    for step in range(40):
+        at = 4.0 * step + (0.15 if step % 2 else 0.35)
+        for copy in range(1 + step % 4):
+            lines.append(json.dumps({"at": at, "type": "pdf",
+                                     "priority": (step * 7 + copy) % 11,
+                                     "duration": (1.0, 2.0, 3.3, 10.0)[step % 4]}))
+    # The three excel slots free one by one from 1193.1 s on: then a priority-0 job of 112.3 s
+    # and three priority-8 copies of 624.3 s score alike; the copies' key rounds a hair lower.
+    lines += [json.dumps({"at": 0, "type": "excel", "duration": d}) for d in (1193.1, 1300, 1400)]
+    lines += [json.dumps({"at": 112.3, "type": "excel", "priority": 0, "duration": 1})]
+    lines += [json.dumps({"at": 624.3, "type": "excel", "priority": 8, "duration": 1})] * 3
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    _, workers_path = traces.office_day(hours=1).write(tmp_path)
+    config = load_config(workers_path)
+    type_ids = sim.type_ids_of(config)
+    trace = sim.read_trace(path, type_ids)
+    slots = sim.slot_layout(config, type_ids)
+    result = sim.simulate(trace, slots, config.scoring, "fairsched", tick)
+    assert result.starts == reference_starts(trace, slots, config.scoring, tick)
+    older = trace.line.index(len(lines) - 3)
+    assert (trace.at[older], trace.priorities[older]) == (112.3, 0)
+    assert result.starts[older] == pytest.approx(1194.0 if tick else 1193.1)

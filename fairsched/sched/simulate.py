@@ -14,6 +14,7 @@ does, and it keeps a cycle's work proportional to the free slots, not to the bac
 
 from __future__ import annotations
 
+import collections
 import heapq
 import json
 import math
@@ -28,6 +29,8 @@ from fairsched.config import Config
 from fairsched.core._matching_py import augment
 from fairsched.sched import TraceError
 from fairsched.store.schema import MAX_PRIORITY
+
+heappop = heapq.heappop
 
 POLICIES = ("fairsched", "fifo", "priority", "optimal")
 DEFAULT_POLICIES = ("fairsched", "fifo", "priority")
@@ -291,6 +294,40 @@ class PolicyResult:
         return self.events / self.wall_seconds if self.wall_seconds > 0 else math.inf
 
 
+def _take(heap: list, park: dict) -> tuple:
+    """The best entry of a heap; the next job of its run, if one is parked, takes its place."""
+    entry = heappop(heap)
+    if park:
+        rest = park.get(entry[:2])
+        if rest:
+            heapq.heappush(heap, (entry[0], entry[1], rest.popleft()))
+            if not rest:
+                del park[entry[:2]]
+    return entry
+
+
+def _park(heap: list, park: dict, head: tuple) -> tuple:
+    """Pop the run of key `head` at the top of `heap`; return its first entry and park the
+    ids of the others behind it.
+
+    Jobs of one key (one arrival, one priority: one score) rank by id, so once a cycle took
+    as many of them as the type has free slots the others cannot be placed. A burst of jobs
+    arriving at once waits as one heap entry this way, instead of being taken whole into
+    every cycle within rounding of its key.
+    """
+    first = heappop(heap)
+    ids = []
+    while heap and heap[0][:2] == head:
+        ids.append(heappop(heap)[2])
+    if ids:
+        rest = park.get(head)
+        if rest:
+            rest.extendleft(reversed(ids))
+        else:
+            park[head] = collections.deque(ids)
+    return first
+
+
 class Simulation:
     """One policy's replay of a trace on a fresh pool built from `slots`."""
 
@@ -327,6 +364,9 @@ class Simulation:
         on_demand = trace.on_demand
         # heaps[t][0]: queued (or all) jobs of type t; heaps[t][1]: its on-demand jobs.
         heaps = [([], []) for _ in range(self.n_types)]
+        # Beside each heap: runs of jobs of one key parked behind the first (see _park).
+        parked = [({}, {}) for _ in range(self.n_types)]
+        take = _take
         waiting = [0] * self.n_types
         starts = [math.nan] * n
         ran_on = [-1] * n
@@ -351,7 +391,13 @@ class Simulation:
                 now = seen if seen >= now else seen + tick
             while i < n and at[i] <= now:
                 t = types[i]
-                heappush(heaps[t][1 if split and on_demand[i] else 0], key(i))
+                h = 1 if split and on_demand[i] else 0
+                entry = key(i)
+                park = parked[t][h]
+                if park and entry[:2] in park:
+                    park[entry[:2]].append(i)  # the newest job: last of its run
+                else:
+                    heappush(heaps[t][h], entry)
                 waiting[t] += 1
                 i += 1
             while running and running[0][0] <= now:
@@ -365,15 +411,35 @@ class Simulation:
             for t in range(self.n_types):
                 k = free[t]
                 if k and waiting[t]:
-                    for heap in heaps[t]:
-                        for _ in range(min(k, len(heap))):
-                            picked.append(heappop(heap))
-                        if near_ties and heap and picked:
-                            # Keys within rounding of the last one taken may be exact ties
-                            # of score: the core's tie-break (older first) settles those.
-                            last = picked[-1][0]
-                            while heap and heap[0][0] - last <= 1e-9 * max(1.0, abs(last)):
+                    for heap, park in zip(heaps[t], parked[t], strict=True):
+                        if not near_ties:
+                            for _ in range(min(k, len(heap))):
                                 picked.append(heappop(heap))
+                            continue
+                        first = len(picked)
+                        for _ in range(k):
+                            if not heap:
+                                break
+                            picked.append(take(heap, park))
+                        if not heap or len(picked) == first:
+                            continue
+                        # Keys within rounding of the last one taken may be exact ties
+                        # of score: the core's tie-break (older first) settles those.
+                        last = picked[-1][0]
+                        limit = 1e-9 * max(1.0, abs(last))
+                        if heap[0][0] - last > limit:
+                            continue
+                        taken = collections.Counter(e[:2] for e in picked[first:])
+                        aside = []
+                        while heap and heap[0][0] - last <= limit:
+                            head = heap[0][:2]
+                            if taken[head] >= k:
+                                aside.append(_park(heap, park, head))
+                                continue
+                            taken[head] += 1
+                            picked.append(take(heap, park))
+                        for entry in aside:
+                            heappush(heap, entry)
             if not picked:
                 continue
             cycles += 1
