@@ -247,3 +247,15 @@ def test_a_delayed_job_is_said_to_be_no_candidate_yet():
     text = ex.job_report(ex.JobExplanation(7, "pdf", "pending", 71.2, b, "test"), W)
     assert text.splitlines()[0] == ("job 7: type pdf, priority 0, pending, eligible in 71 s "
                                     "(no candidate until then; the score is the one it starts with)")
+
+
+def test_explain_command_job_of_a_type_with_control_characters(db, tmp_path, no_env_database):
+    # The table holds any type a producer wrote: the report stays its own lines, and an
+    # escape sequence in the type reaches the terminal spelled out.
+    path = write_config(tmp_path, db)
+    job_id = enqueue(db, "new\nline\x1b[2J", 0, 5.0)
+    result = fairsched("explain", "--config", str(path), "--job", str(job_id))
+    assert result.returncode == 0, result.stderr
+    first = result.stdout.splitlines()[0]
+    assert first.startswith(f"job {job_id}: type new\\nline\\x1b[2J, priority 0, pending"), first
+    assert "\x1b" not in result.stdout

@@ -230,7 +230,10 @@ def job_report(ex: JobExplanation, weights: core.Weights) -> str:
         ("rarity", b.rarity_points, rarity_from),
         ("on-demand", b.on_demand_points, "queued job"),
     ]
-    lines = [f"job {ex.job_id}: type {ex.type}, priority {b.priority}, {ex.status}, {when}",
+    from fairsched.cli.common import printable  # a type from the table may hold anything
+
+    lines = [f"job {ex.job_id}: type {printable(ex.type)}, priority {b.priority}, {ex.status}, "
+             f"{when}",
              "  COMPONENT      POINTS  FROM"]
     lines += [f"  {name:<10} {points:>10.1f}  {source}" for name, points, source in rows]
     lines.append(f"  {'total':<10} {b.total:>10.1f}")
