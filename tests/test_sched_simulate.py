@@ -225,6 +225,20 @@ def test_a_bad_trace_line_is_named(tmp_path, line, message):
         sim.read_trace(path, {"a": 0})
 
 
+def test_a_line_that_is_not_utf8_is_named_and_a_byte_order_mark_is_read(tmp_path, starvation_files):
+    _, workers_path = starvation_files
+    job = b'{"at": 0, "type": "pdf", "duration": 1}\n'
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(job + job + b'{"at": 1, "type": "pdf\xff", "duration": 1}\n')
+    result = fairsched("simulate", str(path), "--workers", str(workers_path))
+    assert result.returncode == 2
+    assert result.stderr == f"fairsched: {path} line 3: not UTF-8 text (invalid start byte at byte 23)\n"
+    path.write_bytes(b"\xef\xbb\xbf" + job + job)  # as Notepad saves it
+    result = fairsched("simulate", str(path), "--workers", str(workers_path), "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["jobs"] == 2
+
+
 def test_an_empty_or_missing_trace_is_an_error(tmp_path):
     (tmp_path / "empty.jsonl").write_text("\n")
     with pytest.raises(TraceError, match="no jobs in the trace"):

@@ -92,16 +92,22 @@ def read_trace(path: str | Path, type_ids: Mapping[str, int]) -> Trace:
     names = sorted(type_ids, key=type_ids.__getitem__)
     rows = []
     try:
-        f = open(path, encoding="utf-8")
+        f = open(path, "rb")
     except OSError as exc:
         raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from None
     with f:
         try:
-            for number, text in enumerate(f, 1):
+            for number, raw in enumerate(f, 1):
+                try:
+                    # A byte order mark, as some editors write, only opens a file.
+                    text = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+                except UnicodeDecodeError as exc:
+                    raise TraceError(f"{path} line {number}: not UTF-8 text ({exc.reason} at "
+                                     f"byte {exc.start + 1})") from None
                 if text.strip():
                     rows.append(_parse_line(text, f"{path} line {number}", type_ids) + (number,))
-        except UnicodeDecodeError as exc:
-            raise TraceError(f"{path}: not UTF-8 text ({exc.reason})") from None
+        except OSError as exc:  # a folder, a file gone unreadable
+            raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from None
     if not rows:
         raise TraceError(f"{path}: no jobs in the trace")
     rows.sort(key=lambda row: row[0])  # stable: ties keep file order
