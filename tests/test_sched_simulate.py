@@ -283,6 +283,14 @@ def test_simulate_json_for_chosen_policies(starvation_files):
     assert data["policies"]["optimal"]["throughput"] > 0
 
 
+def test_simulate_policy_names_in_any_case(starvation_files):
+    trace_path, workers_path = starvation_files
+    result = fairsched("simulate", str(trace_path), "--workers", str(workers_path), "--json",
+                       "--policy", "FIFO", "--policy", "Fairsched", "--policy", "fifo")
+    assert result.returncode == 0, result.stderr
+    assert list(json.loads(result.stdout)["policies"]) == ["fifo", "fairsched"]
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--policy", "random"], "unknown policy 'random'"),
     (["--tick", "-1"], "--tick"),

@@ -109,6 +109,7 @@ def simulate(trace_path, policies, config_path, tick, as_json, plot_path):
     from fairsched.sched import report
     from fairsched.sched import simulate as sim
 
+    policies = [name.lower() for name in policies]  # --policy FIFO is fifo
     for name in policies:
         if name not in sim.POLICIES:
             raise click.BadParameter(f"unknown policy {name!r} (known: {', '.join(sim.POLICIES)})",
