@@ -199,6 +199,9 @@ BAD_LINES = [
     ('[' * 100000 + ']' * 100000, "line 2: nests too deeply to be a job"),
     ('{"at": 1, "type": "a", "duration": 1, "prio": 2}', "line 2: unknown key 'prio'"),
     ('{"type": "a", "duration": 1}', "line 2: 'at' is missing"),
+    ('{"at": 1, "type": "a", "duration": 1, "at": 5}', "line 2: key 'at' is given twice"),
+    ('{"at": 1, "type": "a", "priority": 1, "duration": 1, "priority": 9}',
+     "line 2: key 'priority' is given twice"),
     ('{"at": -1, "type": "a", "duration": 1}', r"line 2: 'at' must be a number of seconds from 0 "
                                                r"to 1e\+09, got -1.0"),
     ('{"at": 1e300, "type": "a", "duration": 1}', "line 2: 'at' must be a number of seconds"),
@@ -237,6 +240,13 @@ def test_a_line_that_is_not_utf8_is_named_and_a_byte_order_mark_is_read(tmp_path
     result = fairsched("simulate", str(path), "--workers", str(workers_path), "--json")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["jobs"] == 2
+
+
+def test_a_quote_inside_a_type_is_not_taken_for_a_repeated_key(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"at": 0, "type": "a\\"b", "duration": 1, "priority": 2}\n')
+    trace = sim.read_trace(path, {'a"b': 0})
+    assert (trace.types, trace.priorities) == ([0], [2])
 
 
 def test_an_empty_or_missing_trace_is_an_error(tmp_path):

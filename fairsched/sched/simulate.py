@@ -128,6 +128,10 @@ def _parse_line(text: str, where: str, type_ids: Mapping[str, int]) -> tuple:
         raise TraceError(f"{where}: nests too deeply to be a job") from None
     if not isinstance(job, dict):
         raise TraceError(f"{where}: must be a JSON object, got {_json_kind(job)}")
+    # Each key and string value is two quotes: more quotes than that is a key given twice
+    # (json keeps the last, silently) or an escaped quote in a string, told apart here.
+    if text.count('"') > 2 * (len(job) + sum(isinstance(v, str) for v in job.values())):
+        json.loads(text, object_pairs_hook=lambda pairs: _no_repeated_key(pairs, where))
     unknown = sorted(set(job) - TRACE_KEYS)
     if unknown:
         raise TraceError(f"{where}: unknown key {unknown[0]!r} "
@@ -153,6 +157,15 @@ def _parse_line(text: str, where: str, type_ids: Mapping[str, int]) -> tuple:
     if not isinstance(on_demand, bool):
         raise TraceError(f"{where}: 'on_demand' must be true or false, got {json.dumps(on_demand)}")
     return at, type_id, priority, on_demand, duration
+
+
+def _no_repeated_key(pairs: list[tuple], where: str) -> dict:
+    seen = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise TraceError(f"{where}: key {key!r} is given twice")
+        seen.add(key)
+    return dict(pairs)
 
 
 def slot_layout(config: Config, type_ids: Mapping[str, int]) -> list[tuple[int, ...]]:
