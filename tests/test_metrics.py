@@ -213,3 +213,19 @@ def test_a_scrape_answers_while_the_database_is_silent(db):
     finally:
         sup.close()
         proxy.close()
+
+
+def test_the_depth_connection_keeps_the_keepalives_its_url_sets(db):
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    from fairsched.supervisor.metrics import QueueDepth
+
+    depth = QueueDepth(lambda: make_conninfo(db, keepalives_idle="42"))
+    try:
+        rows, up = depth.read()
+        assert up == 1
+        used = conninfo_to_dict(depth.conn.info.dsn)
+        assert used["keepalives_idle"] == "42"  # the URL's, not the default's
+        assert used["keepalives_count"] == "3"
+    finally:
+        depth.close()

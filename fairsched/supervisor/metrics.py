@@ -19,6 +19,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 import psycopg
 from prometheus_client import CollectorRegistry, Counter, Histogram, make_wsgi_app
 from prometheus_client.core import GaugeMetricFamily
+from psycopg.conninfo import conninfo_to_dict
 
 from fairsched.config import metrics_address
 from fairsched.supervisor.hooks import Observer
@@ -153,9 +154,10 @@ class QueueDepth:
                 raise psycopg.OperationalError("the supervisor has no database yet")
             if self.conn is None or self.conn.closed or self.conn_url != url:
                 self._close()
+                given = conninfo_to_dict(url)  # what the URL sets itself stays
+                keepalives = {k: v for k, v in TCP_KEEPALIVES.items() if k not in given}
                 self.conn = psycopg.connect(url, autocommit=True, connect_timeout=3,
-                                            application_name="fairsched metrics",
-                                            **TCP_KEEPALIVES)
+                                            application_name="fairsched metrics", **keepalives)
                 self.conn_url = url
                 self.conn.execute("SET statement_timeout = '5s'")
             rows = self.conn.execute(DEPTH_SQL).fetchall()
