@@ -277,12 +277,14 @@ def test_a_supervisor_bug_is_logged_in_the_logs_format(tmp_path):
     assert "RuntimeError: a bug" in entry["exception"]
 
 
-def test_a_bad_config_is_told_in_the_logs_format(tmp_path):
+@pytest.mark.parametrize("flags", [["--log-format", "json"],
+                                   ["--log-format", "JSON", "--log-level", "Warning"]])
+def test_a_bad_config_is_told_in_the_logs_format(tmp_path, flags):
     config = tmp_path / "workers.toml"
     config.write_text('[supervisor]\nlease = 0\n[[worker]]\nname = "a"\ntypes = ["a"]\n'
                       'command = ["true"]\n')
     proc = subprocess.run([sys.executable, "-m", "fairsched", "supervise", "--config", str(config),
-                           "--log-format", "json"], capture_output=True, text=True, timeout=60)
+                           *flags], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     (line,) = proc.stderr.splitlines()
     entry = json.loads(line)

@@ -42,10 +42,12 @@ def control_client(config_path: str | None, socket_path: str | None,
 
 @main.command()
 @config_option
-@click.option("--log-format", type=click.Choice(["text", "json"]), default="text",
+@click.option("--log-format", type=click.Choice(["text", "json"], case_sensitive=False),
+              default="text",
               show_default=True,
               help="The log on standard error: lines of text, or one JSON object per line.")
-@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
+@click.option("--log-level",
+              type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
               default="info", show_default=True,
               help="The least severe lines logged (warning: problems only).")
 @reports_errors
