@@ -231,3 +231,34 @@ def test_template_workers_are_children_of_a_subreaper():
     assert report["exit"] == 0  # and the probe could reap it with waitpid
     assert report["hello_pid"] == report["worker"] != report["template"]
     assert report["imported_in"] == report["template"]
+
+
+@pytest.mark.parametrize("how", ["forked", "cold"])
+def test_signal_dispositions_set_at_import_hold_in_every_worker(templates, how):
+    """A handler module that asks for a stack dump on SIGUSR1 (faulthandler) and ignores
+    SIGHUP at import gets both in its workers, forked from the template or started cold."""
+    template, spec = templates.start(handler="signals_on_import:dispositions")
+    peer = templates.spawn(template, spec) if how == "forked" else templates.cold(spec)
+    peer.hello()
+    for sig in (signal.SIGUSR1, signal.SIGHUP):
+        os.kill(peer.pid, sig)
+    peer.run(1)
+    result = peer.expect("result")["result"]
+    assert result["pid"] == peer.pid and result["hup"] == str(signal.SIG_IGN), result
+    wait_until_logged = time.monotonic() + 10
+    while "most recent call first" not in peer.log() and time.monotonic() < wait_until_logged:
+        time.sleep(0.02)
+    assert "most recent call first" in peer.log()  # faulthandler's dump, in the worker's log
+
+
+def test_a_handler_that_ignores_sigchld_at_import_still_gets_forked_workers(templates):
+    """SIGCHLD ignored by the handler's import: the template's children reap themselves, and
+    its spawns go on all the same."""
+    template, spec = templates.start(handler="signals_on_import:dispositions",
+                                     env={"IGNORE_SIGCHLD": "1"})
+    peer = templates.spawn(template, spec)
+    peer.hello()
+    peer.run(1)
+    result = peer.expect("result")["result"]
+    assert result["chld"] == str(signal.SIG_IGN), result
+    assert "spawn failed" not in (Path(spec.log_path).parent / "w.template.log").read_text()

@@ -43,8 +43,6 @@ from fairsched.worker.runtime import (
 
 CONTROL_FD = 3
 _PID = struct.Struct("=i")
-_DEFAULT_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD, signal.SIGUSR1,
-                    signal.SIGUSR2, signal.SIGALRM)
 
 
 def main(args: list[str]) -> NoReturn:
@@ -143,7 +141,10 @@ def fork_worker(request: dict, fds: list[int], handler: Handler, ctrl: socket.so
             data += chunk
     finally:
         os.close(read_end)
-        os.waitpid(intermediate, 0)
+        try:
+            os.waitpid(intermediate, 0)
+        except ChildProcessError:  # SIGCHLD ignored by the handler's import: reaped already
+            pass
     if len(data) != _PID.size:
         raise OSError("the intermediate child died before reporting the worker's pid")
     return _PID.unpack(data)[0]
@@ -155,9 +156,8 @@ def become_worker(request: dict, fds: list[int], handler: Handler, ctrl: socket.
     name = request["env"].get("FAIRSCHED_WORKER", "worker")
     gc.enable()
     try:
-        for sig in _DEFAULT_SIGNALS:
-            signal.signal(sig, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        # Signal dispositions stay as the handler's import left them (a stack dump on
+        # SIGUSR1, SIGHUP ignored): a cold worker imports it and has them too.
         signal.set_wakeup_fd(-1)
         os.setsid()
         ctrl.close()  # frees fd 3; the received descriptors are above it
