@@ -404,6 +404,13 @@ class WorkerLifecycle:
             proc.kill_reason = why
         self.kill_worker(proc, signal.SIGKILL)
 
+    def worker_leaving(self, proc: WorkerProcess) -> None:
+        """`proc` stopped a job it was not asked to stop: it was told to stop by someone else
+        (a SIGTERM), and exits once its jobs have returned. Its slots take no more work, which
+        it would refuse or, exiting, fail unrun; its exit is a crash, restarted as usual."""
+        if proc.state is ProcessState.RUNNING:
+            self.pool.remove_worker(proc.generation)
+
     def stop_worker(self, proc: WorkerProcess, *, kill_now: bool = False) -> None:
         """Take the worker's slots out of the index, then SIGTERM (or SIGKILL) it."""
         if proc.state is ProcessState.STOPPING and proc.kill_timer is not None and not kill_now:
