@@ -510,3 +510,15 @@ def test_job_outside_a_worker_reports_nowhere_and_checks_its_arguments():
         sent.clear()
         reported.progress(fraction)
         assert sent[0]["fraction"] == shown, (fraction, sent)
+
+
+@pytest.mark.parametrize("handler", ["close_channel", "replace_channel"])
+def test_a_handler_that_breaks_fd_3_ends_its_worker_saying_so(start, handler):
+    """Not taken for a supervisor gone (exit 0, the log silent): exit 70, and one line in the
+    log that names fd 3."""
+    peer = start(handler=f"channel_handlers:{handler}")
+    peer.hello()
+    peer.run(1)
+    assert peer.wait_exit() == 70
+    last = peer.log().splitlines()[-1]
+    assert "fd 3, the channel to the supervisor, failed" in last and "handler" in last, last

@@ -8,6 +8,7 @@ under one write lock. docs/protocol.md is the contract this side keeps.
 from __future__ import annotations
 
 import collections
+import errno
 import functools
 import importlib
 import inspect
@@ -42,6 +43,7 @@ from fairsched.worker._linux import set_parent_death_signal, set_title
 
 EXIT_CANNOT_START = 78  # EX_CONFIG: the handler or the environment is wrong; do not restart
 EXIT_PROTOCOL = 76  # EX_PROTOCOL: the supervisor sent something this worker cannot read
+EXIT_SOFTWARE = 70  # EX_SOFTWARE: the worker itself failed (its log says how)
 MAX_ERROR = 65536  # characters of an error text sent back; the log keeps the whole traceback
 
 HANDLER_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -229,8 +231,18 @@ class Worker:
         with self._write_lock:
             try:
                 self.sock.sendall(data)
-            except OSError:  # EPIPE/ECONNRESET: the supervisor is gone, and so is this worker
-                exit_now(0)
+            except OSError as exc:
+                self.channel_failed(exc)
+
+    def channel_failed(self, exc: OSError) -> NoReturn:
+        """fd 3 failed. EPIPE or ECONNRESET: the supervisor is gone, and so is this worker.
+        Anything else (EBADF, ENOTSOCK) is no news of the supervisor: a handler closed fd 3,
+        or gave its number to a file of its own; the worker cannot go on, and says why."""
+        if exc.errno in (errno.EPIPE, errno.ECONNRESET):
+            exit_now(0)
+        note(f"fairsched worker {self.settings.name}: fd {self.settings.fd}, the channel to "
+             f"the supervisor, failed: {exc.strerror or exc} (closed or reused by a handler?)")
+        exit_now(EXIT_SOFTWARE)
 
     def send(self, msg: dict) -> None:
         self.send_frame(encode(msg))
@@ -251,7 +263,10 @@ class Worker:
         fd = self.sock.fileno()
         buffer = memoryview(bytearray(READ_SIZE))  # reused: no large allocation per read
         while True:
-            ready, _, _ = select.select([fd, wake_r], [], [])
+            try:
+                ready, _, _ = select.select([fd, wake_r], [], [])
+            except OSError as exc:  # EBADF: a handler closed one of them
+                self.channel_failed(exc)
             if wake_r in ready:
                 os.read(wake_r, 512)
                 self.stop()
@@ -259,8 +274,8 @@ class Worker:
                 continue
             try:
                 size = self.sock.recv_into(buffer)
-            except OSError:
-                size = 0
+            except OSError as exc:
+                self.channel_failed(exc)
             if not size:  # the supervisor is gone: leave before anything else happens
                 exit_now(0)
             try:
@@ -501,7 +516,7 @@ def serve(settings: Settings, handler: Handler, sock: socket.socket) -> NoReturn
         Worker(sock, settings, handler).serve()
     except BaseException:
         traceback.print_exc()
-    exit_now(70)  # EX_SOFTWARE: the loop itself failed; the traceback is in the log
+    exit_now(EXIT_SOFTWARE)  # the loop itself failed; the traceback is in the log
 
 
 def main(argv: list[str] | None = None) -> NoReturn:

@@ -1,0 +1,15 @@
+"""Handlers that break the worker's channel to its supervisor (fd 3) from inside a job."""
+
+import os
+
+
+def close_channel(job):
+    os.close(3)
+    return "closed"
+
+
+def replace_channel(job):
+    """fd 3 closed, and the number given to a file: writes to it are not a socket's."""
+    os.close(3)
+    fd = os.open(os.devnull, os.O_WRONLY)
+    return fd
