@@ -6,6 +6,9 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
+
+from tests.supervisor_harness import wait_until
 
 SLOW = """
 [[worker]]
@@ -32,3 +35,29 @@ def test_a_job_waiting_is_not_handed_to_a_worker_stopped_from_elsewhere(supervis
     out, err = second.communicate(timeout=30)
     assert second.returncode == 0, (out, err, sup.output()[-2000:])
     assert json.loads(out)["attempt"] == 1 and json.loads(out)["pid"] != pid, out
+
+
+def test_a_fatal_groups_template_is_not_replaced_until_a_restart(supervisors):
+    """A handler whose import ends the process (os._exit) kills its template, then its cold
+    workers, which end fatal. From then on no template is started again every few seconds
+    (none would fork a worker), until `fairsched restart` asks for one."""
+    sup = supervisors("""
+[[worker]]
+name = "gone"
+types = ["gone"]
+handler = "exits_at_import:handle"
+max_restarts = 1
+""")
+    (sup.dir / "exits_at_import.py").write_text(
+        "import os\n\nos._exit(0)\n\n\ndef handle(job):\n    return None\n")
+    sup.start()
+    sup.wait_output(r"worker gone-1 is fatal")
+    starts = sup.output().count("template for gone is importing")
+    time.sleep(8)  # the 1 s, 2 s and 4 s of a replacement's backoff
+    # One may have been under way as the worker went fatal: it is the last.
+    assert sup.output().count("template for gone is importing") <= starts + 1, sup.output()
+    assert "start cold until a new one" not in sup.output().partition("is fatal")[2]
+    before = sup.output().count("template for gone is importing")
+    assert sup.cli("restart", "gone").returncode == 0
+    wait_until(lambda: sup.output().count("template for gone is importing") > before,
+               what="a template started by the restart")

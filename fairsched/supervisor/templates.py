@@ -126,9 +126,7 @@ class TemplateLifecycle:
             ready = False
         except TemplateGone as exc:  # killed while importing (the OOM killer, say)
             if self.warming.get(template.group) is template and not self.shutting_down:
-                log.warning("%s; its workers start cold until a new one has imported %s "
-                            "(in %g s)", exc, template.handler,
-                            self._replace_template_later(template.group))
+                log.warning("%s; %s", exc, self._replacing_template(template, "its workers"))
             ready = False
         except OSError as exc:  # the cold path reports the real problem
             log.debug("no template for %s: %s", template.group, exc)
@@ -178,15 +176,26 @@ class TemplateLifecycle:
         if self.templates.get(template.group) is template:
             del self.templates[template.group]
             if not self.shutting_down:
-                delay = self._replace_template_later(template.group)
+                what_next = self._replacing_template(template, "replacements")
                 if not why_said:
-                    log.warning("template for %s exited; replacements start cold until a new "
-                                "one has imported %s (in %g s)", template.group,
-                                template.handler, delay)
+                    log.warning("template for %s exited; %s", template.group, what_next)
         pending = self.pending_spawns.pop(template.group, collections.deque())
         for proc, incarnation in pending:
             if proc.incarnation == incarnation and proc.pid is None:
                 self._relaunch_cold(proc)
+
+    def _replacing_template(self, template: Template, starting: str) -> str:
+        """Have a lost template replaced, unless every worker of its group is fatal: none
+        would be forked from it, and `fairsched restart` starts a new one. What happens, in
+        words for the log."""
+        if self._group_fatal(template.group):
+            return (f"its workers are fatal: a new one imports {template.handler} on "
+                    f"`fairsched restart {template.group}`")
+        return (f"{starting} start cold until a new one has imported {template.handler} "
+                f"(in {self._replace_template_later(template.group):g} s)")
+
+    def _group_fatal(self, group: str) -> bool:
+        return all(p.state is ProcessState.FATAL for p in self.procs if p.group == group)
 
     def _replace_template_later(self, group: str) -> float:
         """Start a new template for `group` after a delay that doubles with each loss in the
@@ -205,7 +214,8 @@ class TemplateLifecycle:
 
     def _replace_template(self, group: str) -> None:
         self.template_timers.pop(group, None)
-        if self.shutting_down or group in self.templates or group in self.warming:
+        if (self.shutting_down or group in self.templates or group in self.warming
+                or self._group_fatal(group)):  # gone fatal meanwhile: restart brings one
             return
         spec = next(p.spec for p in self.procs if p.group == group)
         self._warm_template(spec)
