@@ -18,6 +18,14 @@ handler = "sup_handlers:slow"
 max_attempts = 1
 """
 
+ECHO_TWO = """
+[[worker]]
+name = "pdf"
+types = ["pdf"]
+handler = "sup_handlers:echo"
+processes = 2
+"""
+
 
 def test_a_job_waiting_is_not_handed_to_a_worker_stopped_from_elsewhere(supervisors):
     """A SIGTERM from elsewhere: the worker's running job stops early and fails (it was not
@@ -61,3 +69,20 @@ max_restarts = 1
     assert sup.cli("restart", "gone").returncode == 0
     wait_until(lambda: sup.output().count("template for gone is importing") > before,
                what="a template started by the restart")
+
+
+def test_a_worker_whose_log_cannot_be_opened_is_fatal_and_its_template_stays(supervisors):
+    """The log is the worker's own problem (a directory in its place, a full disk): it is
+    fatal saying so, while its template goes on forking the group's other workers."""
+    sup = supervisors(ECHO_TWO)
+    (sup.dir / "state" / "logs" / "pdf-2.log").mkdir(parents=True)
+    sup.start()
+    sup.wait_output(r"worker pdf-2 is fatal: could not start \(\[Errno 21\] Is a directory: "
+                    r"'.*/pdf-2\.log'\)")
+    pid = sup.slots("pdf-1")[0]["pid"]
+    os.kill(pid, signal.SIGKILL)
+    sup.wait_for(lambda ps: ps["slots"][0]["state"] == "free"
+                 and ps["slots"][0]["pid"] not in (None, pid), what="pdf-1 back")
+    assert "template for pdf failed" not in sup.output(), sup.output()
+    assert "template for pdf exited" not in sup.output(), sup.output()
+    assert sup.output().count("template for pdf is importing") == 1, sup.output()

@@ -23,9 +23,7 @@ from fairsched.supervisor.process import (
 )
 from fairsched.supervisor.states import ProcessState
 from fairsched.supervisor.templates import launch_spec
-from fairsched.worker.launch import (
-    launch,
-)
+from fairsched.worker.launch import LaunchError, launch
 
 log = logging.getLogger("fairsched.supervisor")
 
@@ -95,7 +93,8 @@ class WorkerLifecycle:
                 try:
                     sock = template.begin_spawn(spec, proc.incarnation)
                     self.pending_spawns[proc.group].append((proc, proc.incarnation))
-                except OSError as exc:
+                except LaunchError as exc:  # the template's own failure; any other OSError
+                    # (the worker's log cannot be opened, say) would stop a cold start too
                     log.warning("template for %s failed (%s); starting %s cold", proc.group, exc,
                                 proc.name)
                     self._drop_template(template)
