@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import time
 
@@ -86,3 +87,25 @@ def test_a_worker_whose_log_cannot_be_opened_is_fatal_and_its_template_stays(sup
     assert "template for pdf failed" not in sup.output(), sup.output()
     assert "template for pdf exited" not in sup.output(), sup.output()
     assert sup.output().count("template for pdf is importing") == 1, sup.output()
+
+
+def test_a_worker_directory_gone_since_its_template_started_is_one_clear_line(supervisors):
+    """Forked from the template into a directory removed meanwhile: 'could not start', fatal
+    at once, as a cold start says it, not a traceback and a crash loop."""
+    sup = supervisors("""
+[[worker]]
+name = "pdf"
+types = ["pdf"]
+handler = "sup_handlers:echo"
+cwd = "sub"
+""")
+    (sup.dir / "sub").mkdir()
+    shutil.copy(sup.dir / "sup_handlers.py", sup.dir / "sub")
+    sup.start()
+    pid = sup.slots("pdf")[0]["pid"]
+    shutil.rmtree(sup.dir / "sub")
+    os.kill(pid, signal.SIGKILL)
+    slot = sup.wait_for(lambda ps: ps["slots"][0]["state"] == "fatal", what="pdf-1 fatal")
+    reason = slot["slots"][0]["fatal_reason"]
+    assert reason.startswith("could not start (cannot enter worker directory '"), reason
+    assert "exited with code 70" not in sup.output(), sup.output()

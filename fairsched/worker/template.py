@@ -169,7 +169,11 @@ def become_worker(request: dict, fds: list[int], handler: Handler, ctrl: socket.
             if fd > 3:
                 os.close(fd)
         os.environ.update({str(k): str(v) for k, v in request["env"].items()})
-        os.chdir(request["cwd"])
+        try:
+            os.chdir(request["cwd"])
+        except OSError as exc:  # removed since the template started: as a cold start says it
+            raise StartupError(f"cannot enter worker directory {request['cwd']!r}: "
+                               f"{exc.strerror}") from None
         # The parent-death signal fires when the parent changes too, so it is set only once
         # the intermediate is gone and the supervisor (a subreaper) has adopted this process.
         while os.getppid() == intermediate:
