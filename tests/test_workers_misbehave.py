@@ -109,3 +109,29 @@ cwd = "sub"
     reason = slot["slots"][0]["fatal_reason"]
     assert reason.startswith("could not start (cannot enter worker directory '"), reason
     assert "exited with code 70" not in sup.output(), sup.output()
+
+
+def test_a_template_stuck_in_a_fork_hook_does_not_hang_the_supervisor(supervisors):
+    """The handler's import registers a fork hook that never returns: the template takes no
+    more spawn requests once its control socket is full. The supervisor does not block on
+    it: it kills the template, its workers start cold, and `fairsched ps` answers."""
+    big = "x" * 30_000  # in every spawn request: a few fill the template's socket
+    sup = supervisors(f"""
+[[worker]]
+name = "hook"
+types = ["hook"]
+handler = "fork_hook:handle"
+processes = 12
+[worker.env]
+BIG = "{big}"
+""")
+    (sup.dir / "fork_hook.py").write_text(
+        "import os\nimport time\n\nos.register_at_fork(before=lambda: time.sleep(1000))\n\n\n"
+        "def handle(job):\n    return os.getpid()\n")
+    sup.start(wait=False)
+    sup.wait_output(r"template for hook took no spawn request for 1 s \(stuck\?\); killed it",
+                    timeout=30)
+    sup.wait_for(lambda ps: len(ps["slots"]) == 12
+                 and all(s["state"] == "free" for s in ps["slots"]), timeout=60,
+                 what="every worker started cold")
+    assert sup.cli("submit", "hook", "--on-demand", timeout=30).returncode == 0

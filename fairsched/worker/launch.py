@@ -36,6 +36,9 @@ from fairsched.worker._linux import set_child_subreaper
 CHANNEL_FD = 3  # the worker's end of its socketpair, in every worker (FAIRSCHED_FD)
 READY_TIMEOUT = 60.0  # seconds a template may spend importing its handler
 SPAWN_TIMEOUT = 5.0  # seconds for a ready template to answer a spawn request
+# Seconds a template's control socket may stay full: one that takes no spawn request for
+# that long is stuck (in a fork hook of its handler's, say), not busy.
+SEND_TIMEOUT = 1.0
 COMMAND_TRAMPOLINE = 'cd -- "$0" || exit 78; exec "$@"'  # posix_spawn has no cwd argument
 _RESET_SIGNALS = {signal.SIGPIPE, signal.SIGXFSZ}  # what Python ignores; programs expect default
 
@@ -326,7 +329,7 @@ class Template:
 
         Returns the supervisor's end of the new worker's socket; the worker's pid comes back
         later, in request order, from `read_reply()` once `fileno()` is readable. Raises
-        OSError when the template is not ready or is gone.
+        OSError when the template is not ready, is gone or is stuck (it is killed then).
         """
         request = self._spawn_request(spec, incarnation)
         if self._failure is not None:
@@ -339,8 +342,13 @@ class Template:
 
     def _send_spawn_request(self, request: bytes, channel: int, log_fd: int) -> None:
         try:
-            self._ctrl.setblocking(True)
+            # Never blocking for good: the caller is the supervisor's loop.
+            self._ctrl.settimeout(SEND_TIMEOUT)
             socket.send_fds(self._ctrl, [request], [channel, log_fd])
+        except TimeoutError:
+            self.kill()
+            self._fail(f"template for {self.group} took no spawn request for {SEND_TIMEOUT:g} s "
+                       "(stuck?); killed it")
         except OSError as exc:
             self._fail(f"template for {self.group} is gone ({exc.strerror or exc})")
         finally:
