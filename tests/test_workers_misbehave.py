@@ -135,3 +135,15 @@ BIG = "{big}"
                  and all(s["state"] == "free" for s in ps["slots"]), timeout=60,
                  what="every worker started cold")
     assert sup.cli("submit", "hook", "--on-demand", timeout=30).returncode == 0
+
+
+def test_a_fifo_without_reader_in_place_of_a_log_does_not_hang_the_supervisor(supervisors):
+    sup = supervisors(ECHO_TWO)
+    logs = sup.dir / "state" / "logs"
+    logs.mkdir(parents=True)
+    os.mkfifo(logs / "pdf-2.log")
+    sup.start(wait=False)
+    sup.wait_output(r"worker pdf-2 is fatal: could not start \(\[Errno 6\] No such device or "
+                    r"address: '.*/pdf-2\.log'\)")
+    sup.wait_for(lambda ps: [s["state"] for s in ps["slots"]] == ["free", "fatal"],
+                 what="pdf-1 running beside the fatal pdf-2")

@@ -146,9 +146,14 @@ def _resolve_command(spec: LaunchSpec, env: dict[str, str]) -> str:
 
 
 def _open_log(path: Path) -> int:
+    """The log opened to append. Never blocking: a FIFO in its place with no reader is
+    ENXIO, not a supervisor waiting for one; the descriptor itself blocks as usual."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK,
+                 0o644)
+    os.set_blocking(fd, True)
+    return fd
 
 
 def _spawn(argv: list[str], env: dict[str, str], channel: int, log_fd: int) -> int:
