@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import time
 
 from tests.supervisor_harness import wait_until
@@ -17,6 +18,13 @@ name = "pdf"
 types = ["pdf"]
 handler = "sup_handlers:slow"
 max_attempts = 1
+"""
+
+ECHO = """
+[[worker]]
+name = "pdf"
+types = ["pdf"]
+handler = "sup_handlers:echo"
 """
 
 ECHO_TWO = """
@@ -147,3 +155,23 @@ def test_a_fifo_without_reader_in_place_of_a_log_does_not_hang_the_supervisor(su
                     r"address: '.*/pdf-2\.log'\)")
     sup.wait_for(lambda ps: [s["state"] for s in ps["slots"]] == ["free", "fatal"],
                  what="pdf-1 running beside the fatal pdf-2")
+
+
+def test_a_worker_logging_to_a_fifo_that_dies_before_its_hello_leaves_the_supervisor_free(
+        supervisors):
+    """Its log is a FIFO read by another program: the last line is not read from there
+    (that would wait for a writer, for good once the reader is gone too)."""
+    sup = supervisors(ECHO)
+    logs = sup.dir / "state" / "logs"
+    logs.mkdir(parents=True)
+    os.mkfifo(logs / "pdf-1.log")
+    reader = subprocess.Popen(["cat", str(logs / "pdf-1.log")], stdout=subprocess.DEVNULL)
+    try:
+        (sup.dir / "crash-at-start").write_text("")
+        sup.start(wait=False)
+        sup.wait_output(r"worker pdf-1 exited with code 3 before its hello \(its log ends: "
+                        r"not a file\)")
+        sup.wait_for(lambda ps: ps["slots"][0]["state"] == "fatal", what="pdf-1 fatal")
+    finally:
+        reader.kill()
+        reader.wait()

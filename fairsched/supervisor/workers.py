@@ -8,6 +8,7 @@ import logging
 import os
 import secrets
 import signal
+import stat
 import sys
 import time
 
@@ -305,8 +306,13 @@ class WorkerLifecycle:
         self.spawn_worker(proc)
 
     def _last_log_line(self, proc: WorkerProcess) -> str:
+        path = self.log_dir / f"{proc.name}.log"
         try:
-            lines = tail_lines(self.log_dir / f"{proc.name}.log")
+            # A FIFO in its place (output streamed elsewhere): opening it to read would wait
+            # for a writer, and take its reader's lines.
+            if not stat.S_ISREG(os.stat(path).st_mode):
+                return "not a file"
+            lines = tail_lines(path)
             return lines[-1] if lines else "no output"
         except OSError:
             return "no log"
