@@ -185,6 +185,28 @@ def test_an_object_with_an_async_call_is_run_to_its_end(start):
     assert peer.expect("result")["result"] == {"called": 4}
 
 
+@pytest.mark.parametrize(("handler", "outcome", "left"), [
+    ("leaves_a_stubborn_task", "result", "1 task(s) its handler left running did not end within"
+                                         " 1 s of their cancel; left behind"),
+    ("leaves_a_thread", "error", "1 thread(s) its handler started (run_in_executor) still run;"
+                                 " left behind"),
+])
+def test_what_an_async_handler_leaves_running_does_not_hold_its_job(start, handler, outcome,
+                                                                    left):
+    # asyncio.run waits for every task left over and every executor thread: the job never
+    # reported (its slot taken until a timeout killed the worker, or for ever).
+    peer = start(handler=f"worker_handlers:{handler}")
+    peer.hello()
+    began = time.monotonic()
+    peer.run(1, payload={})
+    msg = peer.expect(outcome)
+    assert time.monotonic() - began < 5
+    assert msg.get("result") == "returned" or msg.get("error") == "ValueError: gave up", msg
+    assert f"job 1 (echo): {left}" in peer.log()
+    peer.run(2, payload={})  # and the worker takes the next one
+    assert peer.expect(outcome)["job_id"] == 2
+
+
 def test_sys_exit_in_a_handler_fails_the_job_not_the_worker(start):
     peer = start(handler="worker_handlers:exit_in_handler")
     peer.hello()

@@ -8,6 +8,7 @@ under one write lock. docs/protocol.md is the contract this side keeps.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import errno
 import functools
 import importlib
@@ -154,6 +155,11 @@ def load_handler(ref: str | None) -> Handler:
     return handler
 
 
+# Seconds the tasks an async handler leaves running get to end once cancelled, after it has
+# returned or raised; what still runs then is left behind, and the job reports all the same.
+LEFTOVER_GRACE = 1.0
+
+
 def _run_coroutine(handler: Callable[[Job], Any]) -> Handler:
     """An `async def` handler, run to its end in an event loop of its own for each job (in
     the job's thread, so that slots stay independent)."""
@@ -161,8 +167,52 @@ def _run_coroutine(handler: Callable[[Job], Any]) -> Handler:
     def run(job: Job) -> Any:
         import asyncio
 
-        return asyncio.run(handler(job))
+        loop = asyncio.new_event_loop()
+        executor = _Executor()  # run_in_executor(None, ...) runs here
+        loop.set_default_executor(executor)
+        asyncio.set_event_loop(loop)
+        try:
+            return loop.run_until_complete(handler(job))
+        finally:
+            try:
+                _tidy_loop(asyncio, loop, executor, job)
+            finally:
+                asyncio.set_event_loop(None)
+                loop.close()
     return run
+
+
+class _Executor(concurrent.futures.ThreadPoolExecutor):
+    """A job's default executor, which knows what was given to it."""
+
+    def __init__(self):
+        super().__init__(thread_name_prefix="job-executor")
+        self.futures: list[concurrent.futures.Future] = []
+
+    def submit(self, fn, /, *args, **kwargs):
+        future = super().submit(fn, *args, **kwargs)
+        self.futures.append(future)
+        return future
+
+
+def _tidy_loop(asyncio, loop, executor: _Executor, job: Job) -> None:
+    """What asyncio.run does once its coroutine is done, short of waiting for ever: a task
+    the handler left running that ignores its cancel, or an executor thread still blocked,
+    would keep the job from ever reporting (and its slot taken)."""
+    tasks = [task for task in asyncio.all_tasks(loop) if not task.done()]
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        _, stuck = loop.run_until_complete(asyncio.wait(tasks, timeout=LEFTOVER_GRACE))
+        if stuck:
+            note(f"job {job.id} ({job.type}): {len(stuck)} task(s) its handler left running "
+                 f"did not end within {LEFTOVER_GRACE:g} s of their cancel; left behind")
+    loop.run_until_complete(loop.shutdown_asyncgens())
+    executor.shutdown(wait=False, cancel_futures=True)
+    _, busy = concurrent.futures.wait(executor.futures, timeout=LEFTOVER_GRACE)
+    if busy:
+        note(f"job {job.id} ({job.type}): {len(busy)} thread(s) its handler started "
+             f"(run_in_executor) still run; left behind")
 
 
 def describe_exception(exc: BaseException) -> str:

@@ -166,3 +166,28 @@ class AsyncCallable:
 
 
 async_callable = AsyncCallable()
+
+
+async def leaves_a_stubborn_task(job: fairsched.Job):
+    """Returns, leaving a task behind that swallows every cancel."""
+    import asyncio
+
+    async def stubborn():
+        while True:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                continue
+
+    job.payload["task"] = asyncio.get_running_loop().create_task(stubborn())
+    await asyncio.sleep(0)
+    return "returned"
+
+
+async def leaves_a_thread(job: fairsched.Job):
+    """Raises, leaving a run_in_executor thread blocked for a minute."""
+    import asyncio
+    import time
+
+    asyncio.get_running_loop().run_in_executor(None, time.sleep, 60)
+    raise ValueError("gave up")
