@@ -72,15 +72,15 @@ def _char_width(ch: str) -> int:
     return 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
 
 
-def clip(text: str, columns: int) -> str:
-    """`text` cut to at most `columns` terminal columns, ending in "…" if cut."""
+def clip(text: str, columns: int, mark: str = "…") -> str:
+    """`text` cut to at most `columns` terminal columns, ending in `mark` if cut."""
     if display_width(text) <= columns:
         return text
-    used = 0
+    used, room = 0, columns - display_width(mark)
     for i, ch in enumerate(text):
         used += _char_width(ch)
-        if used > columns - 1:
-            return text[:i] + "…"
+        if used > room:
+            return text[:i] + mark
     return text
 
 

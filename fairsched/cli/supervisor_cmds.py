@@ -14,6 +14,7 @@ import click
 from fairsched.cli import main
 from fairsched.cli.common import (
     UsageProblem,
+    clip,
     config_option,
     display_width,
     expected_error,
@@ -260,18 +261,6 @@ def _bytes(n) -> str:
 PROGRESS_COLUMNS = 30  # a longer message is cut short, so one does not widen every row
 
 
-def cut(text: str, columns: int) -> str:
-    """`text` cut to at most `columns` terminal columns."""
-    if display_width(text) <= columns:
-        return text
-    used = 0
-    for i, ch in enumerate(text):
-        used += display_width(ch)
-        if used > columns:
-            return text[:i]
-    return text
-
-
 PS_COLUMNS = ["WORKER", "PID", "SLOT", "TYPES", "STATE", "JOB", "AGE", "PROGRESS", "RESTARTS",
               "UPTIME", "RSS", "CPU"]
 
@@ -289,11 +278,11 @@ def render_ps(data: dict) -> str:
         progress = "-"
         if s.get("progress") is not None or s.get("message"):
             pct = f"{s['progress'] * 100:.0f}%" if s.get("progress") is not None else ""
-            progress = cut(" ".join(x for x in (pct, printable(s.get("message") or "")) if x),
-                           PROGRESS_COLUMNS)
+            progress = clip(" ".join(x for x in (pct, printable(s.get("message") or "")) if x),
+                            PROGRESS_COLUMNS, mark="")
         if s.get("cancelling"):
-            progress = "cancelling" + cut("" if progress == "-" else f"; {progress}",
-                                          PROGRESS_COLUMNS)
+            progress = "cancelling" + clip("" if progress == "-" else f"; {progress}",
+                                           PROGRESS_COLUMNS, mark="")
         rows.append([
             s["worker"], str(s["pid"] or "-"), str(s["slot"]), ",".join(s["types"]), s["state"],
             str(s["job_id"]) if s["job_id"] is not None else "-", _duration(s.get("job_age")),
