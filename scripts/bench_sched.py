@@ -37,7 +37,7 @@ def bench_simulator(n_jobs: int, policies: list[str]) -> None:
         config = load_config(workers_path)
         type_ids = sim.type_ids_of(config)
         began = time.perf_counter()
-        trace = sim.read_trace(trace_path, type_ids)
+        trace = traces.read_trace(trace_path, type_ids)
         read = time.perf_counter() - began
         slots = sim.slot_layout(config, type_ids)
     print(f"simulator: {n_jobs:,} jobs on {len(slots)} slots, core {core.__impl__}; trace "

@@ -39,7 +39,7 @@ def load(scenario, tmp_path):
     trace_path, workers_path = scenario.write(tmp_path)
     config = load_config(workers_path)
     type_ids = sim.type_ids_of(config)
-    return sim.read_trace(trace_path, type_ids), sim.slot_layout(config, type_ids), config
+    return traces.read_trace(trace_path, type_ids), sim.slot_layout(config, type_ids), config
 
 
 def check_replay(trace, slots, result):
@@ -136,7 +136,7 @@ def test_greedy_strands_a_job_in_a_cycle_and_optimal_does_not(tmp_path):
         '{"at": 0, "type": "b", "priority": 0, "duration": 5}\n')
     config = load_config(tmp_path / "w.toml")
     ids = sim.type_ids_of(config)
-    trace = sim.read_trace(tmp_path / "t.jsonl", ids)
+    trace = traces.read_trace(tmp_path / "t.jsonl", ids)
     slots = sim.slot_layout(config, ids)
     greedy = sim.simulate(trace, slots, config.scoring, "fairsched")
     optimal = sim.simulate(trace, slots, config.scoring, "optimal")
@@ -186,7 +186,7 @@ def test_trace_is_read_in_arrival_order_keeping_file_order_for_ties(tmp_path):
     path.write_text('{"at": 5, "type": "b", "duration": 1}\n\n'
                     '{"at": 1, "type": "a", "duration": 2, "priority": 3, "on_demand": true}\n'
                     '{"at": 5, "type": "a", "duration": 0}\n')
-    trace = sim.read_trace(path, {"a": 0, "b": 1})
+    trace = traces.read_trace(path, {"a": 0, "b": 1})
     assert trace.at == [1.0, 5.0, 5.0]
     assert trace.types == [0, 1, 0] and trace.line == [3, 1, 4]
     assert trace.priorities == [3, 0, 0] and trace.on_demand == [True, False, False]
@@ -225,7 +225,7 @@ def test_a_bad_trace_line_is_named(tmp_path, line, message):
     path = tmp_path / "t.jsonl"
     path.write_text('{"at": 0, "type": "a", "duration": 1}\n' + line + "\n")
     with pytest.raises(TraceError, match=message.replace("(", r"\(").replace("[", r"\[")):
-        sim.read_trace(path, {"a": 0})
+        traces.read_trace(path, {"a": 0})
 
 
 def test_a_line_that_is_not_utf8_is_named_and_a_byte_order_mark_is_read(tmp_path, starvation_files):
@@ -245,16 +245,16 @@ def test_a_line_that_is_not_utf8_is_named_and_a_byte_order_mark_is_read(tmp_path
 def test_a_quote_inside_a_type_is_not_taken_for_a_repeated_key(tmp_path):
     path = tmp_path / "t.jsonl"
     path.write_text('{"at": 0, "type": "a\\"b", "duration": 1, "priority": 2}\n')
-    trace = sim.read_trace(path, {'a"b': 0})
+    trace = traces.read_trace(path, {'a"b': 0})
     assert (trace.types, trace.priorities) == ([0], [2])
 
 
 def test_an_empty_or_missing_trace_is_an_error(tmp_path):
     (tmp_path / "empty.jsonl").write_text("\n")
     with pytest.raises(TraceError, match="no jobs in the trace"):
-        sim.read_trace(tmp_path / "empty.jsonl", {"a": 0})
+        traces.read_trace(tmp_path / "empty.jsonl", {"a": 0})
     with pytest.raises(TraceError, match="cannot read"):
-        sim.read_trace(tmp_path / "missing.jsonl", {"a": 0})
+        traces.read_trace(tmp_path / "missing.jsonl", {"a": 0})
 
 
 # -- the command --------------------------------------------------------------------------------
@@ -377,7 +377,7 @@ def test_scores_tied_but_for_rounding_are_settled_as_the_core_settles_them(tmp_p
     (tmp_path / "w.toml").write_text('[[worker]]\nname = "pdf"\ntypes = ["pdf"]\n'
                                      'command = ["x"]\n')
     config = load_config(tmp_path / "w.toml")
-    trace = sim.read_trace(path, sim.type_ids_of(config))
+    trace = traces.read_trace(path, sim.type_ids_of(config))
     slots = sim.slot_layout(config, sim.type_ids_of(config))
     result = sim.simulate(trace, slots, config.scoring, "fairsched", 0.0)
     assert result.starts == reference_starts(trace, slots, config.scoring, 0.0)
@@ -416,7 +416,7 @@ def test_a_burst_of_identical_jobs_costs_a_cycle_its_free_slots_not_the_burst(tm
                                      'command = ["x"]\n')
     config = load_config(tmp_path / "w.toml")
     type_ids = sim.type_ids_of(config)
-    trace = sim.read_trace(path, type_ids)
+    trace = traces.read_trace(path, type_ids)
     for policy in ("fairsched", "optimal"):
         result = sim.simulate(trace, sim.slot_layout(config, type_ids), config.scoring, policy)
         assert result.wall_seconds < 10, (policy, result.wall_seconds)
@@ -444,7 +444,7 @@ def test_bursts_beside_near_ties_plan_as_the_whole_backlog_would(tmp_path, tick)
     _, workers_path = traces.office_day(hours=1).write(tmp_path)
     config = load_config(workers_path)
     type_ids = sim.type_ids_of(config)
-    trace = sim.read_trace(path, type_ids)
+    trace = traces.read_trace(path, type_ids)
     slots = sim.slot_layout(config, type_ids)
     result = sim.simulate(trace, slots, config.scoring, "fairsched", tick)
     assert result.starts == reference_starts(trace, slots, config.scoring, tick)

@@ -106,7 +106,7 @@ def explain(config_path, job_id, as_json, plot_path):
 @reports_errors
 def simulate(trace_path, policies, config_path, tick, as_json, plot_path):
     """Replay a JSON-lines job TRACE against the configured slots, policy by policy."""
-    from fairsched.sched import report
+    from fairsched.sched import report, traces
     from fairsched.sched import simulate as sim
 
     policies = [name.lower() for name in policies]  # --policy FIFO is fifo
@@ -118,13 +118,13 @@ def simulate(trace_path, policies, config_path, tick, as_json, plot_path):
         tick = float(tick)
     except ValueError:
         tick = -1.0
-    if not (tick == 0 or sim.MIN_TICK <= tick <= sim.MAX_SECONDS):
-        raise click.BadParameter(f"must be 0 or a number of seconds from {sim.MIN_TICK:g} to "
-                                 f"{sim.MAX_SECONDS:g}", param_hint="--tick")
+    if not (tick == 0 or traces.MIN_TICK <= tick <= traces.MAX_SECONDS):
+        raise click.BadParameter(f"must be 0 or a number of seconds from {traces.MIN_TICK:g} to "
+                                 f"{traces.MAX_SECONDS:g}", param_hint="--tick")
     policies = list(dict.fromkeys(policies)) or list(sim.DEFAULT_POLICIES)
     config = load_config(resolve_config_path(config_path))
     type_ids = sim.type_ids_of(config)
-    trace = sim.read_trace(trace_path, type_ids)
+    trace = traces.read_trace(trace_path, type_ids)
     slots = sim.slot_layout(config, type_ids)
     results = [sim.simulate(trace, slots, config.scoring, name, tick, config.matching)
                for name in policies]

@@ -8,7 +8,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from fairsched.sched.simulate import PolicyResult, Trace
+from fairsched.sched.simulate import PolicyResult
+from fairsched.sched.traces import Trace
 
 
 def percentile(ordered: Sequence[float], p: float) -> float:

@@ -1,4 +1,5 @@
-"""Job traces for `fairsched simulate`: the file format and generators for the classic scenarios.
+"""Job traces for `fairsched simulate`: the file format, its reader, and generators for the
+classic scenarios.
 
 A trace is JSON lines, one job per line, in any order of arrival:
 
@@ -14,10 +15,141 @@ from __future__ import annotations
 import json
 import math
 import random
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fairsched.sched import TraceError
+from fairsched.store.schema import MAX_PRIORITY
+
+TRACE_KEYS = frozenset({"at", "type", "priority", "on_demand", "duration"})
+MAX_SECONDS = 1e9  # about 32 years: a trace's times and durations, and sums of them, stay exact
+MIN_TICK = 0.001
+
+
+# -- reading a trace ----------------------------------------------------------------------------
+
+@dataclass
+class Trace:
+    """Jobs in arrival order (ties keep file order), column-wise; `line` is each job's line."""
+
+    path: str
+    type_names: list[str]  # by type id
+    at: list[float] = field(default_factory=list)
+    types: list[int] = field(default_factory=list)
+    priorities: list[int] = field(default_factory=list)
+    on_demand: list[bool] = field(default_factory=list)
+    durations: list[float] = field(default_factory=list)
+    line: list[int] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.at)
+
+
+def _number(value, key: str, where: str, minimum: float = 0.0) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TraceError(f"{where}: '{key}' must be a number of seconds, got {_json_kind(value)}")
+    try:
+        value = float(value)
+    except OverflowError:  # an integer past any float
+        value = math.inf
+    if not math.isfinite(value) or not minimum <= value <= MAX_SECONDS:
+        raise TraceError(f"{where}: '{key}' must be a number of seconds from {minimum:g} to "
+                         f"{MAX_SECONDS:g}, got {value!r}")
+    return value
+
+
+def _json_kind(value) -> str:
+    """A value as JSON names it, for messages: null, true, an array, ..."""
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
+    kind = {dict: "an object", list: "an array", str: "a string"}.get(type(value))
+    return kind or json.dumps(value)
+
+
+def read_trace(path: str | Path, type_ids: Mapping[str, int]) -> Trace:
+    """Load a JSON-lines trace; any bad line raises TraceError naming the file and the line."""
+    path = Path(path)
+    names = sorted(type_ids, key=type_ids.__getitem__)
+    rows = []
+    try:
+        f = open(path, "rb")
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    with f:
+        try:
+            for number, raw in enumerate(f, 1):
+                try:
+                    # A byte order mark, as some editors write, only opens a file.
+                    text = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+                except UnicodeDecodeError as exc:
+                    raise TraceError(f"{path} line {number}: not UTF-8 text ({exc.reason} at "
+                                     f"byte {exc.start + 1})") from None
+                if text.strip():
+                    rows.append(_parse_line(text, f"{path} line {number}", type_ids) + (number,))
+        except OSError as exc:  # a folder, a file gone unreadable
+            raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if not rows:
+        raise TraceError(f"{path}: no jobs in the trace")
+    rows.sort(key=lambda row: row[0])  # stable: ties keep file order
+    trace = Trace(str(path), names)
+    (trace.at, trace.types, trace.priorities, trace.on_demand, trace.durations,
+     trace.line) = (list(column) for column in zip(*rows, strict=True))
+    return trace
+
+
+def _parse_line(text: str, where: str, type_ids: Mapping[str, int]) -> tuple:
+    try:
+        job = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TraceError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+    except ValueError as exc:  # an integer of more digits than Python converts
+        raise TraceError(f"{where}: not usable JSON ({exc})") from None
+    except RecursionError:
+        raise TraceError(f"{where}: nests too deeply to be a job") from None
+    if not isinstance(job, dict):
+        raise TraceError(f"{where}: must be a JSON object, got {_json_kind(job)}")
+    # Each key and string value is two quotes: more quotes than that is a key given twice
+    # (json keeps the last, silently) or an escaped quote in a string, told apart here.
+    if text.count('"') > 2 * (len(job) + sum(isinstance(v, str) for v in job.values())):
+        json.loads(text, object_pairs_hook=lambda pairs: _no_repeated_key(pairs, where))
+    unknown = sorted(set(job) - TRACE_KEYS)
+    if unknown:
+        raise TraceError(f"{where}: unknown key {unknown[0]!r} "
+                         f"(known: {', '.join(sorted(TRACE_KEYS))})")
+    for key in ("at", "type", "duration"):
+        if key not in job:
+            raise TraceError(f"{where}: '{key}' is missing")
+    at = _number(job["at"], "at", where)
+    duration = _number(job["duration"], "duration", where)
+    type_name = job["type"]
+    if not isinstance(type_name, str) or not type_name:
+        raise TraceError(f"{where}: 'type' must be a non-empty string, got {json.dumps(type_name)}")
+    type_id = type_ids.get(type_name)
+    if type_id is None:
+        known = ", ".join(sorted(type_ids))
+        raise TraceError(f"{where}: no worker handles type {type_name!r} (configured: {known})")
+    priority = job.get("priority", 0)
+    if isinstance(priority, bool) or not isinstance(priority, int) \
+            or not 0 <= priority <= MAX_PRIORITY:
+        raise TraceError(f"{where}: 'priority' must be an integer from 0 to {MAX_PRIORITY}, "
+                         f"got {json.dumps(priority)}")
+    on_demand = job.get("on_demand", False)
+    if not isinstance(on_demand, bool):
+        raise TraceError(f"{where}: 'on_demand' must be true or false, got {json.dumps(on_demand)}")
+    return at, type_id, priority, on_demand, duration
+
+
+def _no_repeated_key(pairs: list[tuple], where: str) -> dict:
+    seen = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise TraceError(f"{where}: key {key!r} is given twice")
+        seen.add(key)
+    return dict(pairs)
+
+
+# -- the generators ----------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Job:
