@@ -28,14 +28,11 @@ import traceback
 from typing import NoReturn
 
 from fairsched.worker._linux import set_title
+from fairsched.worker.handler import Handler, StartupError, describe_exception, load_handler
 from fairsched.worker.runtime import (
-    Handler,
-    StartupError,
     _die_with_parent,
     cannot_start,
-    describe_exception,
     exit_now,
-    load_handler,
     open_channel,
     serve,
     settings_from_environ,

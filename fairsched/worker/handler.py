@@ -1,0 +1,158 @@
+"""The handler a Python worker runs: imported once at start from 'package.module:function'
+(StartupError says in one line why it cannot be), an `async def` one run per job in an event
+loop of its own, and the words for what a handler raised.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import functools
+import importlib
+import inspect
+import os
+import re
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from fairsched.job import Job
+
+MAX_ERROR = 65536  # characters of an error text sent back; the log keeps the whole traceback
+
+HANDLER_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+Handler = Callable[[Job], Any]
+
+
+class StartupError(Exception):
+    """The worker cannot start; the message is the one line an operator needs."""
+
+
+def load_handler(ref: str | None) -> Handler:
+    """Import 'package.module:function'; StartupError says what is wrong in one line."""
+    if not ref:
+        raise StartupError("FAIRSCHED_HANDLER is not set: no handler to run")
+    if not HANDLER_RE.match(ref):
+        raise StartupError(f"handler {ref!r} must look like 'package.module:function'")
+    module_name, _, func_name = ref.partition(":")
+    # The worker's folder (its group's cwd) first, as a script's is, but only now: the
+    # worker's own imports are done, so a json.py beside workers.toml is not taken for
+    # the standard library's by them.
+    folder = os.getcwd()
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    try:
+        module = importlib.import_module(module_name)
+    except BaseException as exc:  # SystemExit, KeyboardInterrupt too: it could not start
+        missing = isinstance(exc, ModuleNotFoundError) and exc.name is not None and (
+            module_name == exc.name or module_name.startswith(exc.name + "."))
+        if not missing:  # an error inside the module: its traceback shows where
+            traceback.print_exc()
+        raise StartupError(f"cannot import handler {ref!r}: {describe_exception(exc)}") from None
+    try:
+        handler = getattr(module, func_name)
+    except AttributeError:
+        raise StartupError(f"cannot import handler {ref!r}: module {module_name!r} has no "
+                           f"attribute {func_name!r}") from None
+    if not callable(handler):
+        raise StartupError(f"handler {ref!r} is a {type(handler).__name__}, not a function")
+    # Shapes that would fail every job they get, said once here instead.
+    if inspect.isgeneratorfunction(handler) or inspect.isasyncgenfunction(handler):
+        raise StartupError(f"handler {ref!r} is a generator function: it must return its "
+                           "result (or be an `async def` that returns it)")
+    try:
+        inspect.signature(handler).bind(None)
+    except TypeError:
+        raise StartupError(f"handler {ref!r} must take one argument, the job; its signature "
+                           f"is {inspect.signature(handler)}") from None
+    except ValueError:  # no signature to be had (some builtins): let the jobs tell
+        pass
+    if inspect.iscoroutinefunction(handler) or (  # an `async def` (a partial of one too),
+            not inspect.isroutine(handler)         # or an object whose __call__ is one
+            and inspect.iscoroutinefunction(type(handler).__call__)):
+        return _run_coroutine(handler)
+    return handler
+
+
+# Seconds the tasks an async handler leaves running get to end once cancelled, after it has
+# returned or raised; what still runs then is left behind, and the job reports all the same.
+LEFTOVER_GRACE = 1.0
+
+
+def _run_coroutine(handler: Callable[[Job], Any]) -> Handler:
+    """An `async def` handler, run to its end in an event loop of its own for each job (in
+    the job's thread, so that slots stay independent)."""
+    @functools.wraps(handler)
+    def run(job: Job) -> Any:
+        import asyncio
+
+        loop = asyncio.new_event_loop()
+        executor = _Executor()  # run_in_executor(None, ...) runs here
+        loop.set_default_executor(executor)
+        asyncio.set_event_loop(loop)
+        try:
+            return loop.run_until_complete(handler(job))
+        finally:
+            try:
+                _tidy_loop(asyncio, loop, executor, job)
+            finally:
+                asyncio.set_event_loop(None)
+                loop.close()
+    return run
+
+
+class _Executor(concurrent.futures.ThreadPoolExecutor):
+    """A job's default executor, which knows what was given to it."""
+
+    def __init__(self):
+        super().__init__(thread_name_prefix="job-executor")
+        self.futures: list[concurrent.futures.Future] = []
+
+    def submit(self, fn, /, *args, **kwargs):
+        future = super().submit(fn, *args, **kwargs)
+        self.futures.append(future)
+        return future
+
+
+def _tidy_loop(asyncio, loop, executor: _Executor, job: Job) -> None:
+    """What asyncio.run does once its coroutine is done, short of waiting for ever: a task
+    the handler left running that ignores its cancel, or an executor thread still blocked,
+    would keep the job from ever reporting (and its slot taken)."""
+    tasks = [task for task in asyncio.all_tasks(loop) if not task.done()]
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        _, stuck = loop.run_until_complete(asyncio.wait(tasks, timeout=LEFTOVER_GRACE))
+        if stuck:
+            note(f"job {job.id} ({job.type}): {len(stuck)} task(s) its handler left running "
+                 f"did not end within {LEFTOVER_GRACE:g} s of their cancel; left behind")
+    loop.run_until_complete(loop.shutdown_asyncgens())
+    executor.shutdown(wait=False, cancel_futures=True)
+    _, busy = concurrent.futures.wait(executor.futures, timeout=LEFTOVER_GRACE)
+    if busy:
+        note(f"job {job.id} ({job.type}): {len(busy)} thread(s) its handler started "
+             f"(run_in_executor) still run; left behind")
+
+
+def describe_exception(exc: BaseException) -> str:
+    """'ExcType: message', as sent in an error frame."""
+    try:
+        text = str(exc)
+    except BaseException:  # a __str__ that raises, even SystemExit: the type is still news
+        text = ""
+    name = type(exc).__name__
+    return (f"{name}: {text}" if text else name)[:MAX_ERROR]
+
+
+def note(line: str) -> None:
+    """A line of the worker's own to its log, stamped with the UTC time to the millisecond,
+    so that it can be matched with the supervisor's log (job ids like od-4 start again with
+    every supervisor)."""
+    now = time.time()
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}Z"
+    try:
+        print(f"{stamp} {line}", file=sys.stderr, flush=True)
+    except (OSError, ValueError):  # a full disk, a handler that closed stderr: the line is lost,
+        pass                       # not the job's outcome
