@@ -173,6 +173,20 @@ def test_dead_template_makes_spawn_raise_and_launch_fast_go_cold(templates):
     assert peer.hello()["incarnation"] == "inc-2"
 
 
+def test_launch_fast_keeps_the_template_when_the_workers_log_cannot_be_opened(templates):
+    template, spec = templates.start()
+    template.wait_ready()
+    spec.log_path.mkdir()  # a folder where the worker's log goes: no start can open it
+    pool = {"w": template}
+    with pytest.raises(OSError) as raised:
+        launch_fast(spec, "inc-1", pool)
+    assert not isinstance(raised.value, LaunchError)  # the log's fault, said as such
+    assert raised.value.filename == str(spec.log_path)
+    assert pool == {"w": template}  # not blamed: the next worker with a log forks from it
+    peer = templates.spawn(template, make_spec(spec.log_path.parent, name="w-2"), "inc-2")
+    assert peer.hello()["incarnation"] == "inc-2"
+
+
 def test_launch_fast_uses_a_working_template(templates):
     template, spec = templates.start()
     pool = {"w": template}

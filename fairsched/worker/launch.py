@@ -431,12 +431,14 @@ class Template:
 def launch_fast(spec: LaunchSpec, incarnation: str, templates: dict[str, Template]) -> Launched:
     """Spawn from the group's template when there is a working one, else start cold.
 
-    A template that fails is removed from `templates` (its pid still needs reaping).
+    A template that fails is removed from `templates` (its pid still needs reaping). What is
+    not the template's fault (the worker's log cannot be opened, no descriptors left) raises
+    as it is: a cold start would fail the same way, and the template stays.
     """
     template = templates.get(spec.group)
     if template is not None:
         try:
             return template.spawn(spec, incarnation)
-        except OSError:
+        except LaunchError:
             templates.pop(spec.group, None)
     return launch(spec, incarnation)
