@@ -434,6 +434,32 @@ def test_a_result_for_another_job_than_its_slot_runs_kills_the_worker(supervisor
                  == "free", what="odd back")
 
 
+def test_an_on_demand_result_nested_as_deep_as_a_frame_can_be_read_is_answered(supervisors):
+    # A `command` worker may send a result nested deeper than the Python runtime ever does:
+    # as deep as the supervisor can read, it must still answer the caller, one way or another.
+    sup = misbehaving(supervisors, "deep", "deep", "max_attempts = 1\nmax_restarts = 20").start()
+
+    def submit(depth: int):
+        return sup.cli("submit", "deep", "--on-demand", "--payload", json.dumps({"depth": depth}),
+                       timeout=30)
+
+    readable, unreadable = 100, 2000  # the deepest read, the shallowest refused as a bad frame
+    assert submit(readable).returncode == 0
+    assert "bad frame: frame JSON nests too deeply" in submit(unreadable).stderr
+    while unreadable - readable > 1:
+        depth = (readable + unreadable) // 2
+        result = submit(depth)
+        if "bad frame" in result.stderr:
+            unreadable = depth
+            continue
+        readable = depth
+        assert "closed the connection" not in result.stderr, (depth, result.stderr)
+        assert result.returncode == 0 or "its result cannot be sent back" in result.stderr, (
+            depth, result.stderr)
+    assert "Traceback" not in sup.output(), sup.output()[-3000:]
+    assert sup.cli("submit", "pdf", "--on-demand").returncode == 0
+
+
 def test_progress_fields_of_the_wrong_kind_cost_only_the_progress(supervisors):
     sup = misbehaving(supervisors, "scrawl", "scribble").start()
     result = sup.cli("submit", "scrawl", "--on-demand", timeout=30)

@@ -184,11 +184,25 @@ class ControlServer:
         flushing: list[asyncio.Task] = []
 
         def notify(event: dict) -> None:
+            line = None
             if event["event"] in ("result", "error"):
+                try:
+                    line = _line(event)
+                except (ValueError, RecursionError) as exc:
+                    # A result a `command` worker sent nested as deep as a frame may be read
+                    # is one level too deep to give back: the caller still gets an answer.
+                    log.warning("the result of job %s cannot be sent back to its caller: %s",
+                                event.get("job_id"), exc)
+                    event = {"event": "error", "job_id": event.get("job_id"),
+                             "error": f"its result cannot be sent back: {exc}"}
+                    line = _line(event)
                 final.update(event)
                 done.set()
                 held.clear()  # stale now
             if writer.is_closing():
+                return
+            if line is not None:
+                writer.write(line)
                 return
             holding = bool(flushing) and not flushing[-1].done()
             if event["event"] == "progress" and (
@@ -265,5 +279,9 @@ def _seconds(value) -> bool:
             and math.isfinite(value) and value >= 0)
 
 
+def _line(msg: dict) -> bytes:
+    return json.dumps(msg, separators=(",", ":"), default=str).encode() + b"\n"
+
+
 def _send(writer: asyncio.StreamWriter, msg: dict) -> None:
-    writer.write(json.dumps(msg, separators=(",", ":"), default=str).encode() + b"\n")
+    writer.write(_line(msg))

@@ -9,7 +9,8 @@ stderr and exits 1 before its hello), `future` (says hello in protocol 2), `odd`
 fewer than configured and a type more, then runs as `picky`) or `picky` (refuses the
 jobs whose payload has "refuse": true, fails for good those with an "error", runs the others
 for payload["seconds"], and answers
-`stop` with a stopped result for each job it runs)."""
+`stop` with a stopped result for each job it runs) or `deep` (answers each job with a result
+nested payload["depth"] levels deep)."""
 
 import json
 import os
@@ -64,7 +65,7 @@ send({"t": "hello", "protocol": 2 if mode == "future" else 1, "pid": os.getpid()
       "types": os.environ["FAIRSCHED_TYPES"].split(",") + (["extra"] if mode == "odd" else [])})
 if mode == "future":
     time.sleep(600)
-if mode in ("refuse", "picky", "odd"):
+if mode in ("refuse", "picky", "odd", "deep"):
     inbox = messages()
     next(inbox)
     running = {}  # slot: (job id, when it ends)
@@ -84,7 +85,13 @@ if mode in ("refuse", "picky", "odd"):
             sys.exit(0)
         if msg["t"] == "run":
             payload = msg["job"]["payload"] if isinstance(msg["job"]["payload"], dict) else {}
-            if mode == "refuse" or payload.get("refuse"):
+            if mode == "deep":  # a result that nests payload["depth"] levels deep
+                depth = payload["depth"]
+                body = (f'{{"t":"result","slot":{msg["slot"]},'
+                        f'"job_id":{json.dumps(msg["job"]["id"])},'
+                        f'"result":{"[" * depth + "]" * depth}}}')
+                sock.sendall(struct.pack(">I", len(body)) + body.encode())
+            elif mode == "refuse" or payload.get("refuse"):
                 send({"t": "refused", "slot": msg["slot"], "job_id": msg["job"]["id"],
                       "reason": "not today"})
             elif "error" in payload:
