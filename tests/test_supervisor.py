@@ -690,6 +690,10 @@ def test_bad_fields_on_the_control_socket_are_refused(supervisors):
         ({"cmd": "submit", "type": "pdf", "payload": json.loads("[" * 501 + "]" * 501)},
          "payload nests deeper than 500 levels"),
         ({"cmd": "stop", "timeout": "soon"}, "timeout must be a number of seconds >= 0"),
+        # An integer too large for a float: a number of seconds no clock can count.
+        ({"cmd": "submit", "type": "pdf", "timeout": 10 ** 400},
+         "timeout must be a number of seconds"),
+        ({"cmd": "stop", "timeout": 10 ** 400}, "timeout must be a number of seconds >= 0"),
     ]:
         (reply,) = control_request(path, request)
         assert error in reply["error"] and reply["code"] == 2, reply

@@ -275,8 +275,12 @@ class ControlServer:
 
 def _seconds(value) -> bool:
     """Whether `value` is a finite number of seconds >= 0 (from JSON: no bool, no NaN)."""
-    return (isinstance(value, int | float) and not isinstance(value, bool)
-            and math.isfinite(value) and value >= 0)
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value) and value >= 0
+    except OverflowError:  # an integer too large for a float
+        return False
 
 
 def _line(msg: dict) -> bytes:
