@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
+import textwrap
 import time
 
 from tests.supervisor_harness import wait_until
@@ -175,3 +177,48 @@ def test_a_worker_logging_to_a_fifo_that_dies_before_its_hello_leaves_the_superv
     finally:
         reader.kill()
         reader.wait()
+
+
+def test_a_template_answer_read_after_its_worker_came_and_went_is_not_taken_for_a_new_worker(
+        supervisors):
+    """The template is slow to answer with the pid of the worker it forked (a fork hook of the
+    handler's holds it up); by then that worker has said its hello and died. The late answer
+    names a process already reaped: it is not taken for a worker spawned again (which would
+    also have its process group killed later, by then perhaps another's)."""
+    sup = supervisors("""
+[[worker]]
+name = "brief"
+types = ["brief"]
+handler = "brief:handle"
+max_restarts = 0
+""")
+    (sup.dir / "brief.py").write_text(textwrap.dedent("""\
+        import os
+        import threading
+        import time
+
+        TEMPLATE = os.getpid()
+
+
+        def _template_answers_late():
+            if os.getpid() == TEMPLATE:
+                time.sleep(1.0)
+
+
+        def _worker_dies_soon():
+            if os.getppid() != TEMPLATE:  # the worker, not the intermediate child
+                threading.Timer(0.2, os._exit, (3,)).start()
+
+
+        os.register_at_fork(after_in_parent=_template_answers_late,
+                            after_in_child=_worker_dies_soon)
+
+
+        def handle(job):
+            return os.getpid()
+        """))
+    sup.start(wait=False)
+    sup.wait_output(r"worker brief-1 is fatal", timeout=30)  # its first exit: no restart
+    time.sleep(2.0)  # the template's answer, then what would follow from it
+    spawned = re.findall(r"worker brief-1 spawned \(pid (\d+)\)", sup.output())
+    assert spawned and len(spawned) == len(set(spawned)), spawned

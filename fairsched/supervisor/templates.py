@@ -24,6 +24,8 @@ from fairsched.worker.launch import (
 
 log = logging.getLogger("fairsched.supervisor")
 
+_GONE = (ProcessState.DOWN, ProcessState.FATAL, ProcessState.STOPPED)
+
 TEMPLATE_DELAY_FIRST = 1.0  # seconds before a lost template is replaced; doubles per recent loss
 TEMPLATE_DELAY_MAX = 60.0
 TEMPLATE_CALM = 600.0  # seconds after which a template's losses are forgotten
@@ -161,7 +163,9 @@ class TemplateLifecycle:
             if not pending:
                 continue
             proc, incarnation = pending.popleft()
-            if proc.incarnation != incarnation:
+            if proc.incarnation != incarnation or proc.state in _GONE:
+                # A later start's; or this start's worker came and went already (its hello
+                # named its pid, its exit was reaped): this pid is no process of ours now.
                 continue
             pid = reply.get("pid")
             if not isinstance(pid, int) or pid <= 0:
