@@ -22,9 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
-
-from fairsched.supervisor.states import ProcessState
 
 log = logging.getLogger("fairsched.supervisor")
 
@@ -104,5 +101,6 @@ class LeaseGuard:
             for rj in self.sup.running.values():
                 if rj.proc is proc and rj.request is not None:
                     rj.cancel_reason = "restart"
-            proc.set_state(ProcessState.STOPPING)  # restarted at once, not counted as a crash
-            self.sup.kill_worker(proc, signal.SIGKILL)
+            # Its slots leave the index now, as with any stop: no on-demand job is placed on
+            # them before its exit is read. STOPPING: restarted at once, not counted as a crash.
+            self.sup.stop_worker(proc, kill_now=True)
