@@ -1,8 +1,27 @@
-"""`fairsched ps` as a terminal shows it: the table's columns line up whatever a handler says."""
+"""`fairsched ps` as a terminal shows it: the table's columns line up whatever a handler says,
+and `--watch` redraws only a terminal that can be redrawn."""
 
 import json
+import os
+import pty
+import select
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
 
 from fairsched.cli.common import display_width
+
+ECHO = """
+[[worker]]
+name = "pdf"
+types = ["pdf"]
+handler = "sup_handlers:echo"
+"""
+
+CLEAR = b"\x1b[H\x1b[2J"
 
 
 def column_of(line: str, index: int) -> int:
@@ -33,3 +52,104 @@ processes = 2
         restarts = row.index(" 0 ", row.index("says", row.index("-") + 1)) + 1
         assert column_of(row, restarts) == column_of(header, header.index("RESTARTS")), (
             header, row)
+
+
+def on_a_terminal(sup, args, term: str | None, *, stream: str = "stdout",
+                  seconds: float | None = None) -> tuple[bytes, int]:
+    """What `fairsched ARGS` writes to a terminal (its `stream` on a pty) with TERM=`term`
+    (None: unset), and its exit code: interrupted with Ctrl-C after `seconds`, or run to its
+    end when None."""
+    env = dict(sup.env)
+    env.pop("TERM", None)
+    if term is not None:
+        env["TERM"] = term
+    master, slave = pty.openpty()
+    other = subprocess.PIPE
+    proc = subprocess.Popen([sys.executable, "-m", "fairsched", *args], env=env,
+                            stdout=slave if stream == "stdout" else other,
+                            stderr=slave if stream == "stderr" else other)
+    os.close(slave)
+    seen = b""
+    deadline = time.monotonic() + 30
+    interrupt_at = time.monotonic() + seconds if seconds is not None else None
+    try:
+        while time.monotonic() < deadline:
+            if interrupt_at is not None and time.monotonic() >= interrupt_at:
+                proc.send_signal(signal.SIGINT)
+                interrupt_at = None
+            if select.select([master], [], [], 0.1)[0]:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:  # EIO: every writer to the terminal has gone
+                    break
+                if not chunk:
+                    break
+                seen += chunk
+            elif proc.poll() is not None and interrupt_at is None:
+                break
+        proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        os.close(master)
+    return seen, proc.returncode
+
+
+def tables(text: str) -> list[str]:
+    """The tables of a plain `ps --watch`, each with its supervisor line, header and row."""
+    return [t for t in text.strip("\n").split("\n\n") if t]
+
+
+def assert_plain_refreshes(text: str) -> None:
+    assert "\x1b" not in text, text
+    found = tables(text)
+    assert len(found) >= 2, text
+    for table in found:
+        supervisor, header, row = table.splitlines()
+        assert supervisor.startswith("supervisor pid "), table
+        assert header.startswith("WORKER") and row.startswith("pdf-1 "), table
+
+
+def test_ps_watch_into_a_pipe_prints_each_refresh_after_a_blank_line(supervisors):
+    sup = supervisors(ECHO).start()
+    watcher = subprocess.Popen([sys.executable, "-m", "fairsched", "ps", "--watch"],
+                               env=dict(sup.env, TERM="xterm-256color"),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    sup.children.append(watcher)
+    time.sleep(2.5)
+    watcher.send_signal(signal.SIGINT)
+    out, err = watcher.communicate(timeout=10)
+    assert watcher.returncode == 0 and err == b"", err
+    assert_plain_refreshes(out.decode())
+
+
+@pytest.mark.parametrize("term", ["dumb", None], ids=["dumb", "unset"])
+def test_ps_watch_on_a_terminal_that_cannot_redraw_prints_plain_text(supervisors, term):
+    sup = supervisors(ECHO).start()
+    seen, code = on_a_terminal(sup, ["ps", "--watch"], term, seconds=2.5)
+    assert code == 0, seen
+    assert CLEAR not in seen, seen
+    assert_plain_refreshes(seen.decode().replace("\r\n", "\n"))
+
+
+def test_ps_watch_on_a_terminal_redraws_it(supervisors):
+    sup = supervisors(ECHO).start()
+    seen, code = on_a_terminal(sup, ["ps", "--watch"], "xterm-256color", seconds=2.5)
+    assert code == 0, seen
+    assert seen.count(CLEAR) >= 2 and seen.startswith(CLEAR), seen
+
+
+def test_on_demand_progress_is_drawn_only_where_a_line_can_be_redrawn(supervisors):
+    sup = supervisors("""
+[[worker]]
+name = "pdf"
+types = ["pdf"]
+handler = "sup_handlers:slow"
+""").start()
+    args = ["submit", "pdf", "--on-demand", "--payload", '{"seconds": 1.5}']
+    drawn, code = on_a_terminal(sup, args, "xterm-256color", stream="stderr")
+    assert code == 0 and b"od-1:   0.0% started\x1b[K" in drawn, drawn
+    for term in ("dumb", None):
+        plain, code = on_a_terminal(sup, args, term, stream="stderr")
+        assert code == 0 and plain == b"", plain  # the result goes to stdout, as ever

@@ -1291,7 +1291,7 @@ handler = "sup_handlers:says"
     watcher = subprocess.Popen(
         [sys.executable, "-m", "fairsched", "submit", "says", "--on-demand", "--payload",
          json.dumps({"message": "x\nWORKER FAKE\x1b[2J\x07"})],
-        env=sup.env, stdout=subprocess.DEVNULL, stderr=slave)
+        env=dict(sup.env, TERM="xterm"), stdout=subprocess.DEVNULL, stderr=slave)
     os.close(slave)
     seen = b""
     deadline = time.monotonic() + 20

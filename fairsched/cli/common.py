@@ -58,6 +58,17 @@ def printable(text: str) -> str:
     return _UNPRINTABLE.sub(lambda m: repr(m.group())[1:-1], text)
 
 
+def can_redraw(stream) -> bool:
+    """Whether `stream` is a terminal that takes cursor movement and erasing (ps --watch,
+    on-demand progress): not a pipe or a file, nor a terminal whose TERM is unset or `dumb`
+    (an editor's shell buffer, a CI log), where escape codes would show as garbage."""
+    try:
+        tty = stream.isatty()
+    except (AttributeError, ValueError):  # closed, or no file behind it
+        return False
+    return tty and os.environ.get("TERM", "") not in ("", "dumb")
+
+
 def display_width(text: str) -> int:
     """Terminal columns `text` takes: wide and fullwidth characters (CJK, most emoji) two,
     combining marks and zero-width characters none."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import signal
@@ -14,6 +15,7 @@ import click
 from fairsched.cli import main
 from fairsched.cli.common import (
     UsageProblem,
+    can_redraw,
     clip,
     config_option,
     display_width,
@@ -77,7 +79,9 @@ def supervise(config_path, log_format, log_level):
 @config_option
 @socket_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
-@click.option("--watch", is_flag=True, help="Redraw every second until Ctrl-C.")
+@click.option("--watch", is_flag=True,
+              help="Redraw every second until Ctrl-C (not a terminal, or TERM=dumb: print each "
+                   "refresh after a blank line).")
 @reports_errors
 def ps(config_path, socket_path, as_json, watch):
     """One row per slot: worker, pid, slot, types, state, job, age, progress, restarts, uptime,
@@ -87,17 +91,19 @@ def ps(config_path, socket_path, as_json, watch):
         # Ctrl-C (SIGINT) ends the watch even where it was inherited ignored, as it is by a
         # background job of a shell script.
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    redraw = watch and can_redraw(sys.stdout)
     try:
-        while True:
+        for refresh in itertools.count():
             data = add_process_figures(client.ps())
             if as_json:
                 click.echo(json.dumps(data, indent=None if watch else 2))
             else:
                 text = render_ps(data)
-                if watch:
-                    click.echo("\x1b[H\x1b[2J" + text, nl=False)
-                else:
-                    click.echo(text, nl=False)
+                if redraw:
+                    text = "\x1b[H\x1b[2J" + text
+                elif refresh:  # a pipe, a log, a dumb terminal: one table after another
+                    text = "\n" + text
+                click.echo(text, nl=False)
             if not watch:
                 return
             time.sleep(1.0)
@@ -174,7 +180,7 @@ def submit_on_demand(config_path, socket_path, type_name, payload, priority, tim
     client = control_client(config_path, socket_path, timeout=None)
     request = {"cmd": "submit", "type": type_name, "payload": payload, "priority": priority,
                "timeout": timeout}
-    show_progress = sys.stderr.isatty()
+    show_progress = can_redraw(sys.stderr)  # redrawn in place: only where that works
     job_id = None
     try:
         for event in client.stream(request, timeout=None):
