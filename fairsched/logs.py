@@ -51,8 +51,14 @@ class TextFormatter(logging.Formatter):
 
 
 def fields(**values) -> dict:
-    """`extra=` for a log line: the JSON format shows these as keys of its object."""
+    """`extra=` for a log line: the JSON format shows these as keys of its object (one named
+    as a key of its own, `message` say, as `field_message`)."""
     return {"fields": values}
+
+
+# Keys every JSON line owns; a field of the same name never replaces one.
+STANDARD_KEYS = ("time", "level", "logger", "message", "exception")
+FIELD_PREFIX = "field_"
 
 
 class JsonFormatter(logging.Formatter):
@@ -64,7 +70,17 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
-        entry.update(getattr(record, "fields", None) or {})
+        extra = getattr(record, "fields", None)
+        extra = {str(k): v for k, v in extra.items()} if isinstance(extra, dict) else {}
+        taken = set(STANDARD_KEYS) | set(extra)
+        for key, value in extra.items():
+            # A shipper filters and routes by the standard keys: a field must not pass for
+            # one of them, nor hide another field.
+            if key in STANDARD_KEYS:
+                while key in taken:
+                    key = FIELD_PREFIX + key
+                taken.add(key)
+            entry[key] = value
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return json.dumps(entry, default=str)

@@ -290,3 +290,37 @@ def test_a_bad_config_is_told_in_the_logs_format(tmp_path, flags):
     entry = json.loads(line)
     assert entry["level"] == "error", entry
     assert "[supervisor] key 'lease' must be >= 1, got 0" in entry["message"], entry
+
+
+def test_a_field_named_as_a_key_of_the_json_line_leaves_that_key_alone(tmp_path):
+    config = tmp_path / "workers.toml"
+    config.write_text('[[worker]]\nname = "a"\ntypes = ["a"]\ncommand = ["true"]\n')
+    code = (
+        "import logging\n"
+        "import fairsched.supervisor.main as m\n"
+        "from fairsched.logs import fields\n"
+        "def logs(config):\n"
+        "    logging.getLogger('fairsched.supervisor').info('job %s started', 7, extra=fields(\n"
+        "        time='then', level='error', logger='elsewhere', message='forged',\n"
+        "        exception='none', field_level='kept', job_id=7))\n"
+        "    try:\n"
+        "        raise RuntimeError('a bug')\n"
+        "    except RuntimeError:\n"
+        "        logging.getLogger('fairsched.supervisor').exception(\n"
+        "            'it failed', extra=fields(exception='forged'))\n"
+        "    return 0\n"
+        "m.run_supervisor = logs\n"
+        "from fairsched.cli import main\n"
+        f"main(['supervise', '--config', {str(config)!r}, '--log-format', 'json'])\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    first, second = (json.loads(line) for line in proc.stderr.splitlines())
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", first["time"]), first
+    assert first == {
+        "time": first["time"], "level": "info", "logger": "fairsched.supervisor",
+        "message": "job 7 started", "field_time": "then", "field_field_level": "error",
+        "field_logger": "elsewhere", "field_message": "forged", "field_exception": "none",
+        "field_level": "kept", "job_id": 7}, first
+    assert second["message"] == "it failed" and second["field_exception"] == "forged"
+    assert "RuntimeError: a bug" in second["exception"], second
