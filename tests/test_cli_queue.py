@@ -106,6 +106,19 @@ def test_submit_prints_the_id_and_stores_the_job(db, config):
     assert (job["run_after"] - job["created_at"]).total_seconds() == 30
 
 
+@pytest.mark.parametrize(("priority", "delay"), [("-0", "-0"), ("-00", "-0.0"), ("-0", "-.0"),
+                                                 ("-0", "-0e3")])
+def test_minus_zero_is_zero(db, config, priority, delay):
+    result = fairsched("submit", "pdf", "--priority", priority, "--delay", delay,
+                       "--config", str(config), url=db)
+    assert result.returncode == 0, result.stderr
+    with queue(db) as q:
+        job = q.get_job(int(result.stdout))
+    assert job["priority"] == 0 and job["run_after"] == job["created_at"], job
+    listed = fairsched("jobs", "--json", "--limit", "1", "--config", str(config), url=db)
+    assert [j["id"] for j in json.loads(listed.stdout)] == [job["id"]]
+
+
 def test_submit_with_a_key_twice_gives_one_job(db, config):
     ids = {fairsched("submit", "ocr", "--key", "scan-9", "--config", str(config), url=db).stdout
            for _ in range(2)}
@@ -187,6 +200,17 @@ def test_config_comes_from_fairsched_config_or_the_current_folder(db, config):
     (["submit", "pdf", "--priority", "11"], "--priority must be an integer from 0 to 10"),
     (["submit", "pdf", "--priority", "high"], "--priority must be an integer from 0 to 10"),
     (["submit", "pdf", "--max-attempts", "0"], "--max-attempts must be an integer"),
+    # -0 is refused where 0 is, in the same words.
+    (["submit", "pdf", "--max-attempts", "-0"],
+     "--max-attempts must be an integer from 1 to 2147483647, got '-0'"),
+    (["submit", "pdf", "--on-demand", "--timeout", "-0"],
+     "--timeout must be a number of seconds > 0, got '-0'"),
+    (["jobs", "--limit", "-0"], "--limit must be an integer from 1 to 1000000, got '-0'"),
+    (["submit", "pdf", "--priority", "-1"], "--priority must be an integer from 0 to 10, got '-1'"),
+    (["submit", "pdf", "--delay", "-0.5"],
+     "--delay must be a number of seconds from 0 to 315360000, got '-0.5'"),
+    (["submit", "pdf", "--delay", "-"],
+     "--delay must be a number of seconds from 0 to 315360000, got '-'"),
     (["submit", "pdf", "--delay", "-5"], "--delay must be a number of seconds"),
     (["submit", "pdf", "--delay", "1_000"],
      "--delay must be a number of seconds from 0 to 315360000, got '1_000'"),

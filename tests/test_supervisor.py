@@ -384,6 +384,19 @@ processes = 2
     assert all(not alive(p) for p in pids)
 
 
+def test_stop_timeout_minus_zero_stops_at_once_as_zero_does(supervisors):
+    sup = supervisors(SLOW_PDF, shutdown_timeout=60).start()
+    caller = sup.spawn_cli("submit", "pdf", "--on-demand", "--payload",
+                           '{"seconds": 60, "ignore_cancel": true}')
+    sup.wait_for(lambda ps: ps["slots"][0]["state"] == "busy", what="job")
+    began = time.monotonic()
+    stopped = sup.cli("stop", "--timeout", "-0", timeout=60)
+    assert stopped.returncode == 0, stopped.stderr
+    assert time.monotonic() - began < 20  # not the 60 s of shutdown_timeout
+    assert sup.wait_exit(5) == 0
+    caller.communicate(timeout=10)
+
+
 def misbehaving(supervisors, name: str, mode: str, settings: str = ""):
     """ECHO's pdf worker and a command worker `name` (of type `name`) that misbehaves as
     tests/handlers/garbage_worker.py `mode` says."""

@@ -27,7 +27,8 @@ class UsageProblem(Exception):
     """Bad input on the command line: exit 2."""
 
 
-_DECIMAL = re.compile(r"(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
+# A minus sign is taken for zero's sake: -0 is 0, every other negative number is refused.
+_DECIMAL = re.compile(r"-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
 
 
 def parse_seconds(option: str, text: str | None, *, positive: bool = False,
@@ -45,7 +46,7 @@ def parse_seconds(option: str, text: str | None, *, positive: bool = False,
         if maximum is not None:
             bound = f"from 0 to {maximum:.0f}"
         raise UsageProblem(f"{option} must be a number of seconds {bound}, got {text!r}")
-    return value
+    return value if value else 0.0  # -0.0 is said as 0
 
 
 _UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")

@@ -120,8 +120,8 @@ def parse_int(option: str, text: str | None, low: int, high: int | None = None) 
     if text is None:
         return None
     # ASCII digits only: int() would also take "1_0", " 1" or other scripts' digits, and a
-    # typo could then name another job.
-    value = int(text) if re.fullmatch(r"[0-9]{1,20}", text) else None
+    # typo could then name another job. A minus sign gives -0 (0) or a number out of bounds.
+    value = int(text) if re.fullmatch(r"-?[0-9]{1,20}", text) else None
     if value is None or value < low or (high is not None and value > high):
         bounds = f"from {low} to {high}" if high is not None else f">= {low}"
         raise UsageProblem(f"{option} must be an integer {bounds}, got {text!r}")
