@@ -386,6 +386,48 @@ def test_a_stop_just_after_the_database_went_silent_does_not_hang(db):
         proxy.close()
 
 
+def test_a_row_left_behind_by_a_stop_the_database_did_not_hear_costs_nothing(db):
+    # Its outcomes written, the supervisor loses the database as it says goodbye: its row
+    # stays until its lease runs out, and neither jobs nor the next supervisor suffer for it.
+    from tests.pg_proxy import PgProxy
+
+    settings = "lease = 3\nheartbeat_interval = 1\n"
+    proxy = PgProxy(db)
+    gone = Supervisor(proxy.url_through, SLOW, supervisor=settings)
+    other = Supervisor(db, SLOW, supervisor=settings)
+    try:
+        gone.start()
+        (first,) = enqueue(db, [{"type": "slow", "payload": {"seconds": 0.2}}])
+        wait_all_finished(db, 1, timeout=30, sups=[gone])
+        proxy.cut()
+        gone.signal(signal.SIGTERM)
+        assert gone.wait_exit(30) == 0
+        proxy.heal()
+        assert "could not deregister from the database" in gone.output(), gone.output()[-2000:]
+        with psycopg.connect(db) as conn:
+            left = conn.execute("SELECT id FROM fairsched_supervisors").fetchall()
+        assert len(left) == 1, left
+        (gone_id,) = left[0]
+        other.start()
+        (second,) = enqueue(db, [{"type": "slow", "payload": {"seconds": 0.2}}])
+        wait_all_finished(db, 2, timeout=30, sups=[other])
+
+        def row_removed():
+            with psycopg.connect(db) as conn:
+                return conn.execute("SELECT count(*) FROM fairsched_supervisors WHERE id = %s",
+                                    (gone_id,)).fetchone()[0] == 0
+        wait_until(row_removed, timeout=30, what="the row left behind removed")
+        rows = job_rows(db, {first, second})
+        assert [(r[1], r[2], r[5]) for r in rows] == [("succeeded", 1, None)] * 2, rows
+        assert "dead supervisors" not in other.output(), other.output()[-2000:]
+        ps = other.cli("ps")
+        assert ps.returncode == 0 and ps.stderr == "", ps.stderr
+    finally:
+        gone.close()
+        other.close()
+        proxy.close()
+
+
 def test_a_stop_while_the_database_is_out_of_reach_waits_for_it_to_record_outcomes(db):
     # It waits (up to its lease) and records the job's success, not leaving the job to be
     # taken for a dead supervisor's and run again.
