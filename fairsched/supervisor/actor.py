@@ -445,11 +445,14 @@ class Supervisor(WorkerLifecycle, TemplateLifecycle, WorkerPipes, JobHandling):
         self.schedule()
 
     def on_jobs_notified(self, type_name: str) -> None:
+        type_id = self.type_ids.get(type_name)
+        if type_id is None:  # a type only other supervisors on this database run
+            return
         self.notified.add(type_name)
         self.exhausted.discard(type_name)
         self._forget_cached(type_name)
         self.queue.due_unknown = True  # it may be a delayed job, or a retry
-        if type_name in self.type_ids and self.pool.free_count(self.type_ids[type_name]):
+        if self.pool.free_count(type_id):
             self.queue.request_fetch()
 
     def on_poll(self) -> None:
