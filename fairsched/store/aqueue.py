@@ -25,7 +25,7 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from fairsched.store.queue import encode_json, storable_text
+from fairsched.store.jobs import encode_json, storable_text
 from fairsched.store.schema import CANCEL_CHANNEL, JOBS_CHANNEL
 from fairsched.store.statements import (
     CANCEL_FINISH_SQL,
@@ -221,7 +221,7 @@ class AsyncStore:
         return failed + await self.complete_encoded(storable)
 
     async def complete_encoded(self, items: list[tuple[int, int, str | None]]) -> list[int]:
-        """complete() for results already encoded (queue.encode_json): (id, claim, JSON text
+        """complete() for results already encoded (jobs.encode_json): (id, claim, JSON text
         or None); return the ids that changed."""
         if not items:
             return []

@@ -101,7 +101,7 @@ class QueueLink:
         self.wake()
 
     def complete(self, job_id: int, claim: int, text: str | None) -> None:
-        """Record a success; `text` is its result as JSON text (queue.encode_json)."""
+        """Record a success; `text` is its result as JSON text (jobs.encode_json)."""
         self.outbox.completions.append((job_id, claim, text))
         self._outbox_wake.set()
 

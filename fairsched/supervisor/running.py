@@ -10,7 +10,7 @@ import time
 from fairsched.logs import fields
 from fairsched.protocol import ProtocolError, encode_run
 from fairsched.store.aqueue import retry_delay
-from fairsched.store.queue import encode_json
+from fairsched.store.jobs import encode_json
 from fairsched.supervisor.jobs import Request, RunningJob
 from fairsched.supervisor.outbox import Failure
 from fairsched.supervisor.states import ProcessState

@@ -1,0 +1,166 @@
+"""A job as it may be written: one description checked field by field, and JSON and text made
+into what PostgreSQL's jsonb and text columns store (NUL, lone surrogates, long numbers)."""
+
+from __future__ import annotations
+
+import decimal
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from fairsched.protocol import MAX_DEPTH, MAX_PAYLOAD, json_depth
+from fairsched.store.schema import MAX_DELAY, MAX_PRIORITY
+
+JOB_FIELDS = frozenset({"type", "payload", "priority", "max_attempts", "delay", "key"})
+INT4_MAX = 2**31 - 1
+INT8_MAX = 2**63 - 1
+MAX_KEY = 1000  # bytes of an idempotency key
+
+
+def job_row(job: Mapping[str, Any], index: int = 0, several: bool = False) -> tuple:
+    """Validate one job description; return (type, priority, payload_json, max_attempts, delay,
+    key). Every error names the job by its `index` when it is one of `several`."""
+    try:
+        return _job_row(job, index)
+    except ValueError as exc:
+        message = str(exc)
+        if not several or message.startswith(f"job {index}: "):
+            raise
+        if message.startswith("job type "):
+            message = message[len("job "):]
+        raise ValueError(f"job {index}: {message}") from None
+
+
+def _job_row(job: Mapping[str, Any], index: int) -> tuple:
+    if not isinstance(job, Mapping):
+        raise ValueError(f"job {index}: expected a mapping of job fields, got {kind_of(job)}")
+    unknown = set(job) - JOB_FIELDS
+    if unknown:
+        raise ValueError(f"job {index}: unknown field {sorted(unknown)[0]!r}"
+                         f" (known: {', '.join(sorted(JOB_FIELDS))})")
+    if "type" not in job:
+        raise ValueError(f"job {index}: 'type' is required")
+    type_ = job["type"]
+    if not is_text(type_):
+        raise ValueError(f"job type must be non-empty text (UTF-8, no NUL), got {type_!r}")
+    priority = job.get("priority", 0)
+    if not is_int(priority) or not 0 <= priority <= MAX_PRIORITY:
+        raise ValueError(f"priority must be an integer from 0 to {MAX_PRIORITY}, got {priority!r}")
+    max_attempts = job.get("max_attempts")
+    if max_attempts is not None and (not is_int(max_attempts)
+                                     or not 1 <= max_attempts <= INT4_MAX):
+        raise ValueError(f"max_attempts must be an integer from 1 to {INT4_MAX},"
+                         f" got {max_attempts!r}")
+    delay = job.get("delay", 0.0)
+    # Compared, not math.isfinite(): an int too large for a float would raise OverflowError.
+    # NaN fails the comparison too.
+    if (not isinstance(delay, int | float) or isinstance(delay, bool)
+            or not 0 <= delay <= MAX_DELAY):
+        raise ValueError(f"delay must be a number of seconds from 0 to {MAX_DELAY:.0f},"
+                         f" got {delay!r}")
+    key = job.get("key")
+    if key is not None and not is_text(key):
+        raise ValueError(f"key must be non-empty text (UTF-8, no NUL), got {key!r}")
+    if key is not None and len(key.encode()) > MAX_KEY:  # the unique index takes no more
+        raise ValueError(f"key is {len(key.encode())} bytes; at most {MAX_KEY}")
+    payload = encode_json(job.get("payload"), "payload")
+    size = stored_size(payload, job.get("payload"))
+    if size > MAX_PAYLOAD:
+        grown = number_growth(payload)
+        how = (f" once its numbers are written out in full, as PostgreSQL stores them"
+               f" ({size - grown} as compact JSON)" if grown > 0 else "")
+        raise ValueError(f"payload is {size} bytes of JSON{how}; at most {MAX_PAYLOAD} fit in"
+                         " the frame that takes a job to its worker (pass a path or a URL instead)")
+    if payload is not None and json_depth(payload) > MAX_DEPTH:
+        raise ValueError(f"payload nests deeper than {MAX_DEPTH} levels")
+    return (type_, priority, payload, max_attempts, float(delay), key)
+
+
+# A \u0000 escape in JSON text: one not itself escaped, after an even run of backslashes.
+_NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
+def encode_json(value: Any, what: str) -> str | None:
+    """JSON text PostgreSQL's jsonb accepts, or None for SQL NULL."""
+    if value is None:
+        return None
+    try:
+        text = json.dumps(value, allow_nan=False, separators=(",", ":"))
+    except RecursionError:
+        raise ValueError(f"{what} nests too deeply to be JSON") from None
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{what} is not JSON-serialisable: {exc}") from None
+    if "\\u0000" in text and _NUL_ESCAPE.search(text):  # not a backslash before "u0000"
+        raise ValueError(f"{what} contains a NUL character, which PostgreSQL jsonb cannot store")
+    if "\\ud" in text or "\\uD" in text:  # surrogates: jsonb takes them only in valid pairs
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(f"{what} contains a lone surrogate (a broken UTF-16 pair), which "
+                             "PostgreSQL jsonb cannot store") from None
+    return text
+
+
+def stored_size(text: str | None, value: Any) -> int:
+    """Bytes of `value`'s JSON `text` (as encode_json writes it) as PostgreSQL prints it back
+    into a run frame, spaces aside: UTF-8, where the text escapes every non-ASCII character."""
+    if text is None:
+        return 0
+    size = len(text)
+    if "\\u" in text:  # maybe an escaped non-ASCII character: 6 or 12 bytes here, 2 to 4 there
+        size = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+    return size + number_growth(text)
+
+
+_EXPONENT = re.compile(r"[0-9][eE]")
+
+
+def number_growth(text: str) -> int:
+    """How many bytes longer the numbers in JSON `text` print once jsonb has stored them:
+    as numeric, written out in full (1e+308 comes back as 309 digits)."""
+    if not _EXPONENT.search(text):  # only a number with an exponent grows
+        return 0
+    grown = 0
+
+    def number(token: str) -> float:
+        nonlocal grown
+        if "e" in token or "E" in token:
+            grown += len(format(decimal.Decimal(token), "f")) - len(token)
+        return 0.0
+
+    try:
+        json.loads(text, parse_float=number)
+    except RecursionError:
+        return 0  # too deep for a payload anyway: refused as such
+    return grown
+
+
+def storable_text(text: str) -> str:
+    """`text` as a PostgreSQL text column takes it: NUL and lone surrogates spelled out."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\\0")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+def is_text(value: Any) -> bool:
+    """A non-empty string a PostgreSQL text column takes as it is (no NUL, valid UTF-8)."""
+    if not isinstance(value, str) or not value or "\x00" in value:
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate, e.g. from an argument that was not UTF-8
+        return False
+    return True
+
+
+def is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def kind_of(value: Any) -> str:
+    return type(value).__name__
