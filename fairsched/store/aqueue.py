@@ -9,9 +9,6 @@ Errors from a lost connection surface as psycopg.OperationalError; the caller re
 
 from __future__ import annotations
 
-import asyncio
-import collections
-import contextlib
 import json
 import math
 import os
@@ -23,10 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from psycopg.conninfo import conninfo_to_dict
 
+from fairsched.store.connections import Notifications, open_connection
 from fairsched.store.jobs import encode_json, storable_text
-from fairsched.store.schema import CANCEL_CHANNEL, JOBS_CHANNEL
 from fairsched.store.statements import (
     CANCEL_FINISH_SQL,
     CLAIM_SQL,
@@ -41,15 +37,6 @@ from fairsched.store.statements import (
 
 # Used when a claimed job has no max_attempts and its type is missing from the defaults.
 DEFAULT_MAX_ATTEMPTS = 3
-CONNECT_TIMEOUT = 10
-# A statement of the supervisor's that takes longer than this share of its lease is given up:
-# by the supervisor, which takes the connection for lost (queue_link.py says why), and by the
-# server, through the connection's own statement_timeout. The server's half matters: a
-# statement waiting on a lock (a LOCK TABLE held for minutes) does not notice its client has
-# gone, so every reconnection would otherwise leave one more backend waiting, until the
-# server's connections ran out. And a database-wide statement_timeout shorter than that (set
-# for the applications beside fairsched) would fail every large batch of outcomes for ever.
-ANSWER_WITHIN = 1 / 4
 MAX_ERROR = 65536  # characters of last_error kept
 
 @dataclass(frozen=True, slots=True)
@@ -378,41 +365,6 @@ def _keyed_by_id(items: Iterable[tuple[int, str]]) -> str:
     return "{" + ",".join(f'"{job_id}":{text}' for job_id, text in items) + "}"
 
 
-async def open_connection(url: str, lease: float, lane: str = "claims") -> psycopg.AsyncConnection:
-    """An autocommit connection that notices a silently dead network well within the lease.
-
-    A connection whose packets vanish (a NAT or firewall that dropped its state, a cut link)
-    would otherwise hang a statement for the kernel's default of about 15 minutes, and an
-    idle LISTEN connection for hours. So, over TCP, the kernel gives up on data unacknowledged
-    for a third of the lease and probes an idle connection after a third of it. libpq ignores
-    these over Unix sockets; settings given in the URL win. pg_stat_activity names the
-    connection by its `lane` and this process's pid, unless the URL or PGAPPNAME names it.
-    Its statements end on the server after ANSWER_WITHIN of the lease, whatever
-    statement_timeout the database or role sets, and it is never ended for being idle.
-    """
-    given = conninfo_to_dict(url)
-    defaults = {"keepalives": 1, "keepalives_idle": max(1, round(lease / 3)),
-                "keepalives_interval": 1, "keepalives_count": 3,
-                "tcp_user_timeout": max(1000, round(lease * 1000 / 3)),
-                "fallback_application_name": f"fairsched {lane} (pid {os.getpid()})"}
-    conn = await psycopg.AsyncConnection.connect(
-        url, autocommit=True, connect_timeout=CONNECT_TIMEOUT,
-        **{key: value for key, value in defaults.items() if key not in given})
-    try:
-        # A SET rather than the startup packet's `options`, which connection poolers refuse.
-        await conn.execute("SELECT set_config('statement_timeout', %s, false)",
-                           (f"{max(1, round(lease * ANSWER_WITHIN * 1000))}ms",))
-        if conn.info.server_version >= 140000:
-            # Idle between heartbeats, and the LISTEN connection idle for hours: an
-            # idle_session_timeout meant for others would end them, each time a lost
-            # connection to report and notifications missed until the next one.
-            await conn.execute("SET idle_session_timeout = 0")
-    except BaseException:
-        await conn.close()
-        raise
-    return conn
-
-
 async def _renew(conn: psycopg.AsyncConnection, supervisor_id: int, host: str,
                  lease: float) -> float | None:
     """Renew the lease of a known supervisor: the server's clock (epoch seconds), or None when
@@ -437,86 +389,6 @@ async def _register(conn: psycopg.AsyncConnection, supervisor_id: int, host: str
         " ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), host = excluded.host,"
         " pid = excluded.pid, lease = excluded.lease",
         (supervisor_id, host, os.getpid(), lease))
-
-
-class Notifications:
-    """An async iterator over job and cancel notifications, with its own LISTEN connection.
-
-    It waits for the connection's socket itself rather than in psycopg's notifies(), which
-    wakes up ten times a second (to let Ctrl-C through): an idle supervisor sleeps until a
-    notification, or its next heartbeat, is due."""
-
-    def __init__(self, url: str, owners: set, lease: float):
-        self.url = url
-        self.lease = lease
-        self._owners = owners
-        self._conn: psycopg.AsyncConnection | None = None
-        self._backlog: collections.deque = collections.deque()
-        self._waiting: asyncio.Future | None = None
-        self._closed = False
-
-    async def start(self) -> Notifications:
-        if self._closed:
-            raise psycopg.InterfaceError("notifications are closed")
-        if self._conn is None:
-            conn = await open_connection(self.url, self.lease, "notifications")
-            try:
-                await conn.execute(f"LISTEN {JOBS_CHANNEL}")
-                await conn.execute(f"LISTEN {CANCEL_CHANNEL}")
-            except BaseException:
-                await conn.close()
-                raise
-            self._conn = conn
-        return self
-
-    def __await__(self):
-        return self.start().__await__()
-
-    def __aiter__(self) -> Notifications:
-        return self
-
-    async def __aenter__(self) -> Notifications:
-        return await self.start()
-
-    async def __aexit__(self, *exc) -> None:
-        await self.aclose()
-
-    async def __anext__(self) -> tuple[str, Any]:
-        await self.start()
-        while True:
-            # What has arrived (timeout=0: read what is there, wait for nothing).
-            self._backlog.extend([n async for n in self._conn.notifies(timeout=0)])
-            while self._backlog:
-                notify = self._backlog.popleft()
-                if notify.channel == JOBS_CHANNEL:
-                    return ("jobs", notify.payload)
-                if notify.channel == CANCEL_CHANNEL:
-                    with contextlib.suppress(ValueError):
-                        return ("cancel", int(notify.payload))
-            await self._readable()
-
-    async def _readable(self) -> None:
-        """Until the connection's socket has something to read (a notification, or the end
-        of the connection, which the next read raises)."""
-        loop = asyncio.get_running_loop()
-        waiting = self._waiting = loop.create_future()
-        fd = self._conn.fileno()
-        loop.add_reader(fd, lambda: waiting.done() or waiting.set_result(None))
-        try:
-            await waiting
-        finally:
-            self._waiting = None
-            loop.remove_reader(fd)
-
-    async def aclose(self) -> None:
-        self._closed = True
-        self._owners.discard(self)
-        waiting, self._waiting = self._waiting, None
-        if waiting is not None and not waiting.done():  # a reader waits: it stops
-            waiting.set_exception(psycopg.InterfaceError("notifications are closed"))
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            await conn.close()
 
 
 def retry_delay(attempt: int, base: float = 1.0, cap: float = 300.0, rng=random,

@@ -19,7 +19,8 @@ import time
 
 import psycopg
 
-from fairsched.store.aqueue import ANSWER_WITHIN, AsyncStore
+from fairsched.store.aqueue import AsyncStore
+from fairsched.store.connections import ANSWER_WITHIN
 from fairsched.store.database import first_line, open_database
 from fairsched.supervisor.outbox import Failure, Outbox
 
@@ -35,7 +36,7 @@ DB_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError)
 # taken for a lost connection, whatever the transport (over a Unix socket nothing else would
 # notice). A slow round delays the next heartbeat, due at most `lease / 3` after the last one:
 # the two together stay short of lease.CANCEL_AT, so a database that is slow but answers never
-# makes this supervisor give its jobs back. The server ends such a statement too (aqueue.py).
+# makes this supervisor give its jobs back. The server ends such a statement too (connections.py).
 
 # A claim lost on a row that is still pending afterwards was lost to a lock held by a
 # transaction of someone else's (a SELECT ... FOR UPDATE, say), not to another supervisor.
