@@ -28,6 +28,11 @@ settings.register_profile("fairsched", deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("fairsched")
 
+# Commands the tests start get Ctrl-C as at a terminal, even where the tests run with SIGINT
+# ignored (inherited from a script that ignores it): a program started so leaves it ignored.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 SHORT_PREFIX = "fs-test-"  # short: a Unix socket path must stay under ~100 bytes
 
 
