@@ -544,3 +544,20 @@ def test_a_handler_that_breaks_fd_3_ends_its_worker_saying_so(start, handler):
     assert peer.wait_exit() == 70
     last = peer.log().splitlines()[-1]
     assert "fd 3, the channel to the supervisor, failed" in last and "handler" in last, last
+
+
+def test_a_signal_the_handlers_module_handles_itself_does_not_stop_the_worker(start):
+    """Only SIGTERM and SIGINT stop a worker: a signal its handler's module set a handler of
+    its own for (SIGUSR2 here, to reload settings, say) reaches that handler, and the worker
+    serves on."""
+    peer = start(handler="signals_on_import:dispositions")
+    peer.hello()
+    os.kill(peer.pid, signal.SIGUSR2)
+    time.sleep(0.3)
+    peer.run(1)
+    result = peer.expect("result")["result"]
+    assert result["pid"] == peer.pid and result["usr2"] == 1, result
+    peer.run(2)
+    assert peer.expect("result")["job_id"] == 2
+    os.kill(peer.pid, signal.SIGTERM)
+    assert peer.wait_exit() == 0

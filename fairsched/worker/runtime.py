@@ -47,6 +47,7 @@ from fairsched.worker.handler import (
 EXIT_CANNOT_START = 78  # EX_CONFIG: the handler or the environment is wrong; do not restart
 EXIT_PROTOCOL = 76  # EX_PROTOCOL: the supervisor sent something this worker cannot read
 EXIT_SOFTWARE = 70  # EX_SOFTWARE: the worker itself failed (its log says how)
+_STOP_SIGNALS = frozenset((signal.SIGTERM, signal.SIGINT))
 
 
 @dataclass(frozen=True)
@@ -194,8 +195,9 @@ class Worker:
                 ready, _, _ = select.select([fd, wake_r], [], [])
             except OSError as exc:  # EBADF: a handler closed one of them
                 self.channel_failed(exc)
-            if wake_r in ready:
-                os.read(wake_r, 512)
+            # The wakeup pipe carries every signal with a Python handler, the handler
+            # module's own ones too (a reload on SIGHUP, say): only these two stop the worker.
+            if wake_r in ready and _STOP_SIGNALS.intersection(os.read(wake_r, 512)):
                 self.stop()
             if fd not in ready:
                 continue
