@@ -21,6 +21,9 @@ DEFAULT_CONFIG = "workers.toml"
 DEFAULT_STATE_DIR = ".fairsched"  # beside workers.toml
 MAX_SOCKET_PATH = 107  # bytes of a Unix socket's path on Linux (sun_path less its NUL)
 MAX_WEIGHT = 1e12  # points: larger weights add nothing but float trouble
+# Seconds of lease: a quarter of it is each database connection's statement_timeout, which
+# PostgreSQL takes up to 2^31 - 1 ms; a third its TCP keepalive idle time, up to 32767 s.
+MAX_LEASE = 86400
 MAX_LEVEL_SECONDS = 1e12  # priority_weight / age_weight: the wait one priority level is worth
 NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.]*")
 TYPE_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:/-]*")
@@ -255,7 +258,7 @@ def load_config(path: str | os.PathLike) -> Config:
     top = _Section(file, "top level", raw)
     sup = _Section(file, "[supervisor]", top.get("supervisor", "table", {}))
     state_dir = base / sup.get("state_dir", "str", DEFAULT_STATE_DIR)
-    lease = sup.get("lease", "number", 15.0, minimum=1)
+    lease = sup.get("lease", "number", 15.0, minimum=1, maximum=MAX_LEASE)
     supervisor = SupervisorSettings(
         state_dir=state_dir,
         shutdown_timeout=sup.get("shutdown_timeout", "number", 10.0, minimum=0),

@@ -103,6 +103,11 @@ BAD = [
      "key 'max_attempts' must be <= 2147483647, got 2147483648"),
     ("lease too short to renew", GOOD.replace("shutdown_timeout = 3", "shutdown_timeout = 3\nlease = 1e-9"),
      "[supervisor] key 'lease' must be >= 1, got 1e-09"),
+    # Its statement_timeout (a quarter) past PostgreSQL's range, TCP keepalives (a third) past
+    # the kernel's: no connection of the supervisor's could be made.
+    ("lease too long for the database's timeouts",
+     GOOD.replace("shutdown_timeout = 3", "shutdown_timeout = 3\nlease = 1e7"),
+     "[supervisor] key 'lease' must be <= 86400, got 10000000.0"),
     ("metrics port past 65535", GOOD.replace("shutdown_timeout = 3",
                                              'shutdown_timeout = 3\nmetrics = "127.0.0.1:99999"'),
      "key 'metrics' must look like 'host:port' or '[ipv6]:port' (port 0 to 65535), got "
