@@ -153,3 +153,20 @@ handler = "sup_handlers:slow"
     for term in ("dumb", None):
         plain, code = on_a_terminal(sup, args, term, stream="stderr")
         assert code == 0 and plain == b"", plain  # the result goes to stdout, as ever
+
+
+def test_an_on_demand_request_that_ends_after_its_progress_says_so_on_a_line_of_its_own(
+        supervisors):
+    """Its progress line is cleared before the one line that says why it ended, as it is
+    before a result: no "od-1:   0.0% startedfairsched: job od-1: no result ..."."""
+    sup = supervisors("""
+[[worker]]
+name = "pdf"
+types = ["pdf"]
+handler = "sup_handlers:slow"
+""").start()
+    args = ["submit", "pdf", "--on-demand", "--timeout", "1", "--payload", '{"seconds": 5}']
+    drawn, code = on_a_terminal(sup, args, "xterm-256color", stream="stderr")
+    assert code == 1, drawn
+    assert b"od-1:   0.0% started\x1b[K" in drawn, drawn
+    assert b"\r\x1b[Kfairsched: job od-1: no result within 1 s" in drawn, drawn

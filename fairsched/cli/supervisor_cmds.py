@@ -195,13 +195,25 @@ def submit_on_demand(config_path, socket_path, type_name, payload, priority, tim
         from fairsched.cli import interrupted
 
         interrupted(f": job {job_id} withdrawn" if job_id else ": the request is withdrawn")
+    except Exception:  # a lost connection, say: its line is written after this one
+        _clear_progress(show_progress)
+        raise
+    _clear_progress(show_progress)
     fail("the supervisor closed the connection before the job finished", 1)
     return 1
+
+
+def _clear_progress(show_progress: bool) -> None:
+    """Erase the progress line drawn so far: what is said next starts a line of its own."""
+    if show_progress:
+        click.echo("\r\x1b[K", err=True, nl=False)
 
 
 def _on_demand_event(event: dict, show_progress: bool) -> int | None:
     """Show one event of an on-demand request: its exit code once it is the last one."""
     kind = event.get("event")
+    if kind in ("refused", "result", "error", "timeout"):  # the last event
+        _clear_progress(show_progress)
     if kind == "refused":
         fail(str(event.get("error", "refused")), 1 if event.get("code") == 1 else 2)
     elif kind == "progress" and show_progress:
@@ -210,8 +222,6 @@ def _on_demand_event(event: dict, show_progress: bool) -> int | None:
         message = printable(str(event.get("message") or ""))[:200]  # one line, redrawn
         click.echo(f"\r{event['job_id']}: {pct}{message}\x1b[K", err=True, nl=False)
     elif kind == "result":
-        if show_progress:
-            click.echo("\r\x1b[K", err=True, nl=False)
         click.echo(json.dumps(event.get("result")))
         return 0
     elif kind == "error":
