@@ -4,7 +4,9 @@
 of `url` (a Unix socket or TCP). `url_through` is the same URL by way of the proxy. `cut()`
 stops every byte in both directions and refuses new connections: statements in flight hang,
 as they do when a network drops packets. `heal()` closes the connections it held (the way a
-peer's reset ends them) and accepts new ones again.
+peer's reset ends them) and accepts new ones again. `lose_answer_to(marker)`: the next statement
+whose text holds `marker` reaches the server, which runs it, but nothing more of the server's
+comes back on that connection, as when a network drops packets just after a statement left.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ class PgProxy:
         self._pairs: list[tuple[socket.socket, socket.socket]] = []
         self._cut = False
         self._closed = False
+        self._marker: bytes | None = None
+        self._muted: set[socket.socket] = set()  # servers whose answers are dropped
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
         self._selector.register(self._wake_r, selectors.EVENT_READ)
@@ -60,6 +64,10 @@ class PgProxy:
                 for sock in (client, server):
                     self._selector.unregister(sock)
         self._wake()
+
+    def lose_answer_to(self, marker: bytes) -> None:
+        with self._lock:
+            self._marker = marker
 
     def heal(self) -> None:
         with self._lock:
@@ -121,9 +129,14 @@ class PgProxy:
             data = source.recv(1 << 16)
         except OSError:
             data = b""
+        if data and source in self._muted:
+            return  # the answer is lost on the way
         if data:
             try:
                 sink.sendall(data)  # blocking: PostgreSQL messages here are small
+                if self._marker is not None and self._marker in data:
+                    self._marker = None
+                    self._muted.add(sink)
                 return
             except OSError:
                 pass
@@ -131,4 +144,5 @@ class PgProxy:
             self._pairs.remove(pair)
             for sock in pair:
                 self._selector.unregister(sock)
+                self._muted.discard(sock)
                 sock.close()

@@ -449,6 +449,34 @@ def test_a_stop_the_database_never_answers_ends_in_exit_1_naming_the_jobs(db):
                          sup.output()), sup.output()[-3000:]
 
 
+def test_a_claim_whose_answer_was_lost_is_returned_as_the_lane_comes_back(db):
+    """The claim ran on the server but its answer never came: the lane gives the connection
+    up and hands the slot back, and once connected again returns the row it did claim, at
+    once. No claim is counted lost to another supervisor, and the job does not wait in
+    `running`, run by no worker, for the next heartbeat (10 s here) to return it."""
+    from tests.pg_proxy import PgProxy
+
+    proxy = PgProxy(db)
+    sup = Supervisor(proxy.url_through, SLOW, supervisor="lease = 30\nheartbeat_interval = 10\n")
+    try:
+        sup.start()
+        proxy.lose_answer_to(b"claims = j.claims + 1")
+        (job,) = enqueue(db, [{"type": "slow", "payload": {"seconds": 0.1}}])
+        sup.wait_output("lost the database: no answer from PostgreSQL", timeout=30)
+        wait_all_finished(db, 1, timeout=30, sups=[sup])
+        (row,) = job_rows(db, {job})
+        assert (row[1], row[2]) == ("succeeded", 1), row  # the lost claim spent no attempt
+        assert sup.ps()["supervisor"]["counters"]["claim_losses"] == 0, sup.output()[-3000:]
+        # Returned as the connection is made again (its reconcile), not by a later heartbeat.
+        out = sup.output()
+        returned = out.find(f"returned 1 jobs to the queue whose claim went through after its "
+                            f"connection was given up: {job}")
+        assert -1 < returned < out.find("database connection restored"), out[-3000:]
+    finally:
+        sup.close()
+        proxy.close()
+
+
 @pytest.mark.parametrize("together", [False, True], ids=["later", "in-one-loop-pass"])
 def test_a_second_stop_ends_the_waiting(supervisors, together):
     sup = supervisors(SLOW, shutdown_timeout=60).start()

@@ -419,8 +419,15 @@ class QueueLink:
             try:
                 won = await store.claim([qj.id for qj, _ in claims], self.default_max_attempts)
             except BaseException:
-                self.claims[:0] = claims
                 self.claiming = False
+                if self.store is store:  # the lane goes on with this connection: sent again
+                    self.claims[:0] = claims
+                else:
+                    # Given up for want of an answer (_answer), and perhaps connected again
+                    # since: its _requeue_claims has run. The slots are free at once, and the
+                    # next connection's reconcile returns any row the claim did win, which
+                    # these claims, put back, would have hidden from it.
+                    self.sup.on_claimed(claims, {}, contested=False)
                 raise
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("claimed %d of %d jobs", len(won), len(claims))
