@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +12,8 @@ from fairsched.errors import FairschedError
 
 # Beside the socket: the running supervisor holds a lock on it and writes its pid there.
 LOCK_FILE = "supervisor.lock"
+# Seconds a command waits for a supervisor that holds its lock to open its control socket.
+STARTING_WITHIN = 15.0
 
 
 def lock_holder(folder: Path) -> int | None:
@@ -24,7 +27,10 @@ def lock_holder(folder: Path) -> int | None:
     try:
         written = path.stat().st_mtime
         pid = int(path.read_text().strip())
-        started = psutil.Process(pid).create_time()
+        process = psutil.Process(pid)
+        started = process.create_time()
+        if process.status() == psutil.STATUS_ZOMBIE:  # exited (its lock went with it)
+            return None
     except (OSError, ValueError, psutil.Error):
         return None
     return pid if started <= written + 1.0 else None
@@ -54,27 +60,40 @@ def request_line(request: dict) -> bytes:
 
 
 class ControlClient:
-    def __init__(self, path: Path, timeout: float | None = 30.0):
+    def __init__(self, path: Path, timeout: float | None = 30.0,
+                 starting_within: float = STARTING_WITHIN):
         self.path = Path(path)
         self.timeout = timeout
+        self.starting_within = starting_within
 
     def _connect(self) -> socket.socket:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        try:
-            sock.connect(str(self.path))
-        except (FileNotFoundError, ConnectionRefusedError):
-            sock.close()
-            raise NotRunning(f"no supervisor is running on {self.path} "
-                             "(start one with `fairsched supervise --config ...`)") from None
-        except PermissionError:
-            sock.close()
-            raise NotRunning(f"permission denied on {self.path}") from None
-        except OSError as exc:  # a file where a folder should be, a path too long, ...
-            sock.close()
-            raise NotRunning(f"cannot reach a supervisor on {self.path}: "
-                             f"{exc.strerror or exc}") from None
-        return sock
+        deadline = time.monotonic() + self.starting_within
+        while True:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(self.timeout)
+            try:
+                sock.connect(str(self.path))
+                return sock
+            except (FileNotFoundError, ConnectionRefusedError):
+                sock.close()
+            except PermissionError:
+                sock.close()
+                raise NotRunning(f"permission denied on {self.path}") from None
+            except OSError as exc:  # a file where a folder should be, a path too long, ...
+                sock.close()
+                raise NotRunning(f"cannot reach a supervisor on {self.path}: "
+                                 f"{exc.strerror or exc}") from None
+            # A supervisor holds its lock from its start, and listens once its database is
+            # ready: while it starts, wait for it (a stop said now would stop nothing).
+            pid = lock_holder(self.path.parent)
+            if pid is None:
+                raise NotRunning(f"no supervisor is running on {self.path} "
+                                 "(start one with `fairsched supervise --config ...`)")
+            if time.monotonic() >= deadline:
+                raise NotRunning(f"the supervisor (pid {pid}) has not opened {self.path} within "
+                                 f"{self.starting_within:g} s: still starting (its database, "
+                                 "say), or stalled; try again")
+            time.sleep(0.1)
 
     def stream(self, request: dict, timeout: float | None = ...,
                then: float | None = ...) -> Iterator[dict]:

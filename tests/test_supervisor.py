@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import psutil
+import psycopg
 import pytest
 
 from tests.supervisor_harness import alive, wait_until
@@ -366,6 +367,31 @@ def test_a_stop_signal_while_the_supervisor_starts_stops_it_cleanly(supervisors,
             + " ".join((p.info["environ"] or {}).values())
             and p.status() != psutil.STATUS_ZOMBIE]
     assert gone == []
+
+
+@pytest.mark.parametrize("command", [["stop"], ["ps"]])
+def test_a_command_while_the_supervisor_starts_waits_for_its_control_socket(supervisors, db,
+                                                                           command):
+    """The supervisor holds its lock but listens only once its database is ready: a command
+    sent meanwhile waits for it, instead of saying that no supervisor is running (while one
+    goes on starting: `stop` would have stopped nothing)."""
+    from fairsched.control_client import lock_holder
+    from fairsched.store.schema import MIGRATION_LOCK
+
+    sup = supervisors(ECHO)
+    with psycopg.connect(db) as conn:  # the migration at its start waits for this lock
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+        sup.start(wait=False)
+        wait_until(lambda: lock_holder(sup.dir / "state" / "control") == sup.proc.pid,
+                   what="the supervisor's lock")
+        caller = sup.spawn_cli(*command)
+        time.sleep(1.0)
+        assert caller.poll() is None, caller.communicate()
+    out, err = caller.communicate(timeout=30)
+    assert caller.returncode == 0, err
+    if command == ["stop"]:
+        assert out == f"supervisor {sup.proc.pid} stopped\n"
+        assert sup.wait_exit(5) == 0
 
 
 def test_stop_command_cancels_cooperative_jobs_quickly(supervisors):

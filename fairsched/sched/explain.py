@@ -179,7 +179,7 @@ def free_slots(config: Config, type_name: str, timeout: float = 2.0) -> tuple[in
     from fairsched.control_client import ControlClient
 
     try:
-        ps = ControlClient(config.control_socket, timeout).ps()
+        ps = ControlClient(config.control_socket, timeout, starting_within=timeout).ps()
     except (FairschedError, OSError, ValueError, KeyError):
         n = configured_slots(config, type_name)
         return n, (f"no supervisor reachable on {config.control_socket}: counting all {n} "

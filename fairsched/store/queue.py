@@ -300,7 +300,7 @@ def refuse_beside_an_external_supervisor(state_dir: Path,
     deadline = time.monotonic() + STARTING_WITHIN
     while True:
         try:
-            ps = ControlClient(socket_path, timeout=2.0).ps()["supervisor"]
+            ps = ControlClient(socket_path, timeout=2.0, starting_within=0).ps()["supervisor"]
         except (NotRunning, NoAnswer, OSError, ValueError, KeyError, TypeError):
             ps = None
         kind = ps.get("database") if isinstance(ps, dict) else None
