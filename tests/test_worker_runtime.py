@@ -190,6 +190,8 @@ def test_an_object_with_an_async_call_is_run_to_its_end(start):
                                          " 1 s of their cancel; left behind"),
     ("leaves_a_thread", "error", "1 thread(s) its handler started (run_in_executor) still run;"
                                  " left behind"),
+    ("leaves_a_generator", "result", "the async generators its handler left open did not close "
+                                     "within 1 s; left behind"),
 ])
 def test_what_an_async_handler_leaves_running_does_not_hold_its_job(start, handler, outcome,
                                                                     left):

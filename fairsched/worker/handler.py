@@ -118,8 +118,9 @@ class _Executor(concurrent.futures.ThreadPoolExecutor):
 
 def _tidy_loop(asyncio, loop, executor: _Executor, job: Job) -> None:
     """What asyncio.run does once its coroutine is done, short of waiting for ever: a task
-    the handler left running that ignores its cancel, or an executor thread still blocked,
-    would keep the job from ever reporting (and its slot taken)."""
+    the handler left running that ignores its cancel, an async generator whose cleanup never
+    ends, or an executor thread still blocked, would keep the job from ever reporting (and
+    its slot taken)."""
     tasks = [task for task in asyncio.all_tasks(loop) if not task.done()]
     for task in tasks:
         task.cancel()
@@ -128,7 +129,12 @@ def _tidy_loop(asyncio, loop, executor: _Executor, job: Job) -> None:
         if stuck:
             note(f"job {job.id} ({job.type}): {len(stuck)} task(s) its handler left running "
                  f"did not end within {LEFTOVER_GRACE:g} s of their cancel; left behind")
-    loop.run_until_complete(loop.shutdown_asyncgens())
+    # Their cleanup (a `finally` that awaits a connection's close, say) is bounded as well.
+    closing = loop.create_task(loop.shutdown_asyncgens())
+    _, stuck = loop.run_until_complete(asyncio.wait([closing], timeout=LEFTOVER_GRACE))
+    if stuck:
+        note(f"job {job.id} ({job.type}): the async generators its handler left open did not "
+             f"close within {LEFTOVER_GRACE:g} s; left behind")
     executor.shutdown(wait=False, cancel_futures=True)
     _, busy = concurrent.futures.wait(executor.futures, timeout=LEFTOVER_GRACE)
     if busy:

@@ -184,6 +184,25 @@ async def leaves_a_stubborn_task(job: fairsched.Job):
     return "returned"
 
 
+async def leaves_a_generator(job: fairsched.Job):
+    """Returns, leaving an async generator open whose cleanup swallows every cancel."""
+    import asyncio
+
+    async def rows():
+        try:
+            yield 1
+        finally:
+            while True:
+                try:
+                    await asyncio.sleep(3600)
+                except asyncio.CancelledError:
+                    continue
+
+    job.payload["rows"] = rows()
+    await anext(job.payload["rows"])
+    return "returned"
+
+
 async def leaves_a_thread(job: fairsched.Job):
     """Raises, leaving a run_in_executor thread blocked for a minute."""
     import asyncio
