@@ -58,7 +58,7 @@ class QueueLink:
         self.supervisor_id: str | None = None
         self.outbox = Outbox()
         self.claims: list = []  # (Candidate, slot_id) reserved by the actor, not yet claimed
-        self.claiming = False  # a claim statement is on its way to the database
+        self.claiming: AsyncStore | None = None  # the connection a claim is on its way over
         self.fetch_wanted = False
         self.connected = False
         self.closing = False
@@ -190,7 +190,8 @@ class QueueLink:
         # trip may take), so the actor hands them back unspent instead of leaving them running
         # under this supervisor until a rescue counts an attempt that never ran.
         claim_deadline = min(deadline, time.monotonic() + self.answer_within)
-        while self.claiming and time.monotonic() < claim_deadline and not self._give_up.is_set():
+        while (self.claiming is not None and time.monotonic() < claim_deadline
+               and not self._give_up.is_set()):
             await asyncio.sleep(0.005)
         said = hurried = False
         while (self.outbox and time.monotonic() < deadline
@@ -415,11 +416,12 @@ class QueueLink:
             self._next_poll = now + self.settings.poll_interval
         if self.claims:
             claims, self.claims = self.claims, []
-            self.claiming = True  # until the actor has the answer (close() waits for it)
+            self.claiming = store  # until the actor has the answer (close() waits for it)
             try:
                 won = await store.claim([qj.id for qj, _ in claims], self.default_max_attempts)
             except BaseException:
-                self.claiming = False
+                if self.claiming is store:  # not a claim sent since over a new connection
+                    self.claiming = None
                 if self.store is store:  # the lane goes on with this connection: sent again
                     self.claims[:0] = claims
                 else:
@@ -444,7 +446,8 @@ class QueueLink:
                     fetching.cancel()
                 raise
             finally:
-                self.claiming = False
+                if self.claiming is store:
+                    self.claiming = None
                 self.sup.on_claimed(claims, {qj.id: qj for qj in won})
             if fetching is not None:
                 try:
