@@ -563,3 +563,16 @@ def test_a_signal_the_handlers_module_handles_itself_does_not_stop_the_worker(st
     assert peer.expect("result")["job_id"] == 2
     os.kill(peer.pid, signal.SIGTERM)
     assert peer.wait_exit() == 0
+
+
+def test_a_handler_holding_a_thousand_files_open_still_gets_its_jobs(start):
+    """The worker's own descriptors, opened after the handler's import, are then numbered
+    past 1024, which select() cannot watch."""
+    peer = start(handler="many_files_on_import:handle")
+    peer.hello()
+    peer.run(1)
+    result = peer.expect("result")["result"]
+    assert result["pid"] == peer.pid and result["held"] == 1100, result
+    assert result["highest"] > 1024, result  # the case at hand
+    os.kill(peer.pid, signal.SIGTERM)  # a signal still reaches the loop
+    assert peer.wait_exit() == 0

@@ -190,15 +190,22 @@ class Worker:
         decoder = FrameDecoder(SUPERVISOR_MESSAGES)
         fd = self.sock.fileno()
         buffer = memoryview(bytearray(READ_SIZE))  # reused: no large allocation per read
+        # poll, not select: a handler that holds a thousand files open from its import has
+        # the wakeup pipe numbered past what select() can watch.
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        poller.register(wake_r, select.POLLIN)
         while True:
-            try:
-                ready, _, _ = select.select([fd, wake_r], [], [])
-            except OSError as exc:  # EBADF: a handler closed one of them
-                self.channel_failed(exc)
+            ready = [ready_fd for ready_fd, _ in poller.poll()]
             # The wakeup pipe carries every signal with a Python handler, the handler
             # module's own ones too (a reload on SIGHUP, say): only these two stop the worker.
-            if wake_r in ready and _STOP_SIGNALS.intersection(os.read(wake_r, 512)):
-                self.stop()
+            if wake_r in ready:
+                try:
+                    signals = os.read(wake_r, 512)
+                except OSError as exc:  # EBADF: a handler closed it
+                    self.channel_failed(exc)
+                if _STOP_SIGNALS.intersection(signals):
+                    self.stop()
             if fd not in ready:
                 continue
             try:
