@@ -1,5 +1,6 @@
 """docs/operations.md and docs/fairsched.service stay true to the code they describe."""
 
+import ast
 import re
 import shlex
 import shutil
@@ -9,9 +10,12 @@ from pathlib import Path
 import pytest
 
 import fairsched.config
+import fairsched.supervisor.actor
 import fairsched.supervisor.metrics
+import fairsched.supervisor.status
 from fairsched.cli import main
 from fairsched.cli.supervisor_cmds import PS_COLUMNS, supervise
+from fairsched.supervisor.metrics import PrometheusObserver, Snapshot
 from fairsched.supervisor.states import SLOT_STATE, ProcessState
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -44,16 +48,6 @@ def parse_unit(text: str) -> dict[str, dict[str, list[str]]]:
         assert match and current is not None, f"{UNIT.name}:{number}: not a unit line: {raw!r}"
         current.setdefault(match.group(1), []).append(match.group(2))
     return sections
-
-
-def test_every_setting_is_documented():
-    source = Path(fairsched.config.__file__).read_text()
-    settings = set(re.findall(r'\b(?:sup|sc|sec|top)\.get\("(\w+)"', source)) - {
-        "supervisor", "scoring", "worker"}
-    assert {"state_dir", "lease", "metrics", "matching", "retry_backoff", "cwd"} <= settings
-    documented = code_spans(operations())
-    missing = sorted(s for s in settings if s not in documented)
-    assert not missing, f"settings missing from docs/operations.md: {missing}"
 
 
 def test_every_metric_is_documented_and_every_documented_metric_exists():
@@ -179,3 +173,106 @@ def test_the_unit_check_catches_a_bad_value(tmp_path, broken):
             parse_unit(text.replace(broken, broken.replace("=", " ")))
         return
     assert broken.split("=")[1] in result.stdout + result.stderr
+
+
+def section(text: str, heading: str) -> str:
+    """The text under a `## heading` (or `###`), up to the next heading of its level."""
+    level = re.match(r"#+", heading).group()
+    start = text.index(f"\n{heading}\n")
+    end = text.find(f"\n{level} ", start + len(heading) + 2)
+    return text[start:end if end != -1 else len(text)]
+
+
+def table_after(text: str, header: str) -> list[list[str]]:
+    """The cells of each body row of the Markdown table whose header row starts `header`."""
+    lines = text[text.index(f"\n{header}"):].splitlines()[1:]
+    rows = []
+    for line in lines[2:]:
+        if not line.startswith("|"):
+            break
+        rows.append([c.strip() for c in line.strip("|").split(" | ")])
+    return rows
+
+
+def call_keywords(path: Path, names: set[str]) -> dict[str, set]:
+    """Keyword names of every call to one of `names` in a module, and the constant values
+    given to them."""
+    found: dict[str, set] = {}
+    for node in ast.walk(ast.parse(path.read_text())):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                and node.func.id in names):
+            for kw in (k for k in node.keywords if k.arg is not None):  # not **more
+                values = found.setdefault(kw.arg, set())
+                if isinstance(kw.value, ast.Constant):
+                    values.add(kw.value.value)
+    return found
+
+
+def test_settings_tables_and_the_code_name_the_same_keys():
+    source = Path(fairsched.config.__file__).read_text()
+    text = section(operations(), "## Settings")
+    for table, reader in (("[supervisor]", "sup"), ("[scoring]", "sc"), ("[[worker]]", "sec")):
+        accepted = set(re.findall(rf'\b{reader}\.get\("(\w+)"', source))
+        rows = table_after(text, f"| `{table}` |")
+        documented = {k for row in rows for k in re.findall(r"`(\w+)`", row[0])}
+        assert documented == accepted, (
+            f"{table}: documented only {sorted(documented - accepted)}, "
+            f"accepted only {sorted(accepted - documented)}")
+
+
+def test_every_structured_log_key_and_event_is_documented():
+    package = Path(fairsched.config.__file__).parent
+    keys: set[str] = set()
+    events: set[str] = set()
+    for module in package.rglob("*.py"):
+        found = call_keywords(module, {"fields", "job_fields"})
+        keys |= set(found)
+        events |= found.get("event", set())
+    assert {"job_id", "worker", "outcome", "restart_in"} <= keys
+    assert {"job_started", "job_finished", "worker_exited"} <= events
+    text = section(operations(), "## Logs")
+    missing = sorted(k for k in keys | events if f"`{k}`" not in text)
+    assert not missing, f"JSON log keys missing from docs/operations.md, Logs: {missing}"
+
+
+def test_every_ps_json_field_is_documented():
+    status = Path(fairsched.supervisor.status.__file__)
+    fields = set()
+    for node in ast.walk(ast.parse(status.read_text())):
+        if isinstance(node, ast.Dict):
+            fields |= {k.value for k in node.keys if isinstance(k, ast.Constant)}
+        elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store):
+            fields.add(node.slice.value)
+    fields |= {"rss", "cpu"}  # added by the ps command itself, with psutil
+    actor = ast.parse(Path(fairsched.supervisor.actor.__file__).read_text())
+    for node in ast.walk(actor):  # the job counters: self.counters = {...}
+        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict)
+                and any(isinstance(x, ast.Attribute) and x.attr == "counters"
+                        for x in node.targets)):
+            fields |= {k.value for k in node.value.keys}
+    assert {"worker", "job_id", "process_state", "counters", "claim_losses"} <= fields
+    text = section(operations(), "## Reading `fairsched ps`")
+    missing = sorted(f for f in fields if f"`{f}`" not in text and f"\"{f}\"" not in text)
+    assert not missing, f"ps --json fields missing from docs/operations.md: {missing}"
+
+
+def test_the_metrics_table_gives_each_metric_its_type_and_labels():
+    observer = PrometheusObserver("127.0.0.1:0")  # not started: nothing listens
+    observer.snapshot = Snapshot(types=("pdf",), in_flight={"pdf": 1}, free={"pdf": 1},
+                                 busy={"pdf": 1}, workers={("pdf", "running"): 1})
+    observer.depth.read = lambda: ([("pdf", "pending", 3, 2.5)], 1)
+    observer.job_started("pdf", 0.1)
+    observer.job_finished("pdf", "succeeded", 0.2)
+    observer.worker_restarted("pdf")
+    observer.claims_lost(1)
+    exported = {}
+    for family in observer.registry.collect():
+        name = family.name + ("_total" if family.type == "counter" else "")
+        labels = {k for s in family.samples for k in s.labels} - {"le"}
+        exported[name] = (family.type, labels)
+    rows = table_after(section(operations(), "## Metrics"), "| metric |")
+    documented = {row[0].strip("`"): (row[1], set(re.findall(r"`(\w+)`", row[2])))
+                  for row in rows}
+    wrong = {n: (documented.get(n), exported.get(n)) for n in documented.keys() | exported.keys()
+             if documented.get(n) != exported.get(n)}
+    assert not wrong, f"metrics table (type, labels) against the code's: {wrong}"
