@@ -1,4 +1,5 @@
-"""docs/operations.md and docs/fairsched.service stay true to the code they describe."""
+"""The docs (README.md, docs/operations.md, docs/fairsched.service) stay true to the code they
+describe."""
 
 import ast
 import re
@@ -7,6 +8,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import click
 import pytest
 
 import fairsched.config
@@ -276,3 +278,25 @@ def test_the_metrics_table_gives_each_metric_its_type_and_labels():
     wrong = {n: (documented.get(n), exported.get(n)) for n in documented.keys() | exported.keys()
              if documented.get(n) != exported.get(n)}
     assert not wrong, f"metrics table (type, labels) against the code's: {wrong}"
+
+
+def test_every_command_option_is_in_the_readme_commands_table():
+    readme = (DOCS.parent / "README.md").read_text()
+    rows = [row[0] for row in table_after(section(readme, "## Commands"), "| command |")]
+    headings = re.findall(r"^## `(fairsched [^`]+)`", (DOCS / "scheduling.md").read_text(), re.M)
+    missing = []
+    for name, command in main.commands.items():
+        text = " ".join(r for r in rows + headings if re.search(rf"`fairsched {name}\b", r))
+        assert text, f"fairsched {name} has no row in README's Commands table"
+        for param in command.params:
+            # --config and --socket: the paragraph below the table, checked next.
+            if isinstance(param, click.Option) and param.name not in ("config_path", "socket_path"):
+                if not any(re.search(rf"{o}\b", text) for o in param.opts):
+                    missing.append(f"{name} {'/'.join(param.opts)}")
+    assert not missing, f"options missing from README's Commands table: {missing}"
+    with_socket = sorted(n for n, c in main.commands.items()
+                         if any(p.name == "socket_path" for p in c.params))
+    assert with_socket == ["ps", "restart", "stop", "submit"]
+    assert all(any(p.name == "config_path" for p in c.params) for c in main.commands.values())
+    assert "`--socket PATH`" in readme and "Every command takes `--config workers.toml`" in readme
+    assert "`fairsched --version`" in readme and "`fairsched --debug" in readme
