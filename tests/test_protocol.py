@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import struct
 
 import pytest
@@ -355,3 +356,30 @@ def test_validate_takes_exactly_the_run_messages_whose_fields_are_right(
     else:
         with pytest.raises(ProtocolError):
             validate(msg)
+
+
+def test_docs_protocol_examples_constants_and_environment_match_the_code():
+    from pathlib import Path
+
+    from fairsched.worker.launch import LaunchSpec, worker_variables
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "protocol.md").read_text()
+    examples = [json.loads(block) for block in re.findall(r"```json\n(.*?)```", text, re.S)]
+    assert {m["t"] for m in examples} == MESSAGE_TYPES  # one example of each message
+    for msg in examples:
+        assert validate(msg) is msg
+        assert FrameDecoder().feed(encode(msg)) == [msg]
+    run = next(m for m in examples if m["t"] == "run")
+    decoded = FrameDecoder().feed(encode_run(
+        run["incarnation"], run["slot"], run["job"]["id"], run["job"]["type"],
+        run["job"]["priority"], run["job"]["attempt"], run["job"]["on_demand"],
+        payload_json(run["job"]["payload"])[0]))[0]
+    # The example shows the job's fields in the order the supervisor writes them.
+    assert list(decoded["job"]) == list(run["job"])
+    assert f"# The worker pipe protocol (version {PROTOCOL_VERSION})" in text
+    assert f"`1 <= N <= {MAX_FRAME}`" in text
+    assert re.search(rf"nests at most\s+{MAX_DEPTH} arrays or objects deep \(`MAX_DEPTH`\)", text)
+    table = re.findall(r"^\| `(FAIRSCHED_\w+)` \|", text, re.M)
+    spec = LaunchSpec(name="pdf-1", group="pdf", types=("pdf",), slots=1, handler="m:f",
+                      command=None, cwd=Path("."), log_path=Path("pdf-1.log"))
+    assert sorted(table) == sorted(worker_variables(spec, "pdf-1.1.ab"))
