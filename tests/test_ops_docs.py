@@ -300,3 +300,20 @@ def test_every_command_option_is_in_the_readme_commands_table():
     assert all(any(p.name == "config_path" for p in c.params) for c in main.commands.values())
     assert "`--socket PATH`" in readme and "Every command takes `--config workers.toml`" in readme
     assert "`fairsched --version`" in readme and "`fairsched --debug" in readme
+
+
+def test_readme_map_names_existing_files_and_every_supervisor_module():
+    root = DOCS.parent
+    rows = table_after(section((root / "README.md").read_text(), "## Development"), "| path |")
+    named = set()
+    for row in rows:
+        paths = re.findall(r"`([\w/.]+)`", row[0])
+        folder = Path(paths[0]).parent if paths[0].endswith(".py") else Path(paths[0])
+        for p in paths:
+            path = root / p if "/" in p else root / folder / p
+            assert path.exists(), f"README's map names {p}, which does not exist"
+            named.add(path.resolve())
+    supervisor = root / "fairsched" / "supervisor"
+    unnamed = sorted(f.name for f in supervisor.glob("*.py")
+                     if f.name != "__init__.py" and f.resolve() not in named)
+    assert not unnamed, f"supervisor modules missing from README's map: {unnamed}"
