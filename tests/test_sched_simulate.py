@@ -451,3 +451,27 @@ def test_bursts_beside_near_ties_plan_as_the_whole_backlog_would(tmp_path, tick)
     older = trace.line.index(len(lines) - 3)
     assert (trace.at[older], trace.priorities[older]) == (112.3, 0)
     assert result.starts[older] == pytest.approx(1194.0 if tick else 1193.1)
+
+
+def test_jobs_arriving_together_whose_keys_round_alike_still_go_by_priority(tmp_path):
+    # priority_weight / age_weight = 1e-9 s per level: at 1e8 s, 5 levels (5e-9 s) are less
+    # than the float spacing there, so the per-type keys of the two jobs come out equal. The
+    # core, scoring them fresh, starts the priority-5 job first; so must the replay.
+    (tmp_path / "w.toml").write_text('[scoring]\npriority_weight = 1\nage_weight = 1e9\n\n'
+                                     '[[worker]]\nname = "pdf"\ntypes = ["pdf"]\n'
+                                     'command = ["x"]\n')
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"at": 1e8, "type": "pdf", "priority": 0, "duration": 10}\n'
+                    '{"at": 1e8, "type": "pdf", "priority": 5, "duration": 10}\n')
+    result = fairsched("simulate", str(path), "--workers", str(tmp_path / "w.toml"), "--json",
+                       "--policy", "fairsched", "--policy", "optimal")
+    assert result.returncode == 0, result.stderr
+    for name, policy in json.loads(result.stdout)["policies"].items():
+        waits = {g["priority"]: g["wait_max"] for g in policy["groups"]}
+        assert waits == {0: 10.0, 5: 0.0}, name
+    config = load_config(tmp_path / "w.toml")
+    trace = traces.read_trace(path, sim.type_ids_of(config))
+    slots = sim.slot_layout(config, sim.type_ids_of(config))
+    for tick in (0.0, 3.0):
+        replay = sim.simulate(trace, slots, config.scoring, "fairsched", tick)
+        assert replay.starts == reference_starts(trace, slots, config.scoring, tick)

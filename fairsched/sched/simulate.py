@@ -89,7 +89,10 @@ class _FairschedPolicy(_Policy):
         p = s.priorities[j]
         if slope is None:
             return (-p, s.at[j], j)
-        return (s.at[j] - p * slope, s.at[j], j)
+        # The priority is part of a run's identity (see _park): where p x slope is below the
+        # float spacing of the arrival time, jobs of one arrival and different priorities
+        # get one rounded key, yet the core scores them apart.
+        return (s.at[j] - p * slope, s.at[j], -p, j)
 
     def planner(self):
         # The supervisor's own planning: greedy, or optimal when [scoring] matching says so.
@@ -186,14 +189,17 @@ class PolicyResult:
 
 
 def _take(heap: list, park: dict) -> tuple:
-    """The best entry of a heap; the next job of its run, if one is parked, takes its place."""
+    """The best entry of a heap; the next job of its run, if one is parked, takes its place.
+
+    An entry is its run's head (all but the last item) and a job id."""
     entry = heappop(heap)
     if park:
-        rest = park.get(entry[:2])
+        head = entry[:-1]
+        rest = park.get(head)
         if rest:
-            heapq.heappush(heap, (entry[0], entry[1], rest.popleft()))
+            heapq.heappush(heap, head + (rest.popleft(),))
             if not rest:
-                del park[entry[:2]]
+                del park[head]
     return entry
 
 
@@ -208,8 +214,8 @@ def _park(heap: list, park: dict, head: tuple) -> tuple:
     """
     first = heappop(heap)
     ids = []
-    while heap and heap[0][:2] == head:
-        ids.append(heappop(heap)[2])
+    while heap and heap[0][:-1] == head:
+        ids.append(heappop(heap)[-1])
     if ids:
         rest = park.get(head)
         if rest:
@@ -285,8 +291,8 @@ class Simulation:
                 h = 1 if split and on_demand[i] else 0
                 entry = key(i)
                 park = parked[t][h]
-                if park and entry[:2] in park:
-                    park[entry[:2]].append(i)  # the newest job: last of its run
+                if park and entry[:-1] in park:
+                    park[entry[:-1]].append(i)  # the newest job: last of its run
                 else:
                     heappush(heaps[t][h], entry)
                 waiting[t] += 1
@@ -320,10 +326,10 @@ class Simulation:
                         limit = 1e-9 * max(1.0, abs(last))
                         if heap[0][0] - last > limit:
                             continue
-                        taken = collections.Counter(e[:2] for e in picked[first:])
+                        taken = collections.Counter(e[:-1] for e in picked[first:])
                         aside = []
                         while heap and heap[0][0] - last <= limit:
-                            head = heap[0][:2]
+                            head = heap[0][:-1]
                             if taken[head] >= k:
                                 aside.append(_park(heap, park, head))
                                 continue
