@@ -41,21 +41,23 @@ def render_pdf(job: fairsched.Job):
             time.sleep(0.05)
         return {"pages": 3, "pid": os.getpid()}
     from pypdf import PdfReader
-    from pypdf.errors import PdfReadError
+    from pypdf.errors import PyPdfError
 
+    pace = float(payload.get("pace", 0))
+    pages = []
+    # A file can open as a PDF and break further on (its page tree, a page's stream): that
+    # too is the file's own, and reading it again cannot help.
     try:
         reader = PdfReader(path)
         title = reader.metadata.title if reader.metadata else None
-    except (OSError, PdfReadError) as exc:
+        for number, page in enumerate(reader.pages, 1):
+            job.progress((number - 1) / len(reader.pages), f"page {number}/{len(reader.pages)}")
+            if job.cancelled():
+                return None
+            pages.append(page.extract_text() or "")
+            time.sleep(pace)
+    except (OSError, PyPdfError) as exc:
         raise fairsched.PermanentError(f"{path}: not a readable PDF: {exc}") from None
-    pace = float(payload.get("pace", 0))
-    pages = []
-    for number, page in enumerate(reader.pages, 1):
-        job.progress((number - 1) / len(reader.pages), f"page {number}/{len(reader.pages)}")
-        if job.cancelled():
-            return None
-        pages.append(page.extract_text() or "")
-        time.sleep(pace)
     return {"pages": len(pages), "title": title, "chars": sum(map(len, pages)),
             "text": pages[0][:200] if pages else "", "pid": os.getpid()}
 

@@ -146,3 +146,19 @@ def test_make_samples_reports_an_unwritable_folder(tmp_path):
     assert made.returncode == 2
     assert made.stderr.startswith("make_samples: cannot write to ")
     assert "Traceback" not in made.stderr and len(made.stderr.splitlines()) == 1
+
+
+def test_a_pdf_broken_past_its_header_fails_for_good_at_once(example, samples):
+    # The file opens as a PDF, but its page tree is not one: reading it again cannot help.
+    report = (samples / "report.pdf").read_bytes()
+    assert b"/Kids [5 0 R 7 0 R 9 0 R]" in report
+    (samples / "pages.pdf").write_bytes(report.replace(b"/Kids [5 0 R 7 0 R 9 0 R]",
+                                                       b"/Kids 5 0 R"))
+    sup = example
+    broken = queued(sup, "pdf", {"path": str(samples / "pages.pdf")})
+    sup.wait_for(lambda ps: jobs_by_id(sup)[broken]["status"] == "failed"
+                 or jobs_by_id(sup)[broken]["attempts"] > 1, what="the job to end")
+    job = jobs_by_id(sup)[broken]
+    assert (job["status"], job["attempts"]) == ("failed", 1), job
+    assert "pages.pdf: not a readable PDF: " in job["last_error"], job["last_error"]
+    assert sup.slots("pdf-1")[0]["restarts"] == 0 and sup.slots("pdf-2")[0]["restarts"] == 0
