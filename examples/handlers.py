@@ -66,14 +66,20 @@ def read_excel(job: fairsched.Job):
     path = options(job, path=TEXT).get("path")
     if path is None:
         return {"sheets": {}, "pid": os.getpid()}
+    import zlib
     from zipfile import BadZipFile
 
     from openpyxl import load_workbook
     from openpyxl.utils.exceptions import InvalidFileException
 
+    # An XML parse error (ElementTree's or lxml's) is a SyntaxError; zlib.error, a member
+    # of the zip that does not inflate. A read-only workbook reads each sheet as it goes, so
+    # a sheet broken past the workbook's header shows only there: the file's own fault too.
+    unreadable = (OSError, BadZipFile, InvalidFileException, KeyError, ValueError, SyntaxError,
+                  zlib.error)
     try:
         book = load_workbook(path, read_only=True, data_only=True)
-    except (OSError, BadZipFile, InvalidFileException, KeyError, ValueError) as exc:
+    except unreadable as exc:
         raise fairsched.PermanentError(f"{path}: not a readable workbook: {exc}") from None
     sums, rows = {}, {}
     try:
@@ -88,6 +94,8 @@ def read_excel(job: fairsched.Job):
                              if isinstance(v, int | float) and not isinstance(v, bool))
             sums[sheet.title] = total
             rows[sheet.title] = count
+    except unreadable as exc:
+        raise fairsched.PermanentError(f"{path}: not a readable workbook: {exc}") from None
     finally:
         book.close()  # read-only workbooks keep the file open until closed
     return {"sheets": sums, "rows": rows, "pid": os.getpid()}

@@ -162,3 +162,21 @@ def test_a_pdf_broken_past_its_header_fails_for_good_at_once(example, samples):
     assert (job["status"], job["attempts"]) == ("failed", 1), job
     assert "pages.pdf: not a readable PDF: " in job["last_error"], job["last_error"]
     assert sup.slots("pdf-1")[0]["restarts"] == 0 and sup.slots("pdf-2")[0]["restarts"] == 0
+
+
+def test_a_workbook_broken_past_its_header_fails_for_good_at_once(example, samples):
+    # The workbook opens, but one sheet's XML is cut short: reading it again cannot help.
+    import zipfile
+
+    with zipfile.ZipFile(samples / "sales.xlsx") as good, \
+            zipfile.ZipFile(samples / "cut.xlsx", "w") as cut:
+        for name in good.namelist():
+            data = good.read(name)
+            cut.writestr(name, data[:len(data) // 2] if name.endswith("sheet2.xml") else data)
+    sup = example
+    broken = queued(sup, "excel", {"path": str(samples / "cut.xlsx")})
+    sup.wait_for(lambda ps: jobs_by_id(sup)[broken]["status"] == "failed"
+                 or jobs_by_id(sup)[broken]["attempts"] > 1, what="the job to end")
+    job = jobs_by_id(sup)[broken]
+    assert (job["status"], job["attempts"]) == ("failed", 1), job
+    assert "cut.xlsx: not a readable workbook: " in job["last_error"], job["last_error"]
