@@ -14,6 +14,7 @@ import time
 import fairsched
 
 TEXT = (str, "a string")
+MAX_PACE = 86400  # seconds per page
 
 
 def options(job: fairsched.Job, **expected: tuple[type, str]) -> dict:
@@ -44,6 +45,9 @@ def render_pdf(job: fairsched.Job):
     from pypdf.errors import PyPdfError
 
     pace = float(payload.get("pace", 0))
+    if not 0 <= pace <= MAX_PACE:  # time.sleep refuses less than 0, and past ~1e10 s
+        raise fairsched.PermanentError(f"payload field 'pace' must be a number of seconds "
+                                       f"from 0 to {MAX_PACE}, got {pace:g}")
     pages = []
     # A file can open as a PDF and break further on (its page tree, a page's stream): that
     # too is the file's own, and reading it again cannot help.

@@ -180,3 +180,14 @@ def test_a_workbook_broken_past_its_header_fails_for_good_at_once(example, sampl
     job = jobs_by_id(sup)[broken]
     assert (job["status"], job["attempts"]) == ("failed", 1), job
     assert "cut.xlsx: not a readable workbook: " in job["last_error"], job["last_error"]
+
+
+@pytest.mark.parametrize("pace", [-1, 1e300])
+def test_a_pace_no_sleep_takes_fails_for_good_at_once(example, samples, pace):
+    sup = example
+    odd = queued(sup, "pdf", {"path": str(samples / "invoice.pdf"), "pace": pace})
+    sup.wait_for(lambda ps: jobs_by_id(sup)[odd]["status"] == "failed"
+                 or jobs_by_id(sup)[odd]["attempts"] > 1, what="the job to end")
+    job = jobs_by_id(sup)[odd]
+    assert (job["status"], job["attempts"]) == ("failed", 1), job
+    assert "payload field 'pace' must be a number of seconds" in job["last_error"], job
