@@ -53,6 +53,9 @@ def render_pdf(job: fairsched.Job):
     # too is the file's own, and reading it again cannot help.
     try:
         reader = PdfReader(path)
+        if reader.is_encrypted:  # AES would need the cryptography package, and a password
+            raise fairsched.PermanentError(f"{path}: the PDF is encrypted; give the worker "
+                                           "a copy without a password")
         title = reader.metadata.title if reader.metadata else None
         for number, page in enumerate(reader.pages, 1):
             job.progress((number - 1) / len(reader.pages), f"page {number}/{len(reader.pages)}")

@@ -164,6 +164,22 @@ def test_a_pdf_broken_past_its_header_fails_for_good_at_once(example, samples):
     assert sup.slots("pdf-1")[0]["restarts"] == 0 and sup.slots("pdf-2")[0]["restarts"] == 0
 
 
+def test_an_encrypted_pdf_fails_for_good_saying_so(example, samples):
+    from pypdf import PdfReader, PdfWriter
+
+    writer = PdfWriter(clone_from=PdfReader(samples / "report.pdf"))
+    writer.encrypt(user_password="secret", algorithm="RC4-128")
+    with open(samples / "locked.pdf", "wb") as f:
+        writer.write(f)
+    sup = example
+    locked = queued(sup, "pdf", {"path": str(samples / "locked.pdf")})
+    sup.wait_for(lambda ps: jobs_by_id(sup)[locked]["status"] == "failed"
+                 or jobs_by_id(sup)[locked]["attempts"] > 1, what="the job to end")
+    job = jobs_by_id(sup)[locked]
+    assert (job["status"], job["attempts"]) == ("failed", 1), job
+    assert "locked.pdf: the PDF is encrypted" in job["last_error"], job["last_error"]
+
+
 def test_a_workbook_broken_past_its_header_fails_for_good_at_once(example, samples):
     # The workbook opens, but one sheet's XML is cut short: reading it again cannot help.
     import zipfile
