@@ -148,6 +148,7 @@ class Worker:
         # Held while a slot changes hands, so a finished job's result and its slot's release
         # are one step: the next "run" for that slot can only be read after both.
         self._state_lock = threading.Lock()
+        self._failing = threading.Lock()  # held by the thread that reports fd 3 failed
         # Results that finish while another thread is writing wait here and go out together
         # in its next write: one system call (and one wakeup of the supervisor) per burst.
         self._results: list[bytes] = []
@@ -166,6 +167,10 @@ class Worker:
         """fd 3 failed. EPIPE or ECONNRESET: the supervisor is gone, and so is this worker.
         Anything else (EBADF, ENOTSOCK) is no news of the supervisor: a handler closed fd 3,
         or gave its number to a file of its own; the worker cannot go on, and says why."""
+        # The loop and a job's thread can both find it at once: the first says it and exits
+        # the process, the other waits for that (two lines written together would mix).
+        if not self._failing.acquire(blocking=False):
+            self._failing.acquire()
         if exc.errno in (errno.EPIPE, errno.ECONNRESET):
             exit_now(0)
         note(f"fairsched worker {self.settings.name}: fd {self.settings.fd}, the channel to "
