@@ -165,7 +165,7 @@ class QueueDepth:
                 log.info("metrics: reading the queue depth again")
             self.failing = False
             return rows, 1
-        except psycopg.Error as exc:
+        except Exception as exc:  # psycopg's, or any other: the next scrape must ask again
             self._close()
             if not self.failing:  # one line per outage, not one per scrape
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
