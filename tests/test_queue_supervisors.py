@@ -1290,3 +1290,38 @@ def test_jobs_inserted_while_the_notification_connection_was_down_start_at_once(
     assert gone >= 1
     wait_all_finished(db, 1, timeout=30, sups=[sup])
     assert started_within(db, ids)[0] < 3
+
+
+# A host whose clock is off: what `fairsched jobs` run there sees of time (its time.time and
+# datetime.now), the database server's clock being right.
+SHIFTED_CLOCK = """
+import datetime as _dt, os as _os, time as _time
+_shift = float(_os.environ["FAIRSCHED_TEST_CLOCK_SHIFT"])
+_real_time = _time.time
+_time.time = lambda: _real_time() + _shift
+class _ShiftedDatetime(_dt.datetime):
+    @classmethod
+    def now(cls, tz=None):
+        return _dt.datetime.fromtimestamp(_time.time(), tz)
+_dt.datetime = _ShiftedDatetime
+"""
+
+
+@pytest.mark.parametrize("shift", [-3600.0, 3600.0])
+def test_jobs_on_a_host_whose_clock_is_off_says_what_the_queue_does(supervisors, db, tmp_path,
+                                                                   shift):
+    sup = supervisors(SLOW).start()
+    (due,) = enqueue(db, [{"type": "unhandled"}])  # no supervisor runs it: it stays pending
+    delayed = int(sup.cli("submit", "slow", "--delay", "600").stdout)
+    (tmp_path / "sitecustomize.py").write_text(SHIFTED_CLOCK)
+    env = dict(sup.env, PYTHONPATH=os.pathsep.join([str(tmp_path), str(Path.cwd())]),
+               FAIRSCHED_TEST_CLOCK_SHIFT=str(shift))
+    listing = subprocess.run([sys.executable, "-m", "fairsched", "jobs"], env=env,
+                             capture_output=True, text=True, timeout=60)
+    assert listing.returncode == 0, listing.stderr
+    lines = {int(line.split()[0]): line for line in listing.stdout.splitlines()[1:]}
+    assert re.search(r"\bpending\s+0/-\s+\d+s\b", lines[due]), listing.stdout  # due, 0 s old
+    assert re.search(r"pending \(in (9m[0-9]{2}s|10m00s)\)\s+0/3\s+\d+s\b",
+                     lines[delayed]), listing.stdout
+    (row,) = [r for r in job_rows(db) if r[0] == due]
+    assert row[1] == "pending"

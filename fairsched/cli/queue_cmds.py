@@ -11,7 +11,7 @@ import math
 import os
 import re
 import sys
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -219,10 +219,13 @@ def jobs(status, type_name, limit, as_json, config_path):
     config = queue_config(config_path)
     with open_queue(config) as queue:
         rows = queue.list_jobs(status=status, type=type_name, limit=limit)
+        # Ages and delays by the server's clock, which set every time in the rows: this
+        # host's may be off, and a due job would read as delayed (or the reverse).
+        now = queue.server_time()
     if as_json:
         click.echo(json.dumps([job_json(row) for row in rows], indent=2, ensure_ascii=False))
     else:
-        click.echo(jobs_table(rows, datetime.now(UTC),
+        click.echo(jobs_table(rows, now,
                               config.max_attempts_by_type() if config else {}))
 
 

@@ -10,6 +10,7 @@ import json
 import os
 import time
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -208,6 +209,11 @@ class Queue:
         params.append(limit)
         with self.conn.cursor(row_factory=dict_row) as cur:
             return [_job(row) for row in cur.execute(sql, params)]
+
+    def server_time(self) -> datetime:
+        """The database server's clock: the one created_at and run_after are set by, which
+        the host's may be minutes or hours away from."""
+        return self.conn.execute("SELECT statement_timestamp()").fetchone()[0]
 
     def same_job(self, id: int, type: str, payload: Any, priority: int) -> bool:
         """Whether job `id` has this type, payload and priority; payloads compare as jsonb
