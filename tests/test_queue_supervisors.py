@@ -4,6 +4,7 @@ import collections
 import contextlib
 import json
 import os
+import random
 import re
 import signal
 import subprocess
@@ -16,6 +17,7 @@ import psutil
 import psycopg
 import pytest
 
+from fairsched.store.errors import JobStateError
 from fairsched.store.queue import Queue
 from tests.supervisor_harness import Supervisor, alive, wait_until
 
@@ -1325,3 +1327,53 @@ def test_jobs_on_a_host_whose_clock_is_off_says_what_the_queue_does(supervisors,
                      lines[delayed]), listing.stdout
     (row,) = [r for r in job_rows(db) if r[0] == due]
     assert row[1] == "pending"
+
+
+def test_retry_and_cancel_racing_a_job_that_ends_say_what_they_found(supervisors, db):
+    # Retries and cancels sent while the job's attempts end (each fails, for good, as it runs)
+    # and while other retries and cancels land: each either does what was asked or says why
+    # not, and the "why" is never the very status it takes ("job 5 is failed; only failed or
+    # cancelled jobs can be retried"). Every retry said done is one more run of the job.
+    sups = [supervisors("""
+[[worker]]
+name = "f"
+types = ["f"]
+handler = "sup_handlers:fail_later"
+processes = 2
+slots = 2
+max_attempts = 1
+""").start() for _ in range(2)]
+    ids = enqueue(db, [{"type": "f", "payload": {"seconds": 0.01 * (i % 3),
+                                                 "permanent": i % 2 == 0}} for i in range(12)])
+    retried = collections.Counter()
+    refused: list[str] = []
+    stop = time.monotonic() + 8
+    seed = iter(range(1000))
+
+    def user():
+        rng = random.Random(next(seed))
+        with psycopg.connect(db, autocommit=True) as conn:
+            queue = Queue(conn)
+            while time.monotonic() < stop:
+                job = rng.choice(ids)
+                try:
+                    if rng.random() < 0.8:
+                        queue.retry_job(job)
+                        retried[job] += 1
+                    else:
+                        queue.cancel_job(job)
+                except JobStateError as exc:
+                    refused.append(str(exc))
+
+    users = [threading.Thread(target=user) for _ in range(4)]
+    for thread in users:
+        thread.start()
+    for thread in users:
+        thread.join()
+    wait_all_finished(db, len(ids), timeout=60, sups=sups)
+    contradictions = [m for m in refused if re.search(
+        r"is (failed|cancelled); only failed or cancelled|already (pending|running);", m)]
+    assert not contradictions, contradictions[:5]
+    with psycopg.connect(db) as conn:
+        runs = dict(conn.execute("SELECT id, claims FROM fairsched_jobs").fetchall())
+    assert all(runs[job] <= 1 + retried[job] for job in ids), (runs, retried)

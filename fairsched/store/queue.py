@@ -25,7 +25,7 @@ from fairsched.store.errors import (
     OtherDatabase,
 )
 from fairsched.store.jobs import INT8_MAX, encode_json, is_int, is_text, job_row
-from fairsched.store.schema import STATUSES
+from fairsched.store.schema import STATUSES, UNFINISHED
 
 # payload and result come as text, decoded by _job: a value nested too deeply to decode (one
 # written by hand) must not make every listing that includes it fail.
@@ -240,18 +240,20 @@ class Queue:
         _check_id(id)
         try:
             with self.conn.transaction():
-                row = self.conn.execute(
-                    "UPDATE fairsched_jobs SET status = 'pending', attempts = 0,"
-                    " last_error = NULL, result = NULL, run_after = now(), started_at = NULL,"
-                    " finished_at = NULL, claimed_by = NULL, cancel_requested = false"
-                    " WHERE id = %s AND status IN ('failed', 'cancelled') RETURNING type",
-                    (id,)).fetchone()
-                if row is None:
-                    status = self._status(id)
+                # The row is locked before its status is judged: read after a refused update
+                # instead, it may have ended since ("job 5 is failed; only failed ... can be
+                # retried").
+                status = self._status(id, lock=True)
+                if status not in ("failed", "cancelled"):
                     raise JobStateError(
                         f"job {id} {'has succeeded' if status == 'succeeded' else 'is ' + status};"
                         " only failed or cancelled jobs can be retried")
-                self.conn.execute("SELECT pg_notify('fairsched_jobs', %s)", (row[0],))
+                (type_name,) = self.conn.execute(
+                    "UPDATE fairsched_jobs SET status = 'pending', attempts = 0,"
+                    " last_error = NULL, result = NULL, run_after = now(), started_at = NULL,"
+                    " finished_at = NULL, claimed_by = NULL, cancel_requested = false"
+                    " WHERE id = %s RETURNING type", (id,)).fetchone()
+                self.conn.execute("SELECT pg_notify('fairsched_jobs', %s)", (type_name,))
         except psycopg.errors.UniqueViolation:
             holder = self.conn.execute(
                 "SELECT o.id, o.status FROM fairsched_jobs j JOIN fairsched_jobs o"
@@ -268,24 +270,28 @@ class Queue:
         supervisor then marks it cancelled.
         """
         _check_id(id)
-        row = self.conn.execute(
-            "WITH cancelled AS ("
-            " UPDATE fairsched_jobs SET"
-            "  status = CASE WHEN status = 'pending' THEN 'cancelled' ELSE status END,"
-            "  finished_at = CASE WHEN status = 'pending' THEN now() ELSE finished_at END,"
-            "  cancel_requested = (status = 'running')"
-            " WHERE id = %s AND status IN ('pending', 'running')"
-            " RETURNING id, status)"
-            " SELECT status, CASE WHEN status = 'running'"
-            "  THEN pg_notify('fairsched_cancel', id::text) END FROM cancelled",
-            (id,)).fetchone()
-        if row is None:
-            status = self._status(id)
-            raise JobStateError(f"job {id} already {status}; only unfinished jobs can be cancelled")
-        return row[0]
+        with self.conn.transaction():
+            # Locked first, as in retry_job: a job a retry made pending again meanwhile is
+            # cancelled, not reported "already pending".
+            status = self._status(id, lock=True)
+            if status not in UNFINISHED:
+                raise JobStateError(
+                    f"job {id} already {status}; only unfinished jobs can be cancelled")
+            return self.conn.execute(
+                "WITH cancelled AS ("
+                " UPDATE fairsched_jobs SET"
+                "  status = CASE WHEN status = 'pending' THEN 'cancelled' ELSE status END,"
+                "  finished_at = CASE WHEN status = 'pending' THEN now() ELSE finished_at END,"
+                "  cancel_requested = (status = 'running')"
+                " WHERE id = %s AND status IN ('pending', 'running')"
+                " RETURNING id, status)"
+                " SELECT status, CASE WHEN status = 'running'"
+                "  THEN pg_notify('fairsched_cancel', id::text) END FROM cancelled",
+                (id,)).fetchone()[0]
 
-    def _status(self, id: int) -> str:
-        row = self.conn.execute("SELECT status FROM fairsched_jobs WHERE id = %s", (id,)).fetchone()
+    def _status(self, id: int, *, lock: bool = False) -> str:
+        row = self.conn.execute("SELECT status FROM fairsched_jobs WHERE id = %s"
+                                + (" FOR UPDATE" if lock else ""), (id,)).fetchone()
         if row is None:
             raise JobNotFound(id)
         return row[0]
