@@ -116,6 +116,18 @@ def test_scores_spread_past_the_largest_double_still_order_exactly(core):
     assert list(order) == [1, 3, 2, 4, 0]
 
 
+def test_many_scores_spread_past_the_largest_double_order_exactly(core):
+    # As above with enough candidates to sort the one bucket by comparison (qsort), the
+    # lowest scores in it (high - score overflows there) taken in as well.
+    w = core.Weights(priority=1.7e308 / 2**62, age=0.0, rarity=0.0, on_demand_age=0.0)
+    prios = [2**62 - k * 2**57 for k in range(64)] + [-5, 0, 7]
+    rows = [(0, p, 0.0, 0, i) for i, p in enumerate(prios)]
+    scores, order = rank(core, 1.0, rows, free=[1], weights=w)
+    assert all(math.isfinite(x) for x in scores)
+    assert scores[0] - scores[63] == math.inf
+    assert list(order) == sorted(range(len(rows)), key=lambda i: -prios[i])
+
+
 @pytest.mark.parametrize("now", [float("nan"), float("inf"), "10", None])
 def test_now_must_be_a_finite_number(core, now):
     with pytest.raises((ValueError, TypeError), match="now must be"):

@@ -156,6 +156,10 @@ cdef inline Py_ssize_t _bucket(double score, double high, double scale,
     # Monotonic in score: buckets 0 .. n-1 for finite scores, highest first; n for the last.
     cdef Py_ssize_t b
     if isfinite(score):
+        if scale == 0.0:
+            # One bucket. Not (high - score) x 0: when the spread overflows, high - score
+            # is inf for the lowest scores, inf x 0 is NaN, and NaN has no integer value.
+            return 0
         b = <Py_ssize_t>((high - score) * scale)
         return b if b < n else n - 1
     if score > 0.0:
@@ -214,8 +218,7 @@ cdef int order_into(const double[::1] scores, const double[::1] eligible_at,
                 high = s
             if s < low:
                 low = s
-    # A spread past the largest double (scores near +-1.8e308) leaves scale 0: one bucket,
-    # and no inf x 0 in _bucket.
+    # A spread past the largest double (scores near +-1.8e308) leaves scale 0: one bucket.
     if high > low and isfinite(high - low):
         scale = (n - 1) / (high - low)
         if not (scale < INFINITY):
