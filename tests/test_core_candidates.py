@@ -44,3 +44,21 @@ def test_from_lists_refuses_non_finite_times_and_non_integers():
         Candidates.from_lists([0], [0], [float("nan")], [0], [1])
     with pytest.raises(ValueError, match="candidate priorities must be 64-bit integers"):
         Candidates.from_lists([0], [1.5], [0.0], [0], [1])
+
+
+class _Unknown:
+    """A flag with no truth value, as pandas.NA or a numpy array of several flags."""
+
+    def __bool__(self):
+        raise TypeError("boolean value of NA is ambiguous")
+
+
+def test_append_refuses_a_flag_without_truth_value_and_leaves_no_row(core):
+    cands = core.Candidates()
+    cands.append(0, 1, 5.0, True, 7)
+    with pytest.raises(TypeError, match="ambiguous"):
+        cands.append(0, 0, 1.0, _Unknown(), 1)
+    assert len(cands.types) == len(cands.eligible_at) == len(cands.on_demand) == 1
+    # Both cores go on planning with the rows that were accepted.
+    _, order = core.score_candidates(cands, 10.0, [1], core.Weights())
+    assert list(order) == [0]

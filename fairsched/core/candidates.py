@@ -42,12 +42,14 @@ class Candidates:
 
     def append(self, type_id, priority, eligible_at, on_demand, job_id):
         eligible_at = _time(eligible_at, "eligible_at")
-        # Convert everything before appending anything so a bad value leaves no ragged row.
+        # Convert everything before appending anything so a bad value leaves no ragged row
+        # (the flag too: a value with no truth value, like pandas.NA, raises on bool()).
         row = _int_column("type_id, priority and job_id", (type_id, priority, job_id))
+        flag = 1 if on_demand else 0
         self.types.append(row[0])
         self.priorities.append(row[1])
         self.eligible_at.append(eligible_at)
-        self.on_demand.append(1 if on_demand else 0)
+        self.on_demand.append(flag)
         self.job_ids.append(row[2])
 
     @classmethod
