@@ -12,7 +12,8 @@ from fairsched.errors import FairschedError
 
 # Beside the socket: the running supervisor holds a lock on it and writes its pid there.
 LOCK_FILE = "supervisor.lock"
-# Seconds a command waits for a supervisor that holds its lock to open its control socket.
+# Seconds a supervisor just started (it holds its lock) has to open its control socket and
+# say which database it uses; a command waits that long for it.
 STARTING_WITHIN = 15.0
 
 

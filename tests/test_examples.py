@@ -148,6 +148,13 @@ def test_make_samples_reports_an_unwritable_folder(tmp_path):
     assert "Traceback" not in made.stderr and len(made.stderr.splitlines()) == 1
 
 
+def first_end(sup, job_id: int) -> dict:
+    """The job once it has failed, or has come to a second attempt instead."""
+    sup.wait_for(lambda ps: jobs_by_id(sup)[job_id]["status"] == "failed"
+                 or jobs_by_id(sup)[job_id]["attempts"] > 1, what="the job to end")
+    return jobs_by_id(sup)[job_id]
+
+
 def test_a_pdf_broken_past_its_header_fails_for_good_at_once(example, samples):
     # The file opens as a PDF, but its page tree is not one: reading it again cannot help.
     report = (samples / "report.pdf").read_bytes()
@@ -156,9 +163,7 @@ def test_a_pdf_broken_past_its_header_fails_for_good_at_once(example, samples):
                                                        b"/Kids 5 0 R"))
     sup = example
     broken = queued(sup, "pdf", {"path": str(samples / "pages.pdf")})
-    sup.wait_for(lambda ps: jobs_by_id(sup)[broken]["status"] == "failed"
-                 or jobs_by_id(sup)[broken]["attempts"] > 1, what="the job to end")
-    job = jobs_by_id(sup)[broken]
+    job = first_end(sup, broken)
     assert (job["status"], job["attempts"]) == ("failed", 1), job
     assert "pages.pdf: not a readable PDF: " in job["last_error"], job["last_error"]
     assert sup.slots("pdf-1")[0]["restarts"] == 0 and sup.slots("pdf-2")[0]["restarts"] == 0
@@ -173,9 +178,7 @@ def test_an_encrypted_pdf_fails_for_good_saying_so(example, samples):
         writer.write(f)
     sup = example
     locked = queued(sup, "pdf", {"path": str(samples / "locked.pdf")})
-    sup.wait_for(lambda ps: jobs_by_id(sup)[locked]["status"] == "failed"
-                 or jobs_by_id(sup)[locked]["attempts"] > 1, what="the job to end")
-    job = jobs_by_id(sup)[locked]
+    job = first_end(sup, locked)
     assert (job["status"], job["attempts"]) == ("failed", 1), job
     assert "locked.pdf: the PDF is encrypted" in job["last_error"], job["last_error"]
 
@@ -191,9 +194,7 @@ def test_a_workbook_broken_past_its_header_fails_for_good_at_once(example, sampl
             cut.writestr(name, data[:len(data) // 2] if name.endswith("sheet2.xml") else data)
     sup = example
     broken = queued(sup, "excel", {"path": str(samples / "cut.xlsx")})
-    sup.wait_for(lambda ps: jobs_by_id(sup)[broken]["status"] == "failed"
-                 or jobs_by_id(sup)[broken]["attempts"] > 1, what="the job to end")
-    job = jobs_by_id(sup)[broken]
+    job = first_end(sup, broken)
     assert (job["status"], job["attempts"]) == ("failed", 1), job
     assert "cut.xlsx: not a readable workbook: " in job["last_error"], job["last_error"]
 
@@ -202,8 +203,6 @@ def test_a_workbook_broken_past_its_header_fails_for_good_at_once(example, sampl
 def test_a_pace_no_sleep_takes_fails_for_good_at_once(example, samples, pace):
     sup = example
     odd = queued(sup, "pdf", {"path": str(samples / "invoice.pdf"), "pace": pace})
-    sup.wait_for(lambda ps: jobs_by_id(sup)[odd]["status"] == "failed"
-                 or jobs_by_id(sup)[odd]["attempts"] > 1, what="the job to end")
-    job = jobs_by_id(sup)[odd]
+    job = first_end(sup, odd)
     assert (job["status"], job["attempts"]) == ("failed", 1), job
     assert "payload field 'pace' must be a number of seconds" in job["last_error"], job

@@ -257,19 +257,22 @@ handler = "sup_handlers:fail_permanently"
         sup.close()
 
 
-
-def test_a_supervisor_bug_is_logged_in_the_logs_format(tmp_path):
+def supervise_json_with(tmp_path, run: str) -> subprocess.CompletedProcess:
+    """`fairsched supervise --log-format json` whose run_supervisor is `run`: code that
+    defines `run(config)`."""
     config = tmp_path / "workers.toml"
     config.write_text('[[worker]]\nname = "a"\ntypes = ["a"]\ncommand = ["true"]\n')
     code = (
-        "import fairsched.supervisor.main as m\n"
-        "def broken(config):\n"
-        "    raise RuntimeError('a bug')\n"
-        "m.run_supervisor = broken\n"
+        run + "import fairsched.supervisor.main as m\n"
+        "m.run_supervisor = run\n"
         "from fairsched.cli import main\n"
         f"main(['supervise', '--config', {str(config)!r}, '--log-format', 'json'])\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60)
+
+
+def test_a_supervisor_bug_is_logged_in_the_logs_format(tmp_path):
+    proc = supervise_json_with(tmp_path, "def run(config):\n    raise RuntimeError('a bug')\n")
     assert proc.returncode == 1
     (line,) = proc.stderr.splitlines()
     entry = json.loads(line)
@@ -293,13 +296,10 @@ def test_a_bad_config_is_told_in_the_logs_format(tmp_path, flags):
 
 
 def test_a_field_named_as_a_key_of_the_json_line_leaves_that_key_alone(tmp_path):
-    config = tmp_path / "workers.toml"
-    config.write_text('[[worker]]\nname = "a"\ntypes = ["a"]\ncommand = ["true"]\n')
-    code = (
+    proc = supervise_json_with(tmp_path, (
         "import logging\n"
-        "import fairsched.supervisor.main as m\n"
         "from fairsched.logs import fields\n"
-        "def logs(config):\n"
+        "def run(config):\n"
         "    logging.getLogger('fairsched.supervisor').info('job %s started', 7, extra=fields(\n"
         "        time='then', level='error', logger='elsewhere', message='forged',\n"
         "        exception='none', field_level='kept', job_id=7))\n"
@@ -308,12 +308,7 @@ def test_a_field_named_as_a_key_of_the_json_line_leaves_that_key_alone(tmp_path)
         "    except RuntimeError:\n"
         "        logging.getLogger('fairsched.supervisor').exception(\n"
         "            'it failed', extra=fields(exception='forged'))\n"
-        "    return 0\n"
-        "m.run_supervisor = logs\n"
-        "from fairsched.cli import main\n"
-        f"main(['supervise', '--config', {str(config)!r}, '--log-format', 'json'])\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60)
+        "    return 0\n"))
     assert proc.returncode == 0, proc.stderr
     first, second = (json.loads(line) for line in proc.stderr.splitlines())
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", first["time"]), first

@@ -297,16 +297,19 @@ class Queue:
         return row[0]
 
 
-STARTING_WITHIN = 15.0  # seconds a supervisor just started has to say which database it uses
-
-
 def refuse_beside_an_external_supervisor(state_dir: Path,
                                          config_file: str | os.PathLike | None) -> None:
     """OtherDatabase when a supervisor runs on `state_dir` with an external database: the
     embedded one a queue would open there (starting it, or one left from an earlier setup)
     is read by no supervisor. Asks the supervisor (one round trip when one runs)."""
     from fairsched.config import control_socket_in
-    from fairsched.control_client import ControlClient, NoAnswer, NotRunning, lock_holder
+    from fairsched.control_client import (
+        STARTING_WITHIN,
+        ControlClient,
+        NoAnswer,
+        NotRunning,
+        lock_holder,
+    )
 
     socket_path = control_socket_in(state_dir)
     deadline = time.monotonic() + STARTING_WITHIN

@@ -32,6 +32,9 @@ TRANSITIONS: dict[ProcessState, frozenset[ProcessState]] = {
     ProcessState.STOPPED: frozenset({ProcessState.STARTING}),
 }
 
+# States in which no process of the worker lives: it exited (or never started).
+EXITED = frozenset({ProcessState.DOWN, ProcessState.FATAL, ProcessState.STOPPED})
+
 # How a process state shows on each of its slots in `fairsched ps` (busy/free come from the pool).
 SLOT_STATE = {
     ProcessState.STARTING: "starting",

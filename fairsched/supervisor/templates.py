@@ -13,7 +13,7 @@ from pathlib import Path
 
 from fairsched.config import Config
 from fairsched.supervisor.process import WorkerProcess
-from fairsched.supervisor.states import ProcessState
+from fairsched.supervisor.states import EXITED, ProcessState
 from fairsched.worker.launch import (
     LaunchSpec,
     StartsCold,
@@ -23,8 +23,6 @@ from fairsched.worker.launch import (
 )
 
 log = logging.getLogger("fairsched.supervisor")
-
-_GONE = (ProcessState.DOWN, ProcessState.FATAL, ProcessState.STOPPED)
 
 TEMPLATE_DELAY_FIRST = 1.0  # seconds before a lost template is replaced; doubles per recent loss
 TEMPLATE_DELAY_MAX = 60.0
@@ -163,7 +161,7 @@ class TemplateLifecycle:
             if not pending:
                 continue
             proc, incarnation = pending.popleft()
-            if proc.incarnation != incarnation or proc.state in _GONE:
+            if proc.incarnation != incarnation or proc.state in EXITED:
                 # A later start's; or this start's worker came and went already (its hello
                 # named its pid, its exit was reaped): this pid is no process of ours now.
                 continue

@@ -22,7 +22,7 @@ from fairsched.supervisor.process import (
     oom_kill_count,
     restart_delay,
 )
-from fairsched.supervisor.states import ProcessState
+from fairsched.supervisor.states import EXITED, ProcessState
 from fairsched.supervisor.templates import launch_spec
 from fairsched.worker.launch import LaunchError, launch
 
@@ -437,7 +437,7 @@ class WorkerLifecycle:
         for proc in procs:
             proc.crash_times.clear()
             proc.fatal_reason = None
-            if proc.state in (ProcessState.DOWN, ProcessState.FATAL, ProcessState.STOPPED):
+            if proc.state in EXITED:
                 self._cancel_timers(proc)
                 log.info("worker %s restarted by the operator", proc.name)
                 self._respawn(proc)

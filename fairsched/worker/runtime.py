@@ -47,7 +47,7 @@ from fairsched.worker.handler import (
 EXIT_CANNOT_START = 78  # EX_CONFIG: the handler or the environment is wrong; do not restart
 EXIT_PROTOCOL = 76  # EX_PROTOCOL: the supervisor sent something this worker cannot read
 EXIT_SOFTWARE = 70  # EX_SOFTWARE: the worker itself failed (its log says how)
-_STOP_SIGNALS = frozenset((signal.SIGTERM, signal.SIGINT))
+_STOP_SIGNALS = frozenset((signal.SIGTERM, signal.SIGINT))  # what stops a worker; see serve()
 
 
 @dataclass(frozen=True)
@@ -187,7 +187,7 @@ class Worker:
         wake_r, wake_w = os.pipe()
         os.set_blocking(wake_w, False)
         signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in _STOP_SIGNALS:
             signal.signal(sig, _ignore_signal)  # the wakeup pipe carries it to the loop
         s = self.settings
         self.send({"t": "hello", "protocol": PROTOCOL_VERSION, "pid": os.getpid(),
