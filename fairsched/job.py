@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import threading
 from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
@@ -20,7 +19,7 @@ class Job:
     """
 
     __slots__ = ("id", "type", "payload", "priority", "attempt", "on_demand",
-                 "slot", "_send", "_cancel_event", "_done", "_stopped")
+                 "slot", "_send", "_cancel_requested", "_done", "_stopped")
 
     def __init__(self, id: int | str, type: str, payload: Any = None, priority: int = 0,
                  attempt: int = 1, on_demand: bool = False, *, slot: int = 0,
@@ -33,7 +32,7 @@ class Job:
         self.on_demand = on_demand
         self.slot = slot
         self._send = send
-        self._cancel_event = threading.Event()
+        self._cancel_requested = False  # set by the worker's loop thread; a plain flag will do
         self._done = False
         self._stopped = False  # cancelled() said True: what the handler returns is partial
 
@@ -68,12 +67,12 @@ class Job:
         supervisor is shutting down (or the worker restarting) the job goes back to the queue
         instead of ending `succeeded`.
         """
-        if self._cancel_event.is_set():
+        if self._cancel_requested:
             self._stopped = True
         return self._stopped
 
     def _cancel(self) -> None:
-        self._cancel_event.set()
+        self._cancel_requested = True
 
     def __repr__(self) -> str:
         return (f"Job(id={self.id!r}, type={self.type!r}, priority={self.priority}, "
