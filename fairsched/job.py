@@ -42,7 +42,8 @@ class Job:
         Any real number goes (a Fraction, a Decimal, a numpy scalar); one a little past the
         range, as `done / total` can be, is clamped into 0..1, and NaN counts as unknown. Only
         what is no number at all raises (TypeError): a mistake in the handler, not in its
-        arithmetic.
+        arithmetic. Called in a process the handler forked, it reports nothing: only the
+        worker speaks to the supervisor.
         """
         if fraction is not None:
             if isinstance(fraction, bool) or not isinstance(fraction, (numbers.Real, Decimal)):

@@ -122,6 +122,14 @@ def test_a_handlers_fork_that_returns_does_not_answer_for_the_worker(start):
         assert (msg["job_id"], msg["result"]) == (job_id, {"from": "parent"}), msg
 
 
+def test_progress_from_a_handlers_forked_child_goes_nowhere(start):
+    peer = start(handler="worker_handlers:forks_and_reports")
+    peer.hello()
+    peer.run(1)
+    assert [(m["t"], m.get("message")) for m in (peer.recv(), peer.recv())] == [
+        ("progress", "from the worker"), ("result", None)]
+
+
 def test_permanent_error_is_marked_permanent(start):
     peer = start(handler="worker_handlers:fail_permanently")
     peer.hello()

@@ -180,6 +180,13 @@ class Worker:
     def send(self, msg: dict) -> None:
         self.send_frame(encode(msg))
 
+    def send_for_job(self, msg: dict) -> None:
+        """What a job's progress() sends through. A process the handler forked is not the
+        worker: what it reports would mix into the worker's frames, and a write lock another
+        thread held at the fork stays held in it for good, so it reports nothing."""
+        if os.getpid() == self.pid:
+            self.send_frame(encode(msg))
+
     # -- the loop -------------------------------------------------------------------------------
 
     def serve(self) -> NoReturn:
@@ -244,7 +251,8 @@ class Worker:
                 self.send({"t": "refused", "slot": slot, "job_id": spec["id"], "reason": reason})
                 return
             job = Job(spec["id"], spec["type"], spec["payload"], spec["priority"],
-                      spec["attempt"], spec["on_demand"], slot=slot, send=self.send)
+                      spec["attempt"], spec["on_demand"], slot=slot,
+                      send=self.send_for_job)
             self.jobs[slot] = job
             self._ready.append(job)
             call = self._call_thread()

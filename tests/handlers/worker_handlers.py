@@ -152,6 +152,17 @@ def forks(job: fairsched.Job):
     return {"from": "parent"}
 
 
+def forks_and_reports(job: fairsched.Job):
+    """Reports progress from a forked child, then from the worker itself."""
+    pid = os.fork()
+    if pid == 0:
+        job.progress(0.5, "from the child")
+        os._exit(0)
+    os.waitpid(pid, 0)
+    job.progress(1.0, "from the worker")
+    return "done"
+
+
 def generator(job: fairsched.Job):
     yield job.id
 
