@@ -101,6 +101,18 @@ def pad(text: str, columns: int) -> str:
     return text + " " * (columns - display_width(text))
 
 
+def duration(seconds: float, *, tenths: bool = False) -> str:
+    """A span as `ps` and `jobs` show it: 42s (4.2s with tenths), 3m07s, 5h02m, 2d04h."""
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.1f}s" if tenths else f"{seconds:.0f}s"
+    if seconds < 3600:
+        return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
+    if seconds < 86400:
+        return f"{int(seconds // 3600)}h{int(seconds % 3600 // 60):02d}m"
+    return f"{int(seconds // 86400)}d{int(seconds % 86400 // 3600):02d}h"
+
+
 def fail(message: str, code: int) -> NoReturn:
     if _debugging() and sys.exc_info()[1] is not None:
         traceback.print_exc()

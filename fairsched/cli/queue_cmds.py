@@ -23,6 +23,7 @@ from fairsched.cli.common import (
     clip,
     config_option,
     display_width,
+    duration,
     fail,
     pad,
     parse_seconds,
@@ -264,17 +265,6 @@ def jobs_table(rows: list[dict], now: datetime, max_attempts: dict[str, int]) ->
         ("  ".join(pad(cell, width) for cell, width in zip(line, widths, strict=False))
          + "  " + line[-1]).rstrip()
         for line in lines)
-
-
-def duration(seconds: float) -> str:
-    seconds = max(0.0, seconds)
-    if seconds < 60:
-        return f"{seconds:.0f}s"
-    if seconds < 3600:
-        return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
-    if seconds < 86400:
-        return f"{int(seconds // 3600)}h{int(seconds % 3600 // 60):02d}m"
-    return f"{int(seconds // 86400)}d{int(seconds % 86400 // 3600):02d}h"
 
 
 # -- retry, cancel ----------------------------------------------------------------------------

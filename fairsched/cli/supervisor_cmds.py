@@ -19,6 +19,7 @@ from fairsched.cli.common import (
     clip,
     config_option,
     display_width,
+    duration,
     expected_error,
     fail,
     pad,
@@ -252,16 +253,7 @@ def add_process_figures(data: dict) -> dict:
 
 
 def _duration(seconds) -> str:
-    if seconds is None:
-        return "-"
-    seconds = float(seconds)
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    if seconds < 3600:
-        return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
-    if seconds < 86400:
-        return f"{int(seconds // 3600)}h{int(seconds % 3600 // 60):02d}m"
-    return f"{int(seconds // 86400)}d{int(seconds % 86400 // 3600):02d}h"
+    return "-" if seconds is None else duration(float(seconds), tenths=True)
 
 
 def _bytes(n) -> str:
