@@ -5,6 +5,7 @@ import threading
 import time
 
 import psycopg
+from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from fairsched.store.queue import Queue
@@ -174,3 +175,37 @@ def test_a_job_whose_row_is_deleted_while_it_runs_is_said_to_be_so(supervisors, 
     wait_until(lambda: statuses(db) == {"succeeded": 1}, timeout=20,
                what=lambda: f"the other job done: {statuses(db)}")
     assert "lease expired" not in sup.output()
+
+
+def test_a_database_that_turns_read_only_is_named_so_and_waited_out(supervisors, db, tmp_path):
+    # As a failover can leave it: every new session read-only, as on a standby. The supervisor
+    # says so once, keeps reconnecting, and goes on when the database takes writes again.
+    sup = supervisors(RECORD, supervisor="lease = 8\n").start()
+    log = tmp_path / "runs"
+    ids = enqueue(db, [{"type": "rec", "payload": {"log": str(log), "seconds": 0.2}}
+                       for _ in range(20)])
+    wait_until(lambda: statuses(db).get("succeeded"), what="a first job done")
+    with psycopg.connect(db, autocommit=True) as admin:
+        (name,) = admin.execute("SELECT current_database()").fetchone()
+        database = sql.Identifier(name)
+        admin.execute(sql.SQL("ALTER DATABASE {} SET default_transaction_read_only = on")
+                      .format(database))
+        try:
+            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                          " WHERE application_name LIKE %s", (f"fairsched % (pid {sup.proc.pid})",))
+            wait_until(lambda: "refuses writes" in sup.output(), timeout=10,
+                       what=lambda: f"the read-only database named\n{sup.output()[-2000:]}")
+            time.sleep(2)  # reconnecting all the while
+        finally:
+            admin.execute("SET default_transaction_read_only = off")
+            admin.execute(sql.SQL("ALTER DATABASE {} RESET default_transaction_read_only")
+                          .format(database))
+    wait_until(lambda: statuses(db) == {"succeeded": len(ids)}, timeout=30,
+               what=lambda: f"every job done: {statuses(db)}\n{sup.output()[-2000:]}")
+    out = sup.output()
+    assert sup.proc.poll() is None
+    assert "Traceback" not in out and "lane failed" not in out, out[-3000:]
+    assert out.count("refuses writes") == 1, out[-3000:]
+    assert "database connection restored" in out
+    runs = [line.split()[0] for line in log.read_text().splitlines()]
+    assert sorted(map(int, runs)) == sorted(ids), "a job ran twice or not at all"

@@ -31,7 +31,10 @@ RECONNECT_MAX = 5.0
 # After writing outcomes, let the next ones gather this long: a slot is free again the moment
 # its worker answers, so this delays only the row's update, and folds many commits into one.
 OUTCOME_LINGER = 0.005
-DB_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError)
+# A database that takes no writes (a standby, as a failover can leave one) is as good as lost:
+# reconnecting is how the supervisor finds the primary again, wherever the URL now leads.
+READ_ONLY = psycopg.errors.ReadOnlySqlTransaction
+DB_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError, READ_ONLY)
 # A lane's round trips (a few statements) that take longer than ANSWER_WITHIN of the lease are
 # taken for a lost connection, whatever the transport (over a Unix socket nothing else would
 # notice). A slow round delays the next heartbeat, due at most `lease / 3` after the last one:
@@ -61,6 +64,7 @@ class QueueLink:
         self.claiming: AsyncStore | None = None  # the connection a claim is on its way over
         self.fetch_wanted = False
         self.connected = False
+        self._refused_writes = False  # said that the database takes no writes
         self.closing = False
         self._wake = asyncio.Event()
         self._outbox_wake = asyncio.Event()
@@ -139,6 +143,7 @@ class QueueLink:
         self.store = store
         self.supervisor_id = store.supervisor_id
         self.connected = True
+        self._refused_writes = False
         self._in_touch_since = time.monotonic()
         if store.lease_lost:
             await self._lease_lost(store)
@@ -274,6 +279,12 @@ class QueueLink:
             except Exception as exc:
                 if not isinstance(exc, DB_ERRORS):  # never expected: say so, loudly
                     log.exception("the claim lane failed; starting over in %g s", delay)
+                elif isinstance(exc, READ_ONLY):
+                    if not self._refused_writes:  # once, until it takes them again
+                        log.error("the database refuses writes: %s (a standby?); reconnecting "
+                                  "until it takes them%s", first_line(exc),
+                                  "" if self.sup.shutting_down else " (workers keep running)")
+                    self._refused_writes = lost = True
                 elif self.connected:
                     log.error("lost the database: %s; reconnecting%s",
                               str(exc).strip().splitlines()[0] if str(exc).strip() else exc,
