@@ -1,6 +1,12 @@
 """Ctrl-C on a command that waits: exit 130 and one line saying so, never a traceback."""
 
+import os
 import signal
+import subprocess
+import sys
+import time
+
+from tests.pg_proxy import PgProxy
 
 SLOW_PDF = """
 [[worker]]
@@ -40,3 +46,18 @@ def test_ctrl_c_while_stop_waits_is_one_line(supervisors):
     line = interrupted(stopper)
     assert line == "fairsched: interrupted", line
     caller.kill()
+
+
+def test_ctrl_c_while_a_command_waits_on_a_silent_database_is_one_line(db, tmp_path):
+    proxy = PgProxy(db)
+    try:
+        proxy.lose_answer_to(b"FROM fairsched_jobs")  # the listing's query is never answered
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "fairsched", "jobs"], cwd=tmp_path, text=True,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env=dict(os.environ, FAIRSCHED_DATABASE_URL=proxy.url_through))
+        time.sleep(2)  # connected, migrations checked, the listing sent
+        assert proc.poll() is None, proc.communicate()
+        assert interrupted(proc) == "fairsched: interrupted"
+    finally:
+        proxy.close()

@@ -1,5 +1,6 @@
 """The `fairsched` command line: a click group; each command module registers itself."""
 
+import logging
 import sys
 from typing import NoReturn
 
@@ -55,6 +56,11 @@ def interrupted(what: str = "") -> NoReturn:
 def main(ctx, debug):
     """fairsched: a fair supervisor for specialised worker processes."""
     ctx.obj = {"debug": debug}
+    if not debug:
+        # psycopg's warnings (one as Ctrl-C ends a query the server never answered) would
+        # reach standard error through logging's last resort, beside the command's one line.
+        # `supervise` has a log of its own: they still go there.
+        logging.getLogger("psycopg").addHandler(logging.NullHandler())
 
 
 # Command modules attach their commands to `main` on import (one import line each, below).
