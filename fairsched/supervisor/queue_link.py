@@ -11,7 +11,6 @@ PostgreSQL restarts. Both connections act as the same supervisor id.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import logging
 import math
@@ -22,6 +21,7 @@ import psycopg
 from fairsched.store.aqueue import AsyncStore
 from fairsched.store.connections import ANSWER_WITHIN
 from fairsched.store.database import first_line, open_database
+from fairsched.supervisor.locked_rows import LockedRows
 from fairsched.supervisor.outbox import Failure, Outbox
 
 log = logging.getLogger("fairsched.queue")
@@ -40,13 +40,6 @@ DB_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError, READ_ONLY)
 # notice). A slow round delays the next heartbeat, due at most `lease / 3` after the last one:
 # the two together stay short of lease.CANCEL_AT, so a database that is slow but answers never
 # makes this supervisor give its jobs back. The server ends such a statement too (connections.py).
-
-# A claim lost on a row that is still pending afterwards was lost to a lock held by a
-# transaction of someone else's (a SELECT ... FOR UPDATE, say), not to another supervisor.
-# Fetched again at once it would be lost again, round after round as fast as the database
-# answers; and the best rows of a type locked so would hold back every job behind them. Such
-# rows are left out of fetches for this long, then tried again.
-LOCKED_SKIP = 1.0
 
 
 class QueueLink:
@@ -78,7 +71,7 @@ class QueueLink:
         self._in_touch_since = 0.0  # monotonic time of the claim lane's last (re)connection
         self._peer_beats: dict[int, tuple[float, float]] = {}  # id: (heartbeat_at, seen since)
         self._next_poll = 0.0
-        self._locked: dict[int, tuple[str, float]] = {}  # id: (type, monotonic time to retry)
+        self._locked = LockedRows()  # rows a claim lost to someone else's lock
         self.claim_losses = 0
         self.clock_offset = 0.0  # the server's clock minus this host's (AsyncStore.clock_offset)
         self.answer_within = self.settings.lease * ANSWER_WITHIN
@@ -334,8 +327,7 @@ class QueueLink:
                     or time.monotonic() >= self._next_timer())
 
     def _next_timer(self) -> float:
-        retry = min((until for _, until in self._locked.values()), default=math.inf)
-        return min(self._next_heartbeat, self._next_poll, retry)
+        return min(self._next_heartbeat, self._next_poll, self._locked.next_retry())
 
     async def _drop_store(self) -> None:
         store, self.store = self.store, None
@@ -469,8 +461,7 @@ class QueueLink:
                 return  # what it found is planned before anything else is asked
             if len(won) < len(claims):
                 await self._note_locked(claims, won)
-        if self._locked and now >= min(until for _, until in self._locked.values()):
-            self._locked = {i: v for i, v in self._locked.items() if v[1] > now}
+        if self._locked.expire(now):
             self.sup.on_poll()  # the rows left out may be free now: look afresh
             self.fetch_wanted = True
         if self.fetch_wanted and not self.claims:
@@ -482,8 +473,8 @@ class QueueLink:
         if not wanted:
             return
         self.sup.notified.clear()  # rows notified before this fetch are in its answer
-        rows = await store.fetch(self._asking(wanted), self.sup.priority_per_second)
-        rows = self._unlocked(rows, wanted)
+        rows = await store.fetch(self._locked.asking(wanted), self.sup.priority_per_second)
+        rows = self._locked.kept(rows, wanted)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("fetched %d candidates for %s", len(rows),
                       ", ".join(f"{t} ({n} free)" for t, n in sorted(wanted.items())))
@@ -496,32 +487,11 @@ class QueueLink:
             await self._arm_delayed_wakeup()
 
     async def _note_locked(self, claims, won) -> None:
-        """Leave out of fetches, for LOCKED_SKIP, the rows this claim lost that are still
-        pending: locked by someone else, as the claim skips locked rows."""
+        """Leave out of fetches for a while the rows this claim lost that are still pending:
+        locked by someone else, as the claim skips locked rows."""
         won_ids = {qj.id for qj in won}
         lost = [qj.id for qj, _ in claims if qj.id not in won_ids]
-        until = time.monotonic() + LOCKED_SKIP
-        for job_id, type_name in await self.store.still_pending(lost):
-            self._locked[job_id] = (type_name, until)
-
-    def _asking(self, wanted: dict[str, int]) -> dict[str, int]:
-        """What to fetch for `wanted` free slots: enough more for the rows left out (fetch
-        returns two per free slot) that the best of the others are in its answer."""
-        if not self._locked:
-            return wanted
-        left_out = collections.Counter(t for t, _ in self._locked.values())
-        return {t: n + (left_out[t] + 1) // 2 for t, n in wanted.items()}
-
-    def _unlocked(self, rows: list, wanted: dict[str, int]) -> list:
-        """The fetched rows, less those left out, at most two per free slot of each type."""
-        if not self._locked:
-            return rows
-        kept, taken = [], collections.Counter()
-        for row in rows:
-            if row.id not in self._locked and taken[row.type] < 2 * wanted.get(row.type, 0):
-                taken[row.type] += 1
-                kept.append(row)
-        return kept
+        self._locked.note(await self.store.still_pending(lost), time.monotonic())
 
     def _watch_peers(self, peers, now: float) -> list[tuple[int, float]]:
         """The other supervisors whose heartbeat has stood still for their whole lease, by
