@@ -1,6 +1,6 @@
 """The handler a Python worker runs: imported once at start from 'package.module:function'
 (StartupError says in one line why it cannot be), an `async def` one run per job in an event
-loop of its own, and the words for what a handler raised.
+loop of its own, and each job's call: the frame that reports how it went.
 """
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from fairsched.errors import PermanentError
 from fairsched.job import Job
+from fairsched.protocol import MAX_DEPTH, ProtocolError, encode, json_depth
 
 MAX_ERROR = 65536  # characters of an error text sent back; the log keeps the whole traceback
 
@@ -162,3 +164,71 @@ def note(line: str) -> None:
         print(f"{stamp} {line}", file=sys.stderr, flush=True)
     except (OSError, ValueError):  # a full disk, a handler that closed stderr: the line is lost,
         pass                       # not the job's outcome
+
+
+# -- one job: call the handler, and the frame that says how it went -----------------------------
+
+
+def answer(handler: Handler, job: Job) -> bytes:
+    """Call the handler; the frame that reports how it went. Never raises: a job thread
+    that died here would leave its slot taken and the worker's state lock held."""
+    try:
+        return _answer(handler, job)
+    except BaseException as exc:  # reporting failed (a full disk under the log, say)
+        return encode({"t": "error", "slot": job.slot, "job_id": job.id, "permanent": False,
+                       "error": "the worker could not report how the job went: "
+                                + describe_exception(exc)})
+
+
+def _answer(handler: Handler, job: Job) -> bytes:
+    head = {"slot": job.slot, "job_id": job.id}
+    try:
+        value = handler(job)
+    except PermanentError as exc:
+        if job._stopped:
+            return _stopped_by_raising(job, head, exc)
+        note(f"job {job.id} ({job.type}) failed permanently, attempt {job.attempt}:")
+        note_traceback()  # where it was raised, and what caused it
+        return encode({"t": "error", **head, "error": describe_exception(exc),
+                       "permanent": True})
+    except BaseException as exc:  # SystemExit too: a handler must not end the worker
+        if job._stopped:
+            return _stopped_by_raising(job, head, exc)
+        note(f"job {job.id} ({job.type}) failed, attempt {job.attempt}:")
+        note_traceback()
+        return encode({"t": "error", **head, "error": describe_exception(exc),
+                       "permanent": False})
+    return _result_frame(job, head, value)
+
+
+def _stopped_by_raising(job: Job, head: dict, exc: BaseException) -> bytes:
+    """The handler saw job.cancelled() and raised to stop: stopped early, as if it had
+    returned (asking is what counts); the supervisor knows what that stop costs."""
+    note(f"job {job.id} ({job.type}) stopped early on a cancel, raising "
+         f"{describe_exception(exc)}")
+    return _result_frame(job, head, None)
+
+
+def _result_frame(job: Job, head: dict, value: Any) -> bytes:
+    if job._stopped:
+        head = {**head, "stopped": True}
+    try:
+        data = encode({"t": "result", **head, "result": value})
+    except ProtocolError as exc:
+        error = f"result is too large: {exc}"
+    except Exception as exc:  # TypeError mostly; whatever a strange object's methods raise
+        error = f"result is not JSON-serialisable: {describe_exception(exc)}"
+    else:  # the supervisor reads no deeper than it sends payloads
+        if len(data) <= 2 * MAX_DEPTH or json_depth(data[4:].decode()) <= MAX_DEPTH:
+            return data
+        error = f"result nests deeper than {MAX_DEPTH - 1} levels"
+    note(f"job {job.id} ({job.type}) failed permanently: {error}")
+    return encode({"t": "error", **head, "error": error, "permanent": True})
+
+
+def note_traceback() -> None:
+    """The traceback of the exception being handled, to the log, as note() writes lines."""
+    try:
+        traceback.print_exc()
+    except (OSError, ValueError):
+        pass

@@ -19,19 +19,16 @@ import threading
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import NoReturn
 
-from fairsched.errors import PermanentError
 from fairsched.job import Job
 from fairsched.protocol import (
-    MAX_DEPTH,
     PROTOCOL_VERSION,
     READ_SIZE,
     SUPERVISOR_MESSAGES,
     FrameDecoder,
     ProtocolError,
     encode,
-    json_depth,
     validate,
 )
 from fairsched.worker._linux import set_parent_death_signal, set_title
@@ -39,7 +36,7 @@ from fairsched.worker.handler import (
     MAX_ERROR,
     Handler,
     StartupError,
-    describe_exception,
+    answer,
     load_handler,
     note,
 )
@@ -299,7 +296,7 @@ class Worker:
             if call is not None:
                 call()
             try:
-                data = self.run_job(job)
+                data = answer(self.handler, job)
                 if os.getpid() != self.pid:  # a handler's fork came back here: it is not the
                     exit_now(0)              # worker, and must not speak for it
                 self.finish_job(job, data)
@@ -343,63 +340,6 @@ class Worker:
         if not running and not writing:
             exit_now(0)
 
-    # -- one job --------------------------------------------------------------------------------
-
-    def run_job(self, job: Job) -> bytes:
-        """Call the handler; the frame that reports how it went. Never raises: a job thread
-        that died here would leave its slot taken and the state lock held."""
-        try:
-            return self._run_job(job)
-        except BaseException as exc:  # reporting failed (a full disk under the log, say)
-            return encode({"t": "error", "slot": job.slot, "job_id": job.id, "permanent": False,
-                           "error": "the worker could not report how the job went: "
-                                    + describe_exception(exc)})
-
-    def _run_job(self, job: Job) -> bytes:
-        head = {"slot": job.slot, "job_id": job.id}
-        try:
-            value = self.handler(job)
-        except PermanentError as exc:
-            if job._stopped:
-                return self._stopped_by_raising(job, head, exc)
-            note(f"job {job.id} ({job.type}) failed permanently, attempt {job.attempt}:")
-            note_traceback()  # where it was raised, and what caused it
-            data = encode({"t": "error", **head, "error": describe_exception(exc),
-                           "permanent": True})
-        except BaseException as exc:  # SystemExit too: a handler must not end the worker
-            if job._stopped:
-                return self._stopped_by_raising(job, head, exc)
-            note(f"job {job.id} ({job.type}) failed, attempt {job.attempt}:")
-            note_traceback()
-            data = encode({"t": "error", **head, "error": describe_exception(exc),
-                           "permanent": False})
-        else:
-            data = self._result_frame(job, head, value)
-        return data
-
-    def _stopped_by_raising(self, job: Job, head: dict, exc: BaseException) -> bytes:
-        """The handler saw job.cancelled() and raised to stop: stopped early, as if it had
-        returned (asking is what counts); the supervisor knows what that stop costs."""
-        note(f"job {job.id} ({job.type}) stopped early on a cancel, raising "
-             f"{describe_exception(exc)}")
-        return self._result_frame(job, head, None)
-
-    def _result_frame(self, job: Job, head: dict, value: Any) -> bytes:
-        if job._stopped:
-            head = {**head, "stopped": True}
-        try:
-            data = encode({"t": "result", **head, "result": value})
-        except ProtocolError as exc:
-            error = f"result is too large: {exc}"
-        except Exception as exc:  # TypeError mostly; whatever a strange object's methods raise
-            error = f"result is not JSON-serialisable: {describe_exception(exc)}"
-        else:  # the supervisor reads no deeper than it sends payloads
-            if len(data) <= 2 * MAX_DEPTH or json_depth(data[4:].decode()) <= MAX_DEPTH:
-                return data
-            error = f"result nests deeper than {MAX_DEPTH - 1} levels"
-        note(f"job {job.id} ({job.type}) failed permanently: {error}")
-        return encode({"t": "error", **head, "error": error, "permanent": True})
-
     def finish_job(self, job: Job, data: bytes) -> None:
         with self._state_lock:
             job._done = True
@@ -431,14 +371,6 @@ def _die_with_parent() -> None:
         set_parent_death_signal(signal.SIGKILL)
     except OSError as exc:
         print(f"fairsched worker: no parent-death signal ({exc})", file=sys.stderr)
-
-
-def note_traceback() -> None:
-    """The traceback of the exception being handled, to the log, as note() writes lines."""
-    try:
-        traceback.print_exc()
-    except (OSError, ValueError):
-        pass
 
 
 def serve(settings: Settings, handler: Handler, sock: socket.socket) -> NoReturn:
