@@ -1,0 +1,217 @@
+"""The actor's scheduling: cycles planned by the compiled core over on-demand requests and
+the queued jobs fetched, the claims they make, and what the queue's answers and notifications
+change. A mixin of the actor (actor.Supervisor), whose state it uses.
+"""
+
+from __future__ import annotations
+
+import time
+
+from fairsched import core
+from fairsched.supervisor.jobs import Request
+from fairsched.supervisor.states import ProcessState
+
+LOSSES_BEFORE_REFETCH = 5
+
+
+class Scheduling:
+    def schedule(self) -> None:
+        """Ask for a scheduling cycle; every request made in one loop pass folds into one cycle."""
+        if not self._schedule_pending:
+            self._schedule_pending = True
+            self.loop.call_soon(self._run_schedule)
+
+    def _run_schedule(self) -> None:
+        self._schedule_pending = False
+        self._scheduling = True
+        try:
+            self._cycle()
+            self._flush_all()
+        finally:
+            self._scheduling = False
+
+    def _cycle(self) -> None:
+        fetched, self._fetched = self._fetched, False
+        stale, self._stale_types = self._stale_types, set()
+        if self.shutting_down or self.pool.n_free == 0:
+            for t in stale:
+                self._forget_cached(t)
+            return
+        if not fetched and self.queue.connected and self._unknown_types():
+            # A type with a free slot may have pending jobs this supervisor has not seen
+            # (property 2): any of them may outscore what is known, an on-demand request
+            # included. Plan once a fetch has told (one fetch: a type notified again during
+            # it waits no longer); without the database, plan with what is known.
+            self.queue.request_fetch()
+            return
+        entries: list = []
+        types, priorities, eligible, on_demand, ids = [], [], [], [], []
+        for req in self.requests.values():
+            entries.append(req)
+            types.append(req.type_id)
+            priorities.append(req.priority)
+            eligible.append(req.eligible_at)
+            on_demand.append(1)
+            ids.append(req.core_id)
+        type_ids = self.type_ids
+        offset = self.queue.clock_offset  # queued jobs' times are the server's; requests' ours
+        for qj in () if self.lease.fenced else self.cache.values():
+            tid = type_ids.get(qj.type)
+            if tid is not None:
+                entries.append(qj)
+                types.append(tid)
+                priorities.append(qj.priority)
+                eligible.append(qj.eligible_at - offset)
+                on_demand.append(0)
+                ids.append(qj.id)
+        for t in stale:
+            self._forget_cached(t)  # planned in this cycle only: entries has them
+        if entries:
+            cands = core.Candidates.from_lists(types, priorities, eligible, on_demand, ids)
+            idx, slots = core.plan_cycle(self.pool, cands, time.time(), self.weights,
+                                         matching=self.config.matching)
+            claims = []
+            for i, slot_id in zip(idx, slots, strict=True):
+                entry = entries[i]
+                if isinstance(entry, Request):
+                    del self.requests[entry.number]
+                    entry.attempts += 1
+                    self.start_job(entry, slot_id, attempt=entry.attempts)
+                else:
+                    self.cache.pop(entry.id, None)
+                    claims.append((entry, slot_id))
+            if claims:
+                self.queue.claim(claims)
+        if self._unknown_types():
+            self.queue.request_fetch()
+
+    def _unknown_types(self) -> bool:
+        """Whether a type with a free slot has pending jobs that may be better than any
+        known: none of it is cached, and its last fetch did not find it drained. (The cached
+        jobs of a type are its best: queued jobs age alike, so their order never changes
+        until new ones arrive, and then the type's cache is dropped.)"""
+        cached = {qj.type for qj in self.cache.values()}
+        return any(t not in cached for t in self.free_by_type())
+
+    def _forget_cached(self, type_name: str | None = None) -> None:
+        """Drop the cached candidates of `type_name` (of every type with None): newer jobs
+        may outrank them, and the next fetch finds out."""
+        if type_name is None:
+            self.cache.clear()
+        else:
+            self.cache = {i: qj for i, qj in self.cache.items() if qj.type != type_name}
+
+    def free_by_type(self) -> dict[str, int]:
+        if self.shutting_down or self.lease.fenced:
+            return {}
+        free = {}
+        for t, tid in self.type_ids.items():
+            if t not in self.exhausted:
+                n = self.pool.free_count(tid)
+                if n:
+                    free[t] = n
+        return free
+
+    def running_queued_ids(self) -> list[int]:
+        ids = [rj.job_id for rj in self.running.values() if rj.request is None]
+        ids.extend(qj.id for qj, _ in self.queue.claims)
+        return ids
+
+    def on_fetched(self, rows: list, wanted: dict[str, int]) -> None:
+        # Rows the actor reserved while this fetch was in flight are still pending in the
+        # table: without this they would be claimed twice, and lost the second time.
+        busy = {rj.job_id for rj in self.running.values()}
+        busy.update(qj.id for qj, _ in self.queue.claims)
+        # The types it did not ask for (no free slot then) keep what was known of them.
+        self.cache = {i: qj for i, qj in self.cache.items() if qj.type not in wanted}
+        self.cache.update((qj.id, qj) for qj in rows if qj.id not in busy)
+        # A type notified while the fetch ran may have a better job than it found: the next
+        # cycle takes what it found all the same (or a stream of new jobs would starve the
+        # type of cycles), and forgets the rest.
+        self._stale_types = self.notified & wanted.keys()
+        counts: dict[str, int] = {}
+        for qj in rows:
+            counts[qj.type] = counts.get(qj.type, 0) + 1
+        for t, free in wanted.items():
+            # Jobs notified while it ran may have come too late for it: not drained yet.
+            if counts.get(t, 0) < 2 * free and t not in self.notified:
+                self.exhausted.add(t)
+            else:
+                self.exhausted.discard(t)
+        self._fetched = True
+        self.schedule()
+
+    def on_claimed(self, claims: list, won: dict, contested: bool = True) -> None:
+        """The answer to a claim: `won` by job id. Not `contested`: the claim never reached
+        the database (it was lost with the connection), which is no loss to another
+        supervisor."""
+        lost = 0
+        for qj, slot_id in claims:  # in the order planned: a win ends a row of losses
+            job = won.get(qj.id)
+            owner = self.slot_owner.get(slot_id)
+            if job is None:
+                if contested:
+                    lost += 1
+                    self.losses_in_row += 1
+                self.pool.release(slot_id)
+                continue
+            self.losses_in_row = 0
+            proc = owner[0] if owner else None
+            if (proc is None or proc.state is not ProcessState.RUNNING or self.shutting_down
+                    or self.lease.fenced or not self.pool.is_busy(slot_id)):
+                # The slot's worker died or is stopping while the claim was in flight, or
+                # this supervisor is giving its jobs back.
+                self.queue.release(job.id, job.claim)
+                self.pool.release(slot_id)
+                continue
+            self.start_job(job, slot_id, attempt=job.attempts)
+        if lost:
+            self.counters["claim_losses"] += lost
+            self.observer.claims_lost(lost)
+            if self.losses_in_row >= LOSSES_BEFORE_REFETCH:
+                self.cache.clear()
+                self.losses_in_row = 0
+            self.exhausted.clear()
+        self._flush_all()
+        self.schedule()
+
+    def on_jobs_notified(self, type_name: str) -> None:
+        type_id = self.type_ids.get(type_name)
+        if type_id is None:  # a type only other supervisors on this database run
+            return
+        self.notified.add(type_name)
+        self.exhausted.discard(type_name)
+        self._forget_cached(type_name)
+        self.queue.due_unknown = True  # it may be a delayed job, or a retry
+        if self.pool.free_count(type_id):
+            self.queue.request_fetch()
+
+    def on_poll(self) -> None:
+        # A delayed job that came due, a notification lost: what is known may be stale.
+        self.exhausted.clear()
+        self._forget_cached()
+        self.queue.due_unknown = True
+
+    def wake_in(self, delay: float) -> None:
+        delay = max(0.0, delay)
+        if self._wake_handle is not None:
+            if self._wake_handle.when() <= self.loop.time() + delay:
+                return
+            self._wake_handle.cancel()
+        self._wake_handle = self.loop.call_later(delay + 0.001, self._on_wake)
+
+    def _on_wake(self) -> None:
+        self._wake_handle = None  # a delayed job comes due: it may outrank what is cached
+        self.exhausted.clear()
+        self._forget_cached()
+        self.queue.due_unknown = True  # and the next one's time is to be learnt
+        self.queue.request_fetch()
+
+    def on_cancel_requested(self, job_id) -> None:
+        try:
+            rj = self.running_by_job.get(int(job_id))
+        except (TypeError, ValueError):
+            return
+        if rj is not None and rj.cancel_reason != "user":  # asked once is enough
+            self.cancel_job(rj, "user")
+
