@@ -166,6 +166,8 @@ class _Section:
         elif kind == "strlist":
             if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
                 self.fail(key, f"must be a list of non-empty strings, got {_kind(value)}")
+            if any("\0" in v for v in value):
+                self.fail(key, "must not hold a NUL character")
         elif kind == "table":
             if not isinstance(value, dict):
                 self.fail(key, f"must be a table, got {_kind(value)}")
