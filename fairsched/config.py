@@ -280,6 +280,15 @@ def load_config(path: str | os.PathLike) -> Config:
     if supervisor.metrics is not None and metrics_address(supervisor.metrics) is None:
         sup.fail("metrics", f"must look like 'host:port' or '[ipv6]:port' (port 0 to 65535), "
                             f"got {supervisor.metrics!r}")
+    if supervisor.metrics is not None:
+        host = metrics_address(supervisor.metrics)[0]
+        try:
+            # What the socket module does to a name before resolving it: an unencodable one
+            # would fail there as a TypeError, not as a name that does not resolve.
+            host.encode("idna")
+        except UnicodeError:
+            sup.fail("metrics", f"has a host that is no host name (a label empty or over 63 "
+                                f"characters), got {supervisor.metrics!r}")
     sup.finish()
 
     sc = _Section(file, "[scoring]", top.get("scoring", "table", {}))

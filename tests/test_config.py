@@ -116,6 +116,9 @@ BAD = [
                                                    'shutdown_timeout = 3\nmetrics = "::1:9464"'),
      "key 'metrics' must look like 'host:port' or '[ipv6]:port' (port 0 to 65535), got "
      "'::1:9464'"),
+    ("metrics host of a label too long",
+     GOOD.replace("shutdown_timeout = 3", 'shutdown_timeout = 3\nmetrics = "' + "\\u00fc" * 70 + ':1"'),
+     "key 'metrics' has a host that is no host name (a label empty or over 63 characters)"),
     ("environment name with =", GOOD.replace("timeout = 5", 'timeout = 5\nenv = { "A=B" = "c" }'),
      "key 'env' has an entry no environment can hold: 'A=B'"),
     ("environment value with NUL", GOOD.replace("timeout = 5", 'timeout = 5\nenv = { X = "a\\u0000b" }'),
