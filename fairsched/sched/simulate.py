@@ -26,8 +26,12 @@ from fairsched import core
 from fairsched.config import Config
 from fairsched.core._matching_py import augment
 from fairsched.sched.traces import MAX_SECONDS, MIN_TICK, Trace
+from fairsched.store.schema import MAX_PRIORITY
 
 heappop = heapq.heappop
+# Unit roundoff of a double: each operation of the core's score, and of a heap key, is off by
+# at most this much of its result.
+ROUNDOFF = 2.0 ** -53
 
 POLICIES = ("fairsched", "fifo", "priority", "optimal")
 DEFAULT_POLICIES = ("fairsched", "fifo", "priority")
@@ -64,6 +68,11 @@ class _Policy:
     def key(self, j: int) -> tuple:
         raise NotImplementedError
 
+    def near_tie(self, on_demand: bool, now: float) -> float:
+        """How far apart (in key units) two keys of one heap may be and still rank the other
+        way in the core, whose scores are rounded differently; only with `near_ties`."""
+        return 0.0
+
     def plan(self, picked: list[tuple], now: float, free) -> tuple[list, list]:
         """Place the picked heap entries; return (placed (job, slot) pairs, unplaced in rank order)."""
         raise NotImplementedError
@@ -93,6 +102,22 @@ class _FairschedPolicy(_Policy):
         # float spacing of the arrival time, jobs of one arrival and different priorities
         # get one rounded key, yet the core scores them apart.
         return (s.at[j] - p * slope, s.at[j], -p, j)
+
+    def near_tie(self, on_demand, now):
+        slope = self.od_slope if on_demand else self.queued_slope
+        if slope is None:
+            return 0.0
+        # Two jobs of one heap whose exact scores differ by d points have exact keys d / rate
+        # apart. Each computed score is off by under 8 roundoffs of the largest score a job
+        # of the heap can have at `now`, each computed key by under 4 of the largest key: keys
+        # further apart than this rank alike in the core. A margin of 4 on top.
+        w = self.sim.weights
+        top = MAX_PRIORITY * w.priority + now * w.age + w.rarity
+        rate = w.age
+        if on_demand:
+            top += now * w.on_demand_age + w.on_demand
+            rate += w.on_demand_age
+        return 64 * ROUNDOFF * (top / rate + now + MAX_PRIORITY * slope)
 
     def planner(self):
         # The supervisor's own planning: greedy, or optimal when [scoring] matching says so.
@@ -308,7 +333,7 @@ class Simulation:
             for t in range(self.n_types):
                 k = free[t]
                 if k and waiting[t]:
-                    for heap, park in zip(heaps[t], parked[t], strict=True):
+                    for h, (heap, park) in enumerate(zip(heaps[t], parked[t], strict=True)):
                         if not near_ties:
                             for _ in range(min(k, len(heap))):
                                 picked.append(heappop(heap))
@@ -323,7 +348,7 @@ class Simulation:
                         # Keys within rounding of the last one taken may be exact ties
                         # of score: the core's tie-break (older first) settles those.
                         last = picked[-1][0]
-                        limit = 1e-9 * max(1.0, abs(last))
+                        limit = policy.near_tie(h == 1, now)
                         if heap[0][0] - last > limit:
                             continue
                         taken = collections.Counter(e[:-1] for e in picked[first:])
