@@ -6,6 +6,7 @@ import signal
 import socket
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 import pytest
@@ -153,6 +154,28 @@ def test_counters_histograms_and_gauges_follow_the_jobs(supervisors):
     assert sup.wait_exit() == 0
     with pytest.raises(urllib.error.URLError):
         scrape(port)
+
+
+def test_a_scrape_asking_for_some_metrics_by_name_gets_them(supervisors):
+    # Prometheus sends `name[]` when a scrape job's `params` name the metrics it keeps.
+    port = free_port()
+    supervisors(WORKERS, supervisor=f'metrics = "127.0.0.1:{port}"').start()
+    scrape_until(port, lambda s: value(s, "fairsched_queue_up") == 1
+                 and value(s, "fairsched_workers", group="pdf", state="running") == 1,
+                 "the queue depth and the workers")
+    asked = ["fairsched_workers", "fairsched_slots", "fairsched_jobs_in_flight",
+             "fairsched_on_demand_waiting", "fairsched_lease_lost", "fairsched_queue_jobs",
+             "fairsched_queue_oldest_pending_seconds", "fairsched_queue_up",
+             "fairsched_jobs_finished_total"]
+    query = urllib.parse.urlencode([("name[]", name) for name in asked])
+    url = f"http://127.0.0.1:{port}/metrics?{query}"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    samples = {s.name: s for family in text_string_to_metric_families(text)
+               for s in family.samples}
+    assert sorted(samples) == sorted(asked), text
+    assert samples["fairsched_queue_up"].value == 1
+    assert samples["fairsched_lease_lost"].value == 0
 
 
 def test_an_ipv6_address_in_brackets_is_served(supervisors):

@@ -36,6 +36,10 @@ TCP_KEEPALIVES = {"keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 
                   "keepalives_count": 3, "tcp_user_timeout": 20000}
 OUTCOMES = ("succeeded", "failed", "retried", "cancelled", "returned")
 QUEUE_STATUSES = ("pending", "running", "failed")
+# The gauges built on each scrape from the snapshot and the queue depth.
+STATE_GAUGES = ("fairsched_jobs_in_flight", "fairsched_slots", "fairsched_workers",
+                "fairsched_on_demand_waiting", "fairsched_lease_lost", "fairsched_queue_jobs",
+                "fairsched_queue_oldest_pending_seconds", "fairsched_queue_up")
 # Waits and run times range from milliseconds (on-demand) to hours (a backlog).
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600,
            1800, 3600, 7200)
@@ -195,7 +199,9 @@ class _StateCollector:
         self.observer = observer
 
     def describe(self):
-        return []  # registration must not query the database
+        # The names alone, without samples (registration must not query the database): a
+        # scrape that asks for some by name (`?name[]=fairsched_workers`) finds them here.
+        return [GaugeMetricFamily(name, "") for name in STATE_GAUGES]
 
     def collect(self):
         snap = self.observer.snapshot
