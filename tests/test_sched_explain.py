@@ -231,7 +231,8 @@ def test_explain_command_bad_usage_exits_2(tmp_path, args):
     path = write_config(tmp_path, "postgresql://unused")
     result = fairsched("explain", "--config", str(path), *args)
     assert result.returncode == 2
-    assert "--job" in result.stderr or "must be a job id" in result.stderr
+    assert f"Invalid value for --job: must be a job id (an integer >= 1), got '{args[1]}'" \
+        in result.stderr, result.stderr
 
 
 def test_explain_command_bad_config_exits_2(tmp_path):

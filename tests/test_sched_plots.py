@@ -45,6 +45,18 @@ def test_without_matplotlib_plots_fail_with_one_line(tmp_path, starvation_files)
         assert not (tmp_path / "scores.png").exists() and not (tmp_path / "waits.png").exists()
 
 
+def test_without_matplotlib_a_plot_is_refused_before_the_work_it_would_show(tmp_path):
+    # The database (unreachable) is not asked, the trace (missing) not read: no matplotlib is
+    # the news, before a replay of a long trace or a query that would come to nothing.
+    workers = tmp_path / "workers.toml"
+    workers.write_text('[supervisor]\ndatabase = "postgresql://nobody@127.0.0.1:1/none"\n\n'
+                       '[[worker]]\nname = "pdf"\ntypes = ["pdf"]\nhandler = "m:f"\n')
+    for args in (["explain", "--config", str(workers), "--job", "7", "--plot", "s.png"],
+                 ["simulate", "missing.jsonl", "--workers", str(workers), "--plot", "w.png"]):
+        result = run(*args, code=WITHOUT_MATPLOTLIB, cwd=tmp_path)
+        assert (result.returncode, result.stderr.strip()) == (1, HINT), args
+
+
 def test_plots_are_drawn_when_matplotlib_is_installed(tmp_path, starvation_files):
     installed = importlib.util.find_spec("matplotlib") is not None
     for args in commands(tmp_path, starvation_files):

@@ -35,7 +35,8 @@ def _finite(value):
 def parse_job_id(text: str) -> int:
     value = int(text) if re.fullmatch(r"[0-9]{1,20}", text) else 0  # ASCII digits only
     if not 1 <= value <= 2**63 - 1:
-        raise click.BadParameter(f"must be a job id (an integer >= 1), got {text!r}")
+        raise click.BadParameter(f"must be a job id (an integer >= 1), got {text!r}",
+                                 param_hint="--job")
     return value
 
 
@@ -52,6 +53,10 @@ def explain(config_path, job_id, as_json, plot_path):
     from fairsched.sched import explain as ex
 
     job_id = parse_job_id(job_id) if job_id is not None else None
+    if plot_path:  # before the database is asked: the plot is what was wanted
+        from fairsched.sched import plots
+
+        plots.require()
     path = resolve_config_path(config_path)
     implicit = config_path is None and not os.environ.get("FAIRSCHED_CONFIG")
     if implicit and not Path(DEFAULT_CONFIG).exists() and job_id is None:
@@ -122,6 +127,10 @@ def simulate(trace_path, policies, config_path, tick, as_json, plot_path):
         raise click.BadParameter(f"must be 0 or a number of seconds from {traces.MIN_TICK:g} to "
                                  f"{traces.MAX_SECONDS:g}", param_hint="--tick")
     policies = list(dict.fromkeys(policies)) or list(sim.DEFAULT_POLICIES)
+    if plot_path:  # before a replay that may take a while, only to find it cannot be drawn
+        from fairsched.sched import plots
+
+        plots.require()
     config = load_config(resolve_config_path(config_path))
     type_ids = sim.type_ids_of(config)
     trace = traces.read_trace(trace_path, type_ids)

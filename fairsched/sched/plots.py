@@ -20,6 +20,11 @@ class PlotUnavailable(FairschedError):
     """matplotlib is not installed."""
 
 
+def require() -> None:
+    """PlotUnavailable now, before the work a plot would show is done, if it cannot be drawn."""
+    _pyplot()
+
+
 def _pyplot():
     try:
         import matplotlib
