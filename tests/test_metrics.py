@@ -238,6 +238,23 @@ def test_a_scrape_answers_while_the_database_is_silent(db):
         proxy.close()
 
 
+def test_the_first_scrape_after_the_depth_connection_ended_reads_the_depth(supervisors, db):
+    # As after a restart of PostgreSQL: the connection kept between scrapes is dead, and the
+    # scrape that finds so connects again rather than saying the depth is unknown.
+    import psycopg
+
+    port = free_port()
+    sup = supervisors(WORKERS, supervisor=f'metrics = "127.0.0.1:{port}"').start()
+    scrape_until(port, lambda s: value(s, "fairsched_queue_up") == 1, "the queue depth")
+    with psycopg.connect(db, autocommit=True) as conn:
+        (ended,) = conn.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                                " WHERE application_name = 'fairsched metrics'").fetchone()
+    assert ended == 1
+    time.sleep(1.5)  # past the depth's cache: the next scrape asks the database
+    assert value(scrape(port), "fairsched_queue_up") == 1
+    assert "cannot read the queue depth" not in sup.output()
+
+
 def test_the_depth_connection_keeps_the_keepalives_its_url_sets(db):
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
 

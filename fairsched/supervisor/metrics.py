@@ -153,18 +153,7 @@ class QueueDepth:
 
     def _query(self) -> tuple[list[tuple], int]:
         try:
-            url = self.url_of()
-            if url is None:
-                raise psycopg.OperationalError("the supervisor has no database yet")
-            if self.conn is None or self.conn.closed or self.conn_url != url:
-                self._close()
-                given = conninfo_to_dict(url)  # what the URL sets itself stays
-                keepalives = {k: v for k, v in TCP_KEEPALIVES.items() if k not in given}
-                self.conn = psycopg.connect(url, autocommit=True, connect_timeout=3,
-                                            application_name="fairsched metrics", **keepalives)
-                self.conn_url = url
-                self.conn.execute("SET statement_timeout = '5s'")
-            rows = self.conn.execute(DEPTH_SQL).fetchall()
+            rows = self._read()
             if self.failing:
                 log.info("metrics: reading the queue depth again")
             self.failing = False
@@ -176,6 +165,29 @@ class QueueDepth:
                 log.warning("metrics: cannot read the queue depth: %s", first)
             self.failing = True
             return [], 0
+
+    def _read(self) -> list[tuple]:
+        url = self.url_of()
+        if url is None:
+            raise psycopg.OperationalError("the supervisor has no database yet")
+        reused = not (self.conn is None or self.conn.closed or self.conn_url != url)
+        if not reused:
+            self._close()
+            given = conninfo_to_dict(url)  # what the URL sets itself stays
+            keepalives = {k: v for k, v in TCP_KEEPALIVES.items() if k not in given}
+            self.conn = psycopg.connect(url, autocommit=True, connect_timeout=3,
+                                        application_name="fairsched metrics", **keepalives)
+            self.conn_url = url
+            self.conn.execute("SET statement_timeout = '5s'")
+        try:
+            return self.conn.execute(DEPTH_SQL).fetchall()
+        except psycopg.OperationalError:
+            if not reused:
+                raise
+            # The connection outlived its server (restarted, or it ended the session, since
+            # the last scrape): this scrape asks once more over a new one.
+            self._close()
+            return self._read()
 
     def _close(self) -> None:
         if self.conn is not None:
