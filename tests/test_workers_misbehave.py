@@ -222,3 +222,23 @@ max_restarts = 0
     time.sleep(2.0)  # the template's answer, then what would follow from it
     spawned = re.findall(r"worker brief-1 spawned \(pid (\d+)\)", sup.output())
     assert spawned and len(spawned) == len(set(spawned)), spawned
+
+
+def test_a_slot_freed_on_a_worker_stopped_from_elsewhere_shows_as_stopping(supervisors):
+    """A SIGTERM from elsewhere to a worker with two slots: the job that stops frees its slot,
+    which takes no more work while the other job runs on; ps says so instead of 'free'."""
+    sup = supervisors(SLOW + "slots = 2\n").start()
+    pid = sup.slots("pdf")[0]["pid"]
+    stubborn = sup.spawn_cli("submit", "pdf", "--on-demand", "--payload",
+                             '{"seconds": 60, "ignore_cancel": true}')
+    polite = sup.spawn_cli("submit", "pdf", "--on-demand", "--payload", '{"seconds": 60}')
+    sup.wait_for(lambda ps: all(s["state"] == "busy" for s in ps["slots"]), what="both busy")
+    os.kill(pid, signal.SIGTERM)
+    out, err = polite.communicate(timeout=30)
+    assert polite.returncode == 1 and "stopped it unasked" in err, (out, err)
+    slots = sup.slots("pdf")
+    assert [s["pid"] for s in slots] == [pid, pid], slots
+    assert sorted(s["state"] for s in slots) == ["busy", "stopping"], slots
+    table = sup.cli("ps").stdout
+    assert re.search(rf"^pdf-1 +{pid} +\d +pdf +stopping ", table, re.M), table
+    stubborn.kill()

@@ -29,7 +29,10 @@ def snapshot(sup) -> dict:
         if proc.slot_ids:
             for index, sid in enumerate(proc.slot_ids):
                 rj = sup.running.get(sid)
-                if proc.state is ProcessState.STOPPING or (sup.shutting_down and rj is None):
+                # A slot out of the index takes no more work: its worker is on its way out
+                # (stopped by a SIGTERM from elsewhere, or its pipe broke), whatever it runs.
+                if (proc.state is ProcessState.STOPPING
+                        or (rj is None and (sup.shutting_down or not sup.pool.has_slot(sid)))):
                     state = "stopping"
                 elif rj is not None or sup.pool.is_busy(sid):
                     state = "busy"
