@@ -799,6 +799,32 @@ def test_a_supervisor_cut_off_from_postgres_gives_its_jobs_back_before_its_lease
         proxy.close()
 
 
+def test_a_worker_killed_for_its_expiring_lease_says_so_not_an_operators_restart(db):
+    # The database goes silent under a job whose handler does not stop when asked: the
+    # supervisor kills its worker before its lease runs out, and ps and the log give that
+    # reason, not "restarted by the operator", which no one ran.
+    from tests.pg_proxy import PgProxy
+
+    proxy = PgProxy(db)
+    sup = Supervisor(proxy.url_through, SLOW, supervisor="lease = 3\nheartbeat_interval = 1\n")
+    try:
+        sup.start()
+        (job,) = enqueue(db, [{"type": "slow",
+                               "payload": {"seconds": 60, "ignore_cancel": True}}])
+        sup.wait_for(lambda ps: ps["slots"][0]["job_id"] == job, what="the job running")
+        proxy.cut()
+        (slot,) = sup.wait_for(lambda ps: ps["slots"][0]["last_exit"], what="the kill")["slots"]
+        expected = "killed by SIGKILL from the supervisor (still running a job of the expiring lease)"
+        assert slot["last_exit"] == expected, slot
+        assert slot["restarts"] == 1, slot
+        out = sup.output()
+        assert f"worker slow-1 {expected}; restarting" in out, out
+        assert "restarted by the operator" not in out, out
+    finally:
+        sup.close()
+        proxy.close()
+
+
 def test_workers_gone_idle_are_not_killed_for_a_lease_running_out(db):
     # A worker whose queued job ended after the last renewal is idle, whatever the lease
     # watchdog last heard: when the lease runs out, its on-demand job runs on, unharmed.

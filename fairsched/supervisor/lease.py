@@ -102,5 +102,8 @@ class LeaseGuard:
                 if rj.proc is proc and rj.request is not None:
                     rj.cancel_reason = "restart"
             # Its slots leave the index now, as with any stop: no on-demand job is placed on
-            # them before its exit is read. STOPPING: restarted at once, not counted as a crash.
+            # them before its exit is read. Restarted at once, not counted as a crash.
+            proc.fenced_kill = True
+            if proc.kill_reason is None:
+                proc.kill_reason = "still running a job of the expiring lease"
             self.sup.stop_worker(proc, kill_now=True)

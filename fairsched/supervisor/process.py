@@ -54,6 +54,7 @@ class WorkerProcess:
     timed_out: bool = False  # stopped because a job ran past its timeout: not a crash
     queued_jobs: int = 0  # queued (not on-demand) jobs running on it: the lease watchdog's
     lease_killed: bool = False  # the lease watchdog killed it (watchdog.py)
+    fenced_kill: bool = False  # this supervisor killed it under a job of its expiring lease
     write_failed: str | None = None  # why the last write to it failed (it is gone)
     refused_work: bool = False  # stopped for refusing a job: out of step with its config
     kill_reason: str | None = None  # why the supervisor killed this incarnation, for ps

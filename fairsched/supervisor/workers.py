@@ -80,7 +80,7 @@ class WorkerLifecycle:
         proc.incarnation = f"{proc.name}.{proc.generation}.{secrets.token_hex(4)}"
         proc.signalled.clear()
         proc.timed_out = False
-        proc.lease_killed = False
+        proc.lease_killed = proc.fenced_kill = False
         proc.write_failed = None
         proc.refused_work = False
         proc.kill_reason = proc.said_fatal = proc.incompatible = None
@@ -235,13 +235,15 @@ class WorkerLifecycle:
                      extra=fields(event="worker_exited", worker=proc.name, group=proc.group,
                                   exit=how, restart_in=None))
             return
-        if lease_ran_out or proc.timed_out:
-            # This supervisor stalled, or the worker was stopped under a job past its timeout
-            # (the job failed, not the worker): back at once, not counted as a crash.
-            if not lease_ran_out:
+        fenced = lease_ran_out or proc.fenced_kill
+        if fenced or proc.timed_out:
+            # This supervisor stalled or could not renew its lease, or the worker was stopped
+            # under a job past its timeout (the job failed, not the worker): back at once, not
+            # counted as a crash, nor taken for an operator's restart.
+            if not fenced:
                 proc.last_exit = f"{how} after its job timed out"
-            log.log(logging.WARNING if lease_ran_out else logging.INFO, "worker %s %s%s; restarting",
-                    proc.name, how, "" if lease_ran_out else " after its job timed out",
+            log.log(logging.WARNING if fenced else logging.INFO, "worker %s %s%s; restarting",
+                    proc.name, how, "" if fenced else " after its job timed out",
                     extra=fields(event="worker_exited", worker=proc.name, group=proc.group,
                                  exit=how, restart_in=0.0))
             proc.set_state(ProcessState.DOWN)
