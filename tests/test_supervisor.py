@@ -508,6 +508,7 @@ def test_progress_fields_of_the_wrong_kind_cost_only_the_progress(supervisors):
     assert ("worker scrawl-1 sent progress with 'fraction' is 'half', not a number or null and "
             "'message' is 5, not a string; ignored (said once per process)") in out, out
     assert out.count("sent progress with") == 1, out
+    assert "Traceback" not in out, out  # a fraction past any double is clamped too
 
 
 def test_a_fatal_message_is_the_reason_ps_gives(supervisors):

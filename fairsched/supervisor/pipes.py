@@ -210,7 +210,9 @@ class WorkerPipes:
             wrong.append(f"'fraction' is {fraction!r}, not a number or null")
             fraction = None
         elif fraction is not None:
-            fraction = min(1.0, max(0.0, float(fraction)))
+            # Clamped before it is made a float, which an integer past any double (10**400,
+            # valid JSON) cannot be.
+            fraction = float(min(1, max(0, fraction)))
         if not isinstance(message, str):
             wrong.append(f"'message' is {message!r}, not a string")
             message = ""

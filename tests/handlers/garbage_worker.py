@@ -117,6 +117,7 @@ if mode == "stranger":
 elif mode == "scribble":
     send({"t": "progress", "slot": slot, "job_id": job_id, "fraction": "half", "message": 5})
     send({"t": "progress", "slot": slot, "job_id": job_id, "fraction": 1.0000001})
+    send({"t": "progress", "slot": slot, "job_id": job_id, "fraction": 10**400})  # no double's
     send({"t": "progress", "slot": slot, "job_id": job_id, "fraction": None, "message": []})
     send({"t": "result", "slot": slot, "job_id": job_id, "result": {"scribbled": True}})
 elif mode == "cut":
