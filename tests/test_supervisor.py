@@ -142,6 +142,30 @@ def test_an_on_demand_payload_no_frame_can_carry_is_refused(supervisors):
     assert [s["state"] for s in sup.slots("pdf")] == ["free"]
 
 
+def test_an_on_demand_payload_nested_nearly_as_deep_as_json_reads_is_refused_in_one_line(
+        supervisors):
+    # Past 500 levels, up to where Python's JSON gives up: the command refuses it itself,
+    # exit 2, and a client that sends it all the same is refused too, never left with the
+    # connection closed unanswered and a traceback in the supervisor's log.
+    sup = supervisors(ECHO).start()
+    path = sup.config.parent / "state" / "control" / "sock"
+    for depth in range(930, 1010, 3):
+        nested = "[" * depth + "]" * depth
+        result = sup.cli("submit", "pdf", "--on-demand", "--payload", nested)
+        assert result.returncode == 2 and result.stdout == "", (depth, result.stderr)
+        assert result.stderr in ("fairsched: payload nests deeper than 500 levels\n",
+                                 "fairsched: --payload nests too deeply\n"), (depth, result.stderr)
+        with socket.socket(socket.AF_UNIX) as s:
+            s.connect(str(path))
+            s.sendall(b'{"cmd": "submit", "type": "pdf", "payload": ' + nested.encode() + b"}\n")
+            s.settimeout(10)
+            reply = json.loads(s.makefile().readline())
+        assert reply.get("error") in ("payload nests deeper than 500 levels", "bad request"), (
+            depth, reply)
+    assert sup.proc.poll() is None and "Traceback" not in sup.output(), sup.output()[-3000:]
+    assert [s["state"] for s in sup.slots("pdf")] == ["free"]
+
+
 def test_an_on_demand_payload_is_sent_and_measured_in_utf8(supervisors):
     sup = supervisors(ECHO.replace("sup_handlers:echo", "sup_handlers:measure")).start()
     path = sup.dir / "emoji.json"

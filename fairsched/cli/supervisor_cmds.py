@@ -169,15 +169,21 @@ def stop(config_path, socket_path, timeout):
 
 def submit_on_demand(config_path, socket_path, type_name, payload, priority, timeout) -> int:
     """Send an on-demand request, print progress to stderr and the result JSON; exit code."""
-    from fairsched.protocol import MAX_PAYLOAD, payload_json
+    from fairsched.protocol import MAX_DEPTH, MAX_PAYLOAD, json_depth, payload_json
 
     try:
-        _, size = payload_json(payload)
+        text, size = payload_json(payload)
     except ValueError as exc:  # NaN or Infinity: json.loads takes them, frames do not
         raise UsageProblem(f"payload: {exc}") from None
+    except RecursionError:  # read, but too deep to write out again
+        raise UsageProblem(f"payload nests deeper than {MAX_DEPTH} levels") from None
     if size > MAX_PAYLOAD:  # measured as the supervisor does: refused before it is sent
         raise UsageProblem(f"payload is {size} bytes of JSON; at most {MAX_PAYLOAD} fit in the "
                            "frame that takes it to a worker (pass a path or a URL instead)")
+    # Refused here as the supervisor would: nested nearly as deep as JSON can be read at all,
+    # the request might not even be read there.
+    if json_depth(text) > MAX_DEPTH:
+        raise UsageProblem(f"payload nests deeper than {MAX_DEPTH} levels")
     client = control_client(config_path, socket_path, timeout=None)
     request = {"cmd": "submit", "type": type_name, "payload": payload, "priority": priority,
                "timeout": timeout}

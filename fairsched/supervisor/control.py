@@ -237,6 +237,10 @@ class ControlServer:
         except ValueError as exc:  # NaN or Infinity: json.loads takes them, frames do not
             _send(writer, {"event": "refused", "code": 2, "error": f"payload: {exc}"})
             return
+        except RecursionError:  # read, but too deep to write out again: far past MAX_DEPTH
+            _send(writer, {"event": "refused", "code": 2,
+                           "error": f"payload nests deeper than {MAX_DEPTH} levels"})
+            return
         if size > MAX_PAYLOAD:  # the bytes it takes in the run frame
             _send(writer, {"event": "refused", "code": 2,
                            "error": f"payload is {size} bytes of JSON; at most "
