@@ -69,6 +69,12 @@ class PgProxy:
         with self._lock:
             self._marker = marker
 
+    @property
+    def answer_lost(self) -> bool:
+        """Whether the statement `lose_answer_to` named has reached the server."""
+        with self._lock:
+            return self._marker is None and bool(self._muted)
+
     def heal(self) -> None:
         with self._lock:
             for client, server in self._pairs:

@@ -489,6 +489,30 @@ def test_a_claim_whose_answer_was_lost_is_returned_as_the_lane_comes_back(db):
         proxy.close()
 
 
+def test_an_on_demand_request_runs_once_a_fetch_it_waited_for_is_lost_with_the_database(db):
+    """A request that came while a fetch was under way waits for its answer (a queued job may
+    outrank it); when the database goes out of reach instead, the connection is given up and
+    the request runs at once on the free worker, not once the database is back."""
+    from tests.pg_proxy import PgProxy
+
+    proxy = PgProxy(db)
+    sup = Supervisor(proxy.url_through, SLOW, supervisor="lease = 12\npoll_interval = 1\n")
+    try:
+        sup.start()
+        proxy.lose_answer_to(b"CROSS JOIN LATERAL")  # the next fetch (every poll) hangs
+        wait_until(lambda: proxy.answer_lost, timeout=10, what="a fetch under way")
+        proxy.cut()  # and no connection is made again
+        caller = sup.spawn_cli("submit", "slow", "--on-demand", "--timeout", "20",
+                               "--payload", '{"seconds": 0.1}')
+        out, err = caller.communicate(timeout=40)
+        assert caller.returncode == 0, (err, sup.output()[-3000:])
+        assert json.loads(out)["slept"] == 0.1
+        assert "lost the database: no answer from PostgreSQL within 3 s" in sup.output()
+    finally:
+        sup.close()
+        proxy.close()
+
+
 @pytest.mark.parametrize("together", [False, True], ids=["later", "in-one-loop-pass"])
 def test_a_second_stop_ends_the_waiting(supervisors, together):
     sup = supervisors(SLOW, shutdown_timeout=60).start()

@@ -284,6 +284,9 @@ class QueueLink:
                               "" if self.sup.shutting_down else " (workers keep running)")
                     lost = True
                 self.connected = False
+                # A cycle may have waited for a fetch that will not come: it plans now with
+                # what is known, and waiting on-demand requests run without the database.
+                self.sup.schedule()
                 await self._drop_store()
                 self._requeue_claims()
                 await asyncio.sleep(delay)
