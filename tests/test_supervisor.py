@@ -1283,21 +1283,26 @@ def test_ps_watch_into_a_pipe_its_reader_closed_ends_quietly(supervisors):
     assert sup.cli("ps").returncode == 0
 
 
-def test_stop_and_ps_give_up_on_a_supervisor_that_does_not_answer(supervisors):
+def test_stop_ps_and_a_timed_caller_give_up_on_a_supervisor_that_does_not_answer(supervisors):
     sup = supervisors(ECHO).start()
     sup.proc.send_signal(signal.SIGSTOP)
     try:
         started = time.monotonic()
         ps = sup.spawn_cli("ps")
+        caller = sup.spawn_cli("submit", "pdf", "--on-demand", "--timeout", "1")
         result = sup.cli("stop", timeout=90)
         waited = time.monotonic() - started
         ps_out, ps_err = ps.communicate(timeout=60)
+        # Its timeout ran out long ago, and no word of it came: it does not wait for ever.
+        caller_out, caller_err = caller.communicate(timeout=60)
     finally:
         sup.proc.send_signal(signal.SIGCONT)
     said = (f"the supervisor (pid {sup.proc.pid}) did not answer within 30 s: stalled, or "
             f"stopped with SIGSTOP (`kill -CONT {sup.proc.pid}` wakes it)\n")
     assert result.returncode == 1 and result.stderr == f"fairsched: {said}", result.stderr
     assert ps.returncode == 1 and ps_err == f"fairsched: {said}", ps_err
+    assert caller.returncode == 1 and caller_out == "", caller_err
+    assert caller_err == f"fairsched: {said.replace('within 30 s', 'within 31 s')}", caller_err
     assert waited < 60
     assert sup.cli("stop").returncode == 0  # awake again, it stops as asked
     assert sup.proc.wait(30) == 0

@@ -188,9 +188,12 @@ def submit_on_demand(config_path, socket_path, type_name, payload, priority, tim
     request = {"cmd": "submit", "type": type_name, "payload": payload, "priority": priority,
                "timeout": timeout}
     show_progress = can_redraw(sys.stderr)  # redrawn in place: only where that works
+    # With a timeout, the supervisor says how the request ended once it has run out: one that
+    # says nothing for ANSWER_WITHIN longer is stalled (stopped with SIGSTOP, say).
+    waiting = None if timeout is None else timeout + ANSWER_WITHIN
     job_id = None
     try:
-        for event in client.stream(request, timeout=None):
+        for event in client.stream(request, timeout=waiting):
             job_id = event.get("job_id", job_id)
             if not isinstance(event.get("event"), str):
                 raise client.not_a_supervisor(event)
