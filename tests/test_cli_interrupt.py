@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from tests.pg_proxy import PgProxy
 
@@ -61,3 +62,30 @@ def test_ctrl_c_while_a_command_waits_on_a_silent_database_is_one_line(db, tmp_p
         assert interrupted(proc) == "fairsched: interrupted"
     finally:
         proxy.close()
+
+
+# Ctrl-C lands while the command line is being imported: as the import of click begins.
+CTRL_C_WHILE_LOADING = """
+import os, signal, sys, time
+
+class CtrlC:
+    def find_spec(self, name, path=None, target=None):
+        if name == "click":
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)  # the KeyboardInterrupt comes out of this sleep
+        return None
+
+sys.meta_path.insert(0, CtrlC())
+from fairsched.__main__ import run  # what the fairsched command runs
+
+run()
+"""
+
+
+def test_ctrl_c_while_the_command_line_is_still_loading_is_one_line(tmp_path):
+    result = subprocess.run([sys.executable, "-c", CTRL_C_WHILE_LOADING, "jobs"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=20)
+    assert (result.returncode, result.stdout, result.stderr) == (
+        130, "", "fairsched: interrupted\n"), result.stderr
+    fairsched = Path(sys.executable).with_name("fairsched")
+    assert "from fairsched.__main__ import run" in fairsched.read_text()
