@@ -497,6 +497,28 @@ def test_a_result_for_another_job_than_its_slot_runs_kills_the_worker(supervisor
                  == "free", what="odd back")
 
 
+def test_a_worker_that_stops_a_job_unasked_and_runs_on_is_stopped(supervisors):
+    # Stopping a job unasked is how a worker told to stop by someone else (a SIGTERM) leaves:
+    # its slots take no more work. One that then stays holds its place with no work, unless
+    # the supervisor stops it.
+    sup = misbehaving(supervisors, "picky", "picky", "max_attempts = 1").start()
+    pid = sup.slots("picky")[0]["pid"]
+    result = sup.cli("submit", "picky", "--on-demand", "--payload", '{"stop": true}', timeout=30)
+    assert result.returncode == 1
+    assert "stopped it unasked by this supervisor" in result.stderr, result.stderr
+    def picky(ps):
+        return next(s for s in ps["slots"] if s["group"] == "picky")
+
+    ps = sup.wait_for(lambda ps: picky(ps)["pid"] not in (None, pid), timeout=15,
+                      what="picky stopped and started again")
+    assert not alive(pid)
+    assert "worker picky-1 stopped its jobs as if told to stop, but still runs 2 s after the " \
+           "last one; stopping it" in sup.output()
+    assert picky(ps)["state"] in ("starting", "free"), picky(ps)
+    result = sup.cli("submit", "picky", "--on-demand", "--payload", '{"seconds": 0}', timeout=30)
+    assert result.returncode == 0, result.stderr
+
+
 def test_an_on_demand_result_nested_as_deep_as_a_frame_can_be_read_is_answered(supervisors):
     # A `command` worker may send a result nested deeper than the Python runtime ever does:
     # as deep as the supervisor can read, it must still answer the caller, one way or another.

@@ -57,6 +57,7 @@ class WorkerProcess:
     fenced_kill: bool = False  # this supervisor killed it under a job of its expiring lease
     write_failed: str | None = None  # why the last write to it failed (it is gone)
     refused_work: bool = False  # stopped for refusing a job: out of step with its config
+    leaving: bool = False  # stopped a job unasked: told to stop by someone else (a SIGTERM)
     kill_reason: str | None = None  # why the supervisor killed this incarnation, for ps
     said_fatal: str | None = None  # the error of the 'fatal' message it sent
     incompatible: str | None = None  # its hello spoke another protocol version: why

@@ -114,6 +114,9 @@ class JobHandling:
         if outcome == "stopped" and rj.cancel_reason is None and rj.failure is None:
             self.worker_leaving(rj.proc)  # stopped unasked: it was told to stop by another
         self.pool.release(rj.slot_id)  # a no-op when the worker (and its slots) is gone
+        if (rj.proc.leaving and rj.proc.state is ProcessState.RUNNING
+                and not any(other.proc is rj.proc for other in self.running.values())):
+            self.left_idle(rj.proc)
         self._changed()
         duration = time.monotonic() - rj.started_mono
         if outcome == "stopped" and error is None:

@@ -82,7 +82,7 @@ class WorkerLifecycle:
         proc.timed_out = False
         proc.lease_killed = proc.fenced_kill = False
         proc.write_failed = None
-        proc.refused_work = False
+        proc.refused_work = proc.leaving = False
         proc.kill_reason = proc.said_fatal = proc.incompatible = None
         proc.warned_progress = False
         spec = launch_spec(proc, self.log_dir)
@@ -417,6 +417,21 @@ class WorkerLifecycle:
         it would refuse or, exiting, fail unrun; its exit is a crash, restarted as usual."""
         if proc.state is ProcessState.RUNNING:
             self.pool.remove_worker(proc.generation)
+            proc.leaving = True
+
+    def left_idle(self, proc: WorkerProcess) -> None:
+        """The last job of a worker that is leaving (worker_leaving) has ended: it exits now,
+        or it is stopped STOP_GRACE later, not left holding its place with no work."""
+        self.loop.call_later(STOP_GRACE, self._still_leaving, proc, proc.generation)
+
+    def _still_leaving(self, proc: WorkerProcess, generation: int) -> None:
+        if proc.generation != generation or proc.state is not ProcessState.RUNNING:
+            return  # it left, or was stopped or restarted meanwhile
+        if any(rj.proc is proc for rj in self.running.values()):
+            return
+        log.warning("worker %s stopped its jobs as if told to stop, but still runs %g s "
+                    "after the last one; stopping it", proc.name, STOP_GRACE)
+        self.stop_worker(proc)
 
     def stop_worker(self, proc: WorkerProcess, *, kill_now: bool = False) -> None:
         """Take the worker's slots out of the index, then SIGTERM (or SIGKILL) it."""

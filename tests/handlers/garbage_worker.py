@@ -7,7 +7,8 @@ its first job with a result for another job), `scribble` (reports progress with 
 wrong type or range, then succeeds), `cut` (writes half a frame and exits), `early` (says why on
 stderr and exits 1 before its hello), `future` (says hello in protocol 2), `odd` (announces one slot
 fewer than configured and a type more, then runs as `picky`) or `picky` (refuses the
-jobs whose payload has "refuse": true, fails for good those with an "error", runs the others
+jobs whose payload has "refuse": true, fails for good those with an "error", says it stopped
+those with "stop": true at once (as if told to stop, yet running on), runs the others
 for payload["seconds"], and answers
 `stop` with a stopped result for each job it runs) or `deep` (answers each job with a result
 nested payload["depth"] levels deep)."""
@@ -94,6 +95,9 @@ if mode in ("refuse", "picky", "odd", "deep"):
             elif mode == "refuse" or payload.get("refuse"):
                 send({"t": "refused", "slot": msg["slot"], "job_id": msg["job"]["id"],
                       "reason": "not today"})
+            elif payload.get("stop"):
+                send({"t": "result", "slot": msg["slot"], "job_id": msg["job"]["id"],
+                      "result": None, "stopped": True})
             elif "error" in payload:
                 send({"t": "error", "slot": msg["slot"], "job_id": msg["job"]["id"],
                       "error": payload["error"], "permanent": True})
