@@ -1199,6 +1199,22 @@ processes = 2
     assert all(r["imported_in"] not in pids for r in results)
 
 
+def test_restart_while_the_template_imports_counts_no_restart(supervisors):
+    # Its workers have not started yet: a restart imports the code afresh, and they start
+    # once (not restarted, not counted) when that import is done.
+    sup = supervisors(ECHO.replace("sup_handlers:echo", "slow_import:handle"))
+    (sup.dir / "slow_import.py").write_text(SLOW_IMPORT.replace("time.sleep(5)", "time.sleep(2)"))
+    sup.start(wait=False)
+    sup.wait_for(lambda ps: [s["state"] for s in ps["slots"]] == ["starting"], what="importing")
+    for _ in range(2):
+        assert sup.cli("restart", "pdf").returncode == 0
+    ps = sup.wait_for(lambda ps: [s["state"] for s in ps["slots"]] == ["free"], timeout=30,
+                      what="the worker ready")
+    assert ps["slots"][0]["restarts"] == 0 and ps["supervisor"]["counters"]["restarts"] == 0
+    assert "restarted by the operator" not in sup.output()
+    assert sup.output().count("worker pdf-1 spawned") == 1
+
+
 def test_stop_while_a_template_is_still_importing(supervisors):
     sup = supervisors(ECHO.replace("sup_handlers:echo", "slow_import:handle"))
     (sup.dir / "slow_import.py").write_text(SLOW_IMPORT)

@@ -454,6 +454,9 @@ class WorkerLifecycle:
         for proc in procs:
             proc.crash_times.clear()
             proc.fatal_reason = None
+            if (proc.state is ProcessState.DOWN and proc.restart_timer is None
+                    and proc.group in self.warming):
+                continue  # not started yet: it starts when the new template has imported
             if proc.state in EXITED:
                 self._cancel_timers(proc)
                 log.info("worker %s restarted by the operator", proc.name)
