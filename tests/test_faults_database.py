@@ -41,14 +41,21 @@ def backends_of(url, pid: int, waiting_on_a_lock: bool = False) -> int:
     return n
 
 
+def running_jobs(supervisors, db, tmp_path, *, lease: float, seconds: float):
+    """A supervisor with `lease`, 20 jobs of `seconds` each enqueued, the first one done:
+    (the supervisor, the job ids, the file their runs are recorded in)."""
+    sup = supervisors(RECORD, supervisor=f"lease = {lease}\n").start()
+    log = tmp_path / "runs"
+    ids = enqueue(db, [{"type": "rec", "payload": {"log": str(log), "seconds": seconds}}
+                       for _ in range(20)])
+    wait_until(lambda: statuses(db).get("succeeded"), what="a first job done")
+    return sup, ids, log
+
+
 def test_a_table_lock_held_past_the_lease_leaves_no_backend_behind(supervisors, db, tmp_path):
     # Each lane gives a statement that waits on the lock up and reconnects; the server must
     # end the statement it gave up, or one more backend waits on the lock per reconnection.
-    sup = supervisors(RECORD, supervisor="lease = 4\n").start()
-    log = tmp_path / "runs"
-    ids = enqueue(db, [{"type": "rec", "payload": {"log": str(log), "seconds": 0.5}}
-                       for _ in range(20)])
-    wait_until(lambda: statuses(db).get("succeeded"), what="a first job done")
+    sup, ids, _ = running_jobs(supervisors, db, tmp_path, lease=4, seconds=0.5)
     most = 0
     with psycopg.connect(db) as locker:
         locker.execute("LOCK TABLE fairsched_jobs IN ACCESS EXCLUSIVE MODE")
@@ -180,11 +187,7 @@ def test_a_job_whose_row_is_deleted_while_it_runs_is_said_to_be_so(supervisors, 
 def test_a_database_that_turns_read_only_is_named_so_and_waited_out(supervisors, db, tmp_path):
     # As a failover can leave it: every new session read-only, as on a standby. The supervisor
     # says so once, keeps reconnecting, and goes on when the database takes writes again.
-    sup = supervisors(RECORD, supervisor="lease = 8\n").start()
-    log = tmp_path / "runs"
-    ids = enqueue(db, [{"type": "rec", "payload": {"log": str(log), "seconds": 0.2}}
-                       for _ in range(20)])
-    wait_until(lambda: statuses(db).get("succeeded"), what="a first job done")
+    sup, ids, log = running_jobs(supervisors, db, tmp_path, lease=8, seconds=0.2)
     with psycopg.connect(db, autocommit=True) as admin:
         (name,) = admin.execute("SELECT current_database()").fetchone()
         database = sql.Identifier(name)

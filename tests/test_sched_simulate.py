@@ -453,25 +453,32 @@ def test_bursts_beside_near_ties_plan_as_the_whole_backlog_would(tmp_path, tick)
     assert result.starts[older] == pytest.approx(1194.0 if tick else 1193.1)
 
 
+def pdf_group_case(tmp_path, scoring: str, lines: str, settings: str = ""):
+    """A pdf group (one command worker, `settings` added) scored by `scoring`, and a trace of
+    `lines`, both written to tmp_path: (config, trace, slots)."""
+    (tmp_path / "w.toml").write_text(f'[scoring]\n{scoring}\n\n[[worker]]\nname = "pdf"\n'
+                                     f'types = ["pdf"]\ncommand = ["x"]\n{settings}')
+    (tmp_path / "t.jsonl").write_text(lines)
+    config = load_config(tmp_path / "w.toml")
+    type_ids = sim.type_ids_of(config)
+    return config, traces.read_trace(tmp_path / "t.jsonl", type_ids), sim.slot_layout(config,
+                                                                                      type_ids)
+
+
 def test_jobs_arriving_together_whose_keys_round_alike_still_go_by_priority(tmp_path):
     # priority_weight / age_weight = 1e-9 s per level: at 1e8 s, 5 levels (5e-9 s) are less
     # than the float spacing there, so the per-type keys of the two jobs come out equal. The
     # core, scoring them fresh, starts the priority-5 job first; so must the replay.
-    (tmp_path / "w.toml").write_text('[scoring]\npriority_weight = 1\nage_weight = 1e9\n\n'
-                                     '[[worker]]\nname = "pdf"\ntypes = ["pdf"]\n'
-                                     'command = ["x"]\n')
-    path = tmp_path / "t.jsonl"
-    path.write_text('{"at": 1e8, "type": "pdf", "priority": 0, "duration": 10}\n'
-                    '{"at": 1e8, "type": "pdf", "priority": 5, "duration": 10}\n')
-    result = fairsched("simulate", str(path), "--workers", str(tmp_path / "w.toml"), "--json",
+    config, trace, slots = pdf_group_case(
+        tmp_path, "priority_weight = 1\nage_weight = 1e9",
+        '{"at": 1e8, "type": "pdf", "priority": 0, "duration": 10}\n'
+        '{"at": 1e8, "type": "pdf", "priority": 5, "duration": 10}\n')
+    result = fairsched("simulate", str(tmp_path / "t.jsonl"), "--workers", str(tmp_path / "w.toml"), "--json",
                        "--policy", "fairsched", "--policy", "optimal")
     assert result.returncode == 0, result.stderr
     for name, policy in json.loads(result.stdout)["policies"].items():
         waits = {g["priority"]: g["wait_max"] for g in policy["groups"]}
         assert waits == {0: 10.0, 5: 0.0}, name
-    config = load_config(tmp_path / "w.toml")
-    trace = traces.read_trace(path, sim.type_ids_of(config))
-    slots = sim.slot_layout(config, sim.type_ids_of(config))
     for tick in (0.0, 3.0):
         replay = sim.simulate(trace, slots, config.scoring, "fairsched", tick)
         assert replay.starts == reference_starts(trace, slots, config.scoring, tick)
@@ -481,18 +488,12 @@ def test_a_stream_under_near_strict_priority_weights_costs_a_cycle_its_free_slot
     # priority_weight / age_weight = 1e9 s per level: a priority-10 job's key is about -1e10.
     # Keys of jobs 2 ms apart are far more than rounding apart there, so a cycle takes the
     # two best, not the whole stream (5,000 jobs took 40 s when it offered them all).
-    (tmp_path / "w.toml").write_text('[scoring]\npriority_weight = 1e9\nage_weight = 1\n\n'
-                                     '[[worker]]\nname = "pdf"\ntypes = ["pdf"]\n'
-                                     'command = ["x"]\nprocesses = 2\n')
-    path = tmp_path / "t.jsonl"
-    path.write_text("".join(json.dumps({"at": round(j * 0.002, 3), "type": "pdf",
-                                        "priority": 10, "duration": 0.5}) + "\n"
-                            for j in range(5000)))
-    config = load_config(tmp_path / "w.toml")
-    type_ids = sim.type_ids_of(config)
-    trace = traces.read_trace(path, type_ids)
+    config, trace, slots = pdf_group_case(
+        tmp_path, "priority_weight = 1e9\nage_weight = 1",
+        "".join(json.dumps({"at": round(j * 0.002, 3), "type": "pdf", "priority": 10,
+                            "duration": 0.5}) + "\n" for j in range(5000)), "processes = 2\n")
     for policy in ("fairsched", "optimal"):
-        result = sim.simulate(trace, sim.slot_layout(config, type_ids), config.scoring, policy)
+        result = sim.simulate(trace, slots, config.scoring, policy)
         assert result.wall_seconds < 10, (policy, result.wall_seconds)
         # Oldest first, two at a time: each pair 0.5 s after the one before.
         assert result.starts == pytest.approx([j // 2 * 0.5 + j % 2 * 0.002
@@ -503,16 +504,11 @@ def test_scores_tied_by_a_large_rarity_weight_are_settled_as_the_core_settles_th
     # rarity_weight 1e12: scores near 1e12 round to 1.2e-4 points, 7.6e-6 s of waiting. At
     # t=100 job 2 (priority 1, key 3e-6 s lower) and job 1 (priority 0) score alike; the core
     # starts the older, job 1, though the keys are 3,000 times further apart than 1e-9 of one.
-    (tmp_path / "w.toml").write_text('[scoring]\nrarity_weight = 1e12\n\n'
-                                     '[[worker]]\nname = "pdf"\ntypes = ["pdf"]\n'
-                                     'command = ["x"]\n')
-    path = tmp_path / "t.jsonl"
-    path.write_text('{"at": 0, "type": "pdf", "duration": 100}\n'
-                    '{"at": 1, "type": "pdf", "duration": 1}\n'
-                    '{"at": 64.999997, "type": "pdf", "duration": 1, "priority": 1}\n')
-    config = load_config(tmp_path / "w.toml")
-    trace = traces.read_trace(path, sim.type_ids_of(config))
-    slots = sim.slot_layout(config, sim.type_ids_of(config))
+    config, trace, slots = pdf_group_case(
+        tmp_path, "rarity_weight = 1e12",
+        '{"at": 0, "type": "pdf", "duration": 100}\n'
+        '{"at": 1, "type": "pdf", "duration": 1}\n'
+        '{"at": 64.999997, "type": "pdf", "duration": 1, "priority": 1}\n')
     for tick in (0.0, 3.0):
         result = sim.simulate(trace, slots, config.scoring, "fairsched", tick)
         assert result.starts == reference_starts(trace, slots, config.scoring, tick), tick
