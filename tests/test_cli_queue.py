@@ -464,6 +464,28 @@ def test_queue_commands_beside_a_supervisor_on_an_external_database_refuse(super
     assert submitted.returncode == 0, submitted.stderr
 
 
+def test_queue_commands_after_a_supervisor_on_an_external_database_stopped_refuse(
+        supervisors, db, monkeypatch):
+    # Run without the URL while the supervisor is down (restarting, say), a command would
+    # start an empty embedded database in its state_dir and queue there, for no one.
+    sup = supervisors('[[worker]]\nname = "pdf"\ntypes = ["pdf"]\n'
+                      'handler = "sup_handlers:echo"\n').start()
+    assert sup.cli("stop").returncode == 0
+    state = sup.dir / "state"
+    for command in (["submit", "pdf"], ["jobs"]):
+        line = one_line_error(fairsched(*command, "--config", str(sup.config), url=None), 2)
+        assert line == (f"fairsched: the supervisor on {state} used an external database when "
+                        "it last ran; give this command its URL with FAIRSCHED_DATABASE_URL or "
+                        f"`[supervisor] database` in {sup.config} (or remove "
+                        f"{state / 'external-database'} to start an embedded database there)")
+    assert not (state / "pg").exists()
+    monkeypatch.delenv("FAIRSCHED_DATABASE_URL", raising=False)
+    with pytest.raises(OtherDatabase, match="used an external database when it last ran"):
+        Queue.open(sup.config)  # the Python API alike
+    assert jobs_in(db) == 0
+    assert fairsched("submit", "pdf", "--config", str(sup.config), url=db).returncode == 0
+
+
 def test_the_readmes_python_example_runs_as_written(db):
     root = Path(__file__).resolve().parent.parent
     readme = (root / "README.md").read_text()

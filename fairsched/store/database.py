@@ -84,6 +84,23 @@ def chosen_url(url: str | None, config_file: str | os.PathLike | None = None) ->
     return chosen
 
 
+# Left in state_dir by a supervisor that uses an external database, removed by one that uses
+# the embedded server: a queue command run there without the URL while no supervisor is up
+# would otherwise start an empty embedded database that no supervisor reads.
+EXTERNAL_MARK = "external-database"
+
+
+def note_database_kind(state_dir: Path, external: bool) -> None:
+    """Record in state_dir whether the supervisor on it uses an external database."""
+    mark = Path(state_dir) / EXTERNAL_MARK
+    with contextlib.suppress(OSError):  # a queue command then goes unwarned, nothing worse
+        if external:
+            mark.write_text("the supervisor on this state_dir uses an external database "
+                            f"({ENV_URL} or [supervisor] database)\n")
+        else:
+            mark.unlink(missing_ok=True)
+
+
 def open_database(state_dir: Path, url: str | None,
                   config_file: str | os.PathLike | None = None) -> Database:
     """FAIRSCHED_DATABASE_URL, else `url` (the `database` setting of `config_file`), else the

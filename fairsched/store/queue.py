@@ -17,7 +17,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from fairsched.store.database import Database, chosen_url, open_database
+from fairsched.store.database import EXTERNAL_MARK, Database, chosen_url, open_database
 from fairsched.store.errors import (
     DatabaseUnavailable,
     JobNotFound,
@@ -299,9 +299,10 @@ class Queue:
 
 def refuse_beside_an_external_supervisor(state_dir: Path,
                                          config_file: str | os.PathLike | None) -> None:
-    """OtherDatabase when a supervisor runs on `state_dir` with an external database: the
-    embedded one a queue would open there (starting it, or one left from an earlier setup)
-    is read by no supervisor. Asks the supervisor (one round trip when one runs)."""
+    """OtherDatabase when a supervisor runs on `state_dir` with an external database, or
+    none runs and the last one there used one (it left EXTERNAL_MARK): the embedded one a
+    queue would open there (starting it, or one left from an earlier setup) is read by no
+    supervisor. Asks the supervisor (one round trip when one runs)."""
     from fairsched.config import control_socket_in
     from fairsched.control_client import (
         STARTING_WITHIN,
@@ -312,6 +313,7 @@ def refuse_beside_an_external_supervisor(state_dir: Path,
     )
 
     socket_path = control_socket_in(state_dir)
+    where = f"`[supervisor] database` in {config_file}" if config_file else "Queue.open's url"
     deadline = time.monotonic() + STARTING_WITHIN
     while True:
         try:
@@ -320,13 +322,21 @@ def refuse_beside_an_external_supervisor(state_dir: Path,
             ps = None
         kind = ps.get("database") if isinstance(ps, dict) else None
         if kind == "external":
-            where = f"`[supervisor] database` in {config_file}" if config_file else "Queue.open's url"
             raise OtherDatabase(
                 f"the supervisor (pid {ps.get('pid', '?')}) on {state_dir} uses an external "
                 f"database; give this command its URL with FAIRSCHED_DATABASE_URL or {where}")
-        if kind == "embedded" or (Path(state_dir) / "pg").exists():
+        if kind == "embedded":
+            return  # the embedded database here is the supervisor's
+        mark = Path(state_dir) / EXTERNAL_MARK
+        external = mark.exists()  # the last supervisor here used an external database
+        if not external and (Path(state_dir) / "pg").exists():
             return  # the embedded database here is the supervisor's (or there is none)
         pid = lock_holder(socket_path.parent)
+        if pid is None and external:
+            raise OtherDatabase(
+                f"the supervisor on {state_dir} used an external database when it last ran; "
+                f"give this command its URL with FAIRSCHED_DATABASE_URL or {where} (or remove "
+                f"{mark} to start an embedded database there)")
         if pid is None:  # no supervisor: the embedded database is this state_dir's
             return
         if time.monotonic() >= deadline:

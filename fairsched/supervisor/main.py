@@ -32,12 +32,13 @@ def run_supervisor(config: Config) -> int:
     # about 100 ms, as long as a typical handler's imports).
     import psycopg
 
-    from fairsched.store.database import chosen_url
+    from fairsched.store.database import chosen_url, note_database_kind
     from fairsched.store.errors import StoreError
     from fairsched.supervisor.actor import Supervisor
 
     # A URL that is not one: exit 2, no worker started.
-    chosen_url(config.supervisor.database, config.path)
+    url = chosen_url(config.supervisor.database, config.path)
+    note_database_kind(config.supervisor.state_dir, external=bool(url))
 
     sup = None
 
