@@ -1,11 +1,12 @@
 """Example handlers for examples/workers.toml: PDF, Excel and a versatile office worker.
 
-Each takes a payload {"path": ...} (relative paths start from this folder, the workers'
-working directory; `examples/make_samples.py` writes some into samples/). Without a path a
-handler reports what it would do, so the quickstart works before any sample file exists. A
-file that is missing or unreadable fails the job for good: retrying cannot help. The PDF
-handler also takes "pace": seconds to spend on each page, as a slow renderer (OCR, say)
-would, to watch a job's progress in `fairsched ps` and cancel it there.
+The PDF and Excel handlers take a payload {"path": ...} (relative paths start from this
+folder, the workers' working directory; `examples/make_samples.py` writes some into samples/),
+the index handler {"text": ...}, the words to index. Without a path a handler reports what
+it would do, so the quickstart works before any sample file exists. A file that is missing or
+unreadable fails the job for good: retrying cannot help. The PDF handler also takes "pace":
+seconds to spend on each page, as a slow renderer (OCR, say) would, to watch a job's progress
+in `fairsched ps` and cancel it there.
 """
 
 import os
