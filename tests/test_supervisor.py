@@ -497,6 +497,19 @@ def test_a_result_for_another_job_than_its_slot_runs_kills_the_worker(supervisor
                  == "free", what="odd back")
 
 
+def test_a_job_id_sent_back_as_a_string_is_named_as_the_cause(supervisors):
+    # Queued jobs have numeric ids; the string "17" for 17 is a worker's usual mistake, and
+    # the warning for its progress says so as the error for its result does.
+    sup = misbehaving(supervisors, "odd", "texted", "max_attempts = 1").start()
+    job_id = int(sup.cli("submit", "odd").stdout)
+    hint = "(a job id goes back exactly as it came: a number as a number, a string as a string)"
+    sup.wait_output(re.escape(f"worker odd-1 sent progress for job '{job_id}' on slot 0, which "
+                              f"runs job {job_id} {hint}; ignored"))
+    sup.wait_output(re.escape(f"sent a bad frame: result for job '{job_id}' on slot 0, which "
+                              f"runs job {job_id} {hint}"))
+    assert "which is not running there" not in sup.output()
+
+
 def test_a_worker_that_stops_a_job_unasked_and_runs_on_is_stopped(supervisors):
     # Stopping a job unasked is how a worker told to stop by someone else (a SIGTERM) leaves:
     # its slots take no more work. One that then stays holds its place with no work, unless

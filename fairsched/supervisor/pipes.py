@@ -190,13 +190,14 @@ class WorkerPipes:
         for another job than the one running there means the worker is out of step (the job
         would keep its slot forever): a protocol error."""
         kind, job_id, slot = msg["t"], msg["job_id"], msg["slot"]
-        if rj is None or kind == "progress":
-            log.warning("worker %s sent %s for job %r on slot %s, which is not running there; "
-                        "ignored", proc.name, kind, job_id, slot)
-            return
         hint = ""
-        if str(job_id) == str(rj.job_id):
+        if rj is not None and str(job_id) == str(rj.job_id):
             hint = " (a job id goes back exactly as it came: a number as a number, a string as a string)"
+        if rj is None or kind == "progress":
+            running = "which is not running there" if rj is None else f"which runs job {rj.job_id!r}"
+            log.warning("worker %s sent %s for job %r on slot %s, %s%s; ignored", proc.name,
+                        kind, job_id, slot, running, hint)
+            return
         raise ProtocolError(f"{kind} for job {job_id!r} on slot {slot}, which runs job "
                             f"{rj.job_id!r}{hint}")
 

@@ -3,7 +3,8 @@
 `refuse` (refuses every job it is given, exits 0 when told to stop) or `deaf` (starts a
 `sleep` for its first job, writes "<its pid> <the sleep's pid>" to the job's payload["pids"],
 and never reads its pipe again), `fatal` (says it cannot start, exits 78), `stranger` (answers
-its first job with a result for another job), `scribble` (reports progress with fields of the
+its first job with a result for another job), `texted` (answers its first job with a progress and
+a result that give its id as a string), `scribble` (reports progress with fields of the
 wrong type or range, then succeeds), `cut` (writes half a frame and exits), `early` (says why on
 stderr and exits 1 before its hello), `future` (says hello in protocol 2), `odd` (announces one slot
 fewer than configured and a type more, then runs as `picky`) or `picky` (refuses the
@@ -118,6 +119,9 @@ run = json.loads(first[4:4 + struct.unpack(">I", first[:4])[0]])
 slot, job_id = run["slot"], run["job"]["id"]
 if mode == "stranger":
     send({"t": "result", "slot": slot, "job_id": f"not-{job_id}", "result": None})
+elif mode == "texted":
+    send({"t": "progress", "slot": slot, "job_id": str(job_id), "fraction": 0.5})
+    send({"t": "result", "slot": slot, "job_id": str(job_id), "result": None})
 elif mode == "scribble":
     send({"t": "progress", "slot": slot, "job_id": job_id, "fraction": "half", "message": 5})
     send({"t": "progress", "slot": slot, "job_id": job_id, "fraction": 1.0000001})
