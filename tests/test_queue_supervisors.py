@@ -1437,3 +1437,28 @@ max_attempts = 1
     with psycopg.connect(db) as conn:
         runs = dict(conn.execute("SELECT id, claims FROM fairsched_jobs").fetchall())
     assert all(runs[job] <= 1 + retried[job] for job in ids), (runs, retried)
+
+
+def test_an_idle_supervisor_frozen_past_its_lease_says_no_job_was_lost(supervisors, db):
+    # Its row was rescued, but nothing of the queue ran there: no results go unrecorded.
+    settings = "lease = 2\nheartbeat_interval = 0.5\n"
+    frozen = supervisors(SPAN, supervisor=settings).start()
+    other = supervisors(SPAN, supervisor=settings).start()
+    frozen_id = frozen.ps()["supervisor"]["id"]
+    frozen.signal(signal.SIGSTOP)
+    try:
+        def registered() -> set:
+            with psycopg.connect(db) as conn:
+                return {r[0] for r in conn.execute("SELECT id FROM fairsched_supervisors")}
+
+        wait_until(lambda: frozen_id not in registered(), timeout=30,
+                   what="the frozen supervisor's row rescued")
+    finally:
+        frozen.signal(signal.SIGCONT)
+    wait_until(lambda: "lease had expired" in frozen.output(), timeout=15,
+               what=lambda: f"the frozen one finding out\n{frozen.output()[-2000:]}")
+    out = frozen.output()
+    assert ("this supervisor's lease had expired while no job of the queue ran here: "
+            "registered again") in out, out
+    assert "their results here will not be recorded" not in out, out
+    assert other.proc.poll() is None

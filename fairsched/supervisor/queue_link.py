@@ -524,7 +524,12 @@ class QueueLink:
             self._lease_expired()
             raise
         lost = {rj.job_id for rj in running if (rj.job_id, rj.claim) not in mine}
-        if running and not lost:
+        if not running:
+            log.warning("this supervisor's lease had expired while no job of the queue ran "
+                        "here: registered again")
+            self.sup.lease.expired(lost)  # a claim under way may have won rows: fenced too
+            return
+        if not lost:
             log.warning("this supervisor's row in fairsched_supervisors was gone, but none of "
                         "its running jobs had been taken over: registered again, they run on")
             return
