@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import struct
+import sys
 from collections.abc import Collection
 
 PROTOCOL_VERSION = 1
@@ -89,6 +91,8 @@ def encode_run(incarnation: str, slot: int, job_id: int | str, job_type: str, pr
     on its way through the supervisor."""
     if len(payload_json) > 2 * MAX_DEPTH and json_depth(payload_json) > MAX_DEPTH:
         raise ProtocolError(f"payload nests deeper than {MAX_DEPTH} levels")
+    if _INT_DIGITS and len(payload_json) > _INT_DIGITS:
+        _check_integers(payload_json)
     # Written out rather than encoded from a dict: one is sent for every job, and this takes
     # a third of the time. The strings that repeat (a worker's incarnation, the job types)
     # are encoded once.
@@ -98,6 +102,30 @@ def encode_run(incarnation: str, slot: int, job_id: int | str, job_type: str, pr
                   f'"priority":{priority:d},"attempt":{attempt:d},'
                   f'"on_demand":{"true" if on_demand else "false"},'
                   f'"payload":{payload_json}}}}}'.encode())
+
+
+# Digits of an integer a Python worker's JSON decoder reads (int()'s limit, 4300 unless
+# PYTHONINTMAXSTRDIGITS says otherwise; 0 for no limit). jsonb keeps numbers of any length
+# and prints them out in full: '1e5000', stored by hand, reaches a worker as 5001 digits.
+_INT_DIGITS = sys.get_int_max_str_digits()
+# Every digit as "0": a run of more digits than that is then a plain substring search away
+# (a regular expression for it takes a scan per digit, 30 times as long).
+_DIGITS_AS_ZERO = str.maketrans("0123456789", "0" * 10)
+_LONG_DIGITS = "0" * (_INT_DIGITS + 1)
+_STRING_OR_NUMBER = re.compile(r'"(?:[^"\\]|\\.)*"|-?([0-9]+)([.eE][-+.eE0-9]*)?')
+
+
+def _check_integers(payload_json: str) -> None:
+    """ProtocolError for an integer in `payload_json` too long for a worker to read. Digits
+    in a string are no number, and a number with a fraction or an exponent is read by
+    float(), which takes any length."""
+    if _LONG_DIGITS not in payload_json.translate(_DIGITS_AS_ZERO):
+        return  # the usual case: no run of digits that long anywhere
+    for match in _STRING_OR_NUMBER.finditer(payload_json):
+        digits, rest = match.groups()
+        if digits is not None and rest is None and len(digits) > _INT_DIGITS:
+            raise ProtocolError(f"payload holds a number of {len(digits)} digits, past the "
+                                f"{_INT_DIGITS} a worker's JSON decoder reads")
 
 
 @functools.lru_cache(maxsize=4096)

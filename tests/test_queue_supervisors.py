@@ -1252,6 +1252,33 @@ def test_a_payload_no_worker_could_read_fails_its_job_and_nothing_else(superviso
     assert {j["id"] for j in json.loads(listing.stdout)} == {big, deep, small}
 
 
+def test_a_payload_number_too_long_for_a_workers_decoder_fails_its_job_and_nothing_else(
+        supervisors, db, tmp_path):
+    """jsonb keeps numbers of any length and prints them out in full ('1e5000' comes back as
+    5001 digits), past what a Python worker's JSON decoder reads: such a payload, written by
+    hand, fails its job for good when claimed, and its worker lives on."""
+    log = tmp_path / "runs.log"
+    sup = supervisors(RECORD.format(processes=1, slots=1)).start()
+    pid = sup.slots("rec")[0]["pid"]
+    with psycopg.connect(db, autocommit=True) as conn:
+        (long,) = conn.execute(
+            "INSERT INTO fairsched_jobs (type, payload) VALUES ('rec', jsonb_build_object("
+            "'log', %s::text, 'n', '1e5000'::jsonb)) RETURNING id", (str(log),)).fetchone()
+        (text,) = conn.execute(  # as many digits in a string are no number: it runs
+            "INSERT INTO fairsched_jobs (type, payload) VALUES ('rec', jsonb_build_object("
+            "'log', %s::text, 'digits', repeat('7', 5000))) RETURNING id",
+            (str(log),)).fetchone()
+    wait_all_finished(db, 2, sups=[sup])
+    rows = {r[0]: r for r in job_rows(db)}
+    assert rows[long][1] == "failed" and rows[long][2] == 1
+    assert rows[long][5] == ("the payload cannot be sent to a worker: payload holds a number "
+                             "of 5001 digits, past the 4300 a worker's JSON decoder reads")
+    assert rows[text][1] == "succeeded"
+    assert recorded(log) == {text: 1}
+    assert sup.proc.poll() is None
+    assert sup.slots("rec")[0]["pid"] == pid
+
+
 def test_results_sent_just_before_a_restart_are_never_lost(supervisors, db, tmp_path):
     # Restarted workers finish the job at hand, answer and exit at once: their exits are often
     # reaped (SIGCHLD, another worker's exit reaping them too) before their last frames are
