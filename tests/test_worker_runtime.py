@@ -345,6 +345,21 @@ def test_a_handler_that_raises_once_it_saw_the_cancel_stopped_early(start, raise
     assert "job 1 (echo) stopped early on a cancel, raising " in peer.log()
 
 
+def test_a_handler_that_returns_what_json_cannot_hold_once_it_saw_the_cancel_stopped_early(
+        start):
+    # What a job that stopped early returns is not kept, so it need not be JSON: the stop
+    # counts (a shutdown hands the job back), not a permanent failure of the job.
+    peer = start(handler="worker_handlers:until_cancelled")
+    peer.hello()
+    peer.run(1, payload={"partial": True})
+    assert peer.recv()["t"] == "progress"
+    peer.cancel(1)
+    assert peer.expect("result") == {"t": "result", "slot": 0, "job_id": 1, "result": None,
+                                     "stopped": True}
+    assert ("job 1 (echo) stopped early on a cancel; what it returned is dropped (result is "
+            "not JSON-serialisable: ") in peer.log()
+
+
 def test_a_job_that_never_asks_about_the_cancel_finishes_unstopped(start):
     peer = start(handler="worker_handlers:ignores_cancel")
     peer.hello()

@@ -222,6 +222,10 @@ def _result_frame(job: Job, head: dict, value: Any) -> bytes:
         if len(data) <= 2 * MAX_DEPTH or json_depth(data[4:].decode()) <= MAX_DEPTH:
             return data
         error = f"result nests deeper than {MAX_DEPTH - 1} levels"
+    if job._stopped:  # what a job that stopped early returns is not kept: its stop counts
+        note(f"job {job.id} ({job.type}) stopped early on a cancel; what it returned is "
+             f"dropped ({error})")
+        return encode({"t": "result", **head, "result": None})
     note(f"job {job.id} ({job.type}) failed permanently: {error}")
     return encode({"t": "error", **head, "error": error, "permanent": True})
 

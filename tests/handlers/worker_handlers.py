@@ -1,5 +1,6 @@
 """Handlers for the worker runtime and template tests (run with this folder as the worker's cwd)."""
 
+import math
 import os
 import sys
 import threading
@@ -98,6 +99,8 @@ def until_cancelled(job: fairsched.Job):
             if (job.payload or {}).get("raise"):  # a handler that stops by raising
                 raise (fairsched.PermanentError if job.payload["raise"] == "permanent"
                        else RuntimeError)("stopped by the cancel")
+            if (job.payload or {}).get("partial"):  # what it has so far, which is no JSON
+                return {"cancelled": True, "mean": math.nan, "seen": {1, 2}}
             return {"cancelled": True}
         time.sleep(0.005)
     return {"cancelled": False}
