@@ -381,6 +381,30 @@ def test_progress_frames_arrive_in_order_before_the_result(start):
     assert frames[-1]["result"] == "done"
 
 
+def test_no_progress_follows_its_jobs_outcome(start):
+    # Threads a handler left running may call progress() as the job ends: what they report
+    # then goes nowhere, or the supervisor would hear of a job that no longer runs there.
+    peer = start(handler="worker_handlers:leaves_progress_threads")
+    peer.hello()
+    finished = set()
+    late = []
+    for job_id in range(1, 16):
+        peer.run(job_id)
+        while (msg := peer.recv())["t"] == "progress":
+            if msg["job_id"] in finished:
+                late.append(msg["job_id"])
+        assert msg == {"t": "result", "slot": 0, "job_id": job_id, "result": "done"}
+        finished.add(job_id)
+    peer.send({"t": "stop"})
+    while True:  # what the last job's threads report until the worker exits
+        try:
+            msg = peer.recv()
+        except EOFError:
+            break
+        late.append(msg["job_id"])
+    assert late == []
+
+
 def test_stop_cancels_running_jobs_and_exits_0_after_they_return(start):
     peer = start(handler="worker_handlers:until_cancelled", slots=2)
     peer.hello()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import errno
+import functools
 import os
 import select
 import signal
@@ -177,12 +178,22 @@ class Worker:
     def send(self, msg: dict) -> None:
         self.send_frame(encode(msg))
 
-    def send_for_job(self, msg: dict) -> None:
+    def send_for_job(self, job: Job, msg: dict) -> None:
         """What a job's progress() sends through. A process the handler forked is not the
         worker: what it reports would mix into the worker's frames, and a write lock another
-        thread held at the fork stays held in it for good, so it reports nothing."""
-        if os.getpid() == self.pid:
-            self.send_frame(encode(msg))
+        thread held at the fork stays held in it for good, so it reports nothing. Nor does a
+        thread the handler left running once the job's outcome is on its way: asked under the
+        write lock, which that outcome needs too, so no progress follows it out."""
+        if os.getpid() != self.pid:
+            return
+        data = encode(msg)
+        with self._write_lock:
+            if job._done:
+                return
+            try:
+                self.sock.sendall(data)
+            except OSError as exc:
+                self.channel_failed(exc)
 
     # -- the loop -------------------------------------------------------------------------------
 
@@ -248,8 +259,8 @@ class Worker:
                 self.send({"t": "refused", "slot": slot, "job_id": spec["id"], "reason": reason})
                 return
             job = Job(spec["id"], spec["type"], spec["payload"], spec["priority"],
-                      spec["attempt"], spec["on_demand"], slot=slot,
-                      send=self.send_for_job)
+                      spec["attempt"], spec["on_demand"], slot=slot)
+            job._send = functools.partial(self.send_for_job, job)
             self.jobs[slot] = job
             self._ready.append(job)
             call = self._call_thread()

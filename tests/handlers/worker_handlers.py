@@ -106,6 +106,20 @@ def until_cancelled(job: fairsched.Job):
     return {"cancelled": False}
 
 
+def leaves_progress_threads(job: fairsched.Job):
+    """Starts threads that report progress on and on, and returns while they still do."""
+    until = time.monotonic() + 0.2
+
+    def report():
+        while time.monotonic() < until:
+            job.progress(0.5, "still at it")
+
+    for _ in range(4):
+        threading.Thread(target=report, daemon=True).start()
+    time.sleep(0.02)
+    return "done"
+
+
 def rendezvous(job: fairsched.Job):
     """Marks itself arrived, then waits for its partner: only concurrent jobs both succeed."""
     folder = Path(job.payload["dir"])
