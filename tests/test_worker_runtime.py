@@ -130,6 +130,17 @@ def test_progress_from_a_handlers_forked_child_goes_nowhere(start):
         ("progress", "from the worker"), ("result", None)]
 
 
+def test_a_signal_to_a_handlers_forked_child_is_the_childs_not_the_workers(start):
+    # The child ends on its SIGTERM, and the worker, which did not get one, runs on.
+    peer = start(handler="worker_handlers:terminates_a_child")
+    peer.hello()
+    for job_id in (1, 2):
+        peer.run(job_id)
+        assert peer.expect("result") == {"t": "result", "slot": 0, "job_id": job_id,
+                                         "result": {"exitcode": -signal.SIGTERM,
+                                                    "cancelled": False}}
+
+
 def test_permanent_error_is_marked_permanent(start):
     peer = start(handler="worker_handlers:fail_permanently")
     peer.hello()

@@ -201,9 +201,11 @@ class Worker:
         """Say hello, then read frames until "stop" completes or the supervisor goes away."""
         wake_r, wake_w = os.pipe()
         os.set_blocking(wake_w, False)
+        own = {sig: signal.getsignal(sig) for sig in _STOP_SIGNALS}
         signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
         for sig in _STOP_SIGNALS:
             signal.signal(sig, _ignore_signal)  # the wakeup pipe carries it to the loop
+        os.register_at_fork(after_in_child=functools.partial(_forked_by_a_handler, own))
         s = self.settings
         self.send({"t": "hello", "protocol": PROTOCOL_VERSION, "pid": os.getpid(),
                    "incarnation": s.incarnation, "slots": s.slots, "types": list(s.types)})
@@ -374,6 +376,16 @@ class Worker:
 
 def _ignore_signal(signum, frame) -> None:
     pass
+
+
+def _forked_by_a_handler(own: dict) -> None:
+    """In a process a handler forked (multiprocessing's, say): the worker's way with signals
+    is not its own. A signal it gets would go down the worker's wakeup pipe (a SIGTERM to it
+    stopping the worker), and SIGTERM, left to the worker's loop, would not stop it: both as
+    before the worker set them."""
+    signal.set_wakeup_fd(-1)
+    for sig, handler in own.items():
+        signal.signal(sig, signal.SIG_DFL if handler is None else handler)
 
 
 def _die_with_parent() -> None:

@@ -180,6 +180,19 @@ def forks_and_reports(job: fairsched.Job):
     return "done"
 
 
+def terminates_a_child(job: fairsched.Job):
+    """Starts a child process the way multiprocessing does on Linux (a fork), stops it with
+    Process.terminate() (a SIGTERM), and says how it ended."""
+    import multiprocessing
+
+    child = multiprocessing.get_context("fork").Process(target=time.sleep, args=(WAIT,))
+    child.start()
+    time.sleep(0.05)
+    child.terminate()
+    child.join(WAIT / 2)
+    return {"exitcode": child.exitcode, "cancelled": job.cancelled()}
+
+
 def generator(job: fairsched.Job):
     yield job.id
 
