@@ -98,10 +98,11 @@ def test_handler_exception_is_a_retryable_error_with_traceback_in_the_log(start)
                      r"attempt 3:$", log, re.M), log
 
 
-def test_a_log_that_cannot_be_written_does_not_hide_the_jobs_error(start):
+@pytest.mark.parametrize("payload", [{"close_stderr": True}, {"write_only_stderr": True}])
+def test_a_log_that_cannot_be_written_does_not_hide_the_jobs_error(start, payload):
     peer = start(handler="worker_handlers:fail")
     peer.hello()
-    peer.run(1, payload={"close_stderr": True})
+    peer.run(1, payload=payload)
     assert peer.expect("error")["error"] == "RuntimeError: boom on attempt 1"
 
 

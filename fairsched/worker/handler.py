@@ -162,8 +162,8 @@ def note(line: str) -> None:
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}Z"
     try:
         print(f"{stamp} {line}", file=sys.stderr, flush=True)
-    except (OSError, ValueError):  # a full disk, a handler that closed stderr: the line is lost,
-        pass                       # not the job's outcome
+    except Exception:  # a full disk, a handler that closed stderr or put in its place what
+        pass           # cannot flush: the line is lost, not the job's outcome
 
 
 # -- one job: call the handler, and the frame that says how it went -----------------------------
@@ -234,5 +234,5 @@ def note_traceback() -> None:
     """The traceback of the exception being handled, to the log, as note() writes lines."""
     try:
         traceback.print_exc()
-    except (OSError, ValueError):
+    except Exception:  # as in note()
         pass

@@ -36,9 +36,18 @@ def environment(job: fairsched.Job):
             "stdin_is_devnull": (stdin.st_dev, stdin.st_ino) == (devnull.st_dev, devnull.st_ino)}
 
 
+class _WriteOnly:
+    """What a handler may put in sys.stderr's place (to send it to its logger, say)."""
+
+    def write(self, text):
+        return len(text)
+
+
 def fail(job: fairsched.Job):
     if (job.payload or {}).get("close_stderr"):  # the log cannot be written any more
         sys.stderr.close()
+    if (job.payload or {}).get("write_only_stderr"):  # no flush(), no fileno()
+        sys.stderr = _WriteOnly()
     raise RuntimeError(f"boom on attempt {job.attempt}")
 
 
