@@ -265,6 +265,16 @@ def test_signal_dispositions_set_at_import_hold_in_every_worker(templates, how):
     assert "most recent call first" in peer.log()  # faulthandler's dump, in the worker's log
 
 
+def test_a_handler_that_replaces_stdout_and_stderr_at_import_still_gets_forked_workers(
+        templates):
+    template, spec = templates.start(handler="streams_on_import:handle")
+    peer = templates.spawn(template, spec)
+    peer.hello()
+    peer.run(1)
+    assert peer.expect("result")["result"] == {"pid": peer.pid, "imported_in": template.pid}
+    assert "job 1 ran" in peer.log()
+    assert "spawn failed" not in (Path(spec.log_path).parent / "w.template.log").read_text()
+
 def test_a_handler_that_ignores_sigchld_at_import_still_gets_forked_workers(templates):
     """SIGCHLD ignored by the handler's import: the template's children reap themselves, and
     its spawns go on all the same."""

@@ -111,7 +111,10 @@ def fork_worker(request: dict, fds: list[int], handler: Handler, ctrl: socket.so
         raise ValueError("a spawn request is a JSON object with 'cwd' and 'env'")
     read_end, write_end = os.pipe()
     for stream in (sys.stdout, sys.stderr):  # or the children would write our buffers again
-        stream.flush()
+        try:
+            stream.flush()
+        except Exception:  # the handler's import put in its place what cannot flush (or
+            pass           # closed it): nothing of ours is buffered there
     gc.freeze()  # see the module's docstring; the worker turns collection back on
     intermediate = os.fork()
     if intermediate == 0:
