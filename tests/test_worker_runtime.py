@@ -142,6 +142,20 @@ def test_a_signal_to_a_handlers_forked_child_is_the_childs_not_the_workers(start
                                                     "cancelled": False}}
 
 
+@pytest.mark.parametrize(("payload", "error", "permanent"), [
+    ("permanent", "PermanentError: this input can never work", True),
+    ("transient", "ConnectionError: this input can never work", False),
+])
+def test_a_permanent_error_raised_in_a_task_group_is_permanent(start, payload, error, permanent):
+    # asyncio's TaskGroup raises an ExceptionGroup of its tasks' failures: one that holds a
+    # PermanentError would meet it again on a retry, and its message says what failed.
+    peer = start(handler="worker_handlers:fails_in_a_task_group")
+    peer.hello()
+    peer.run(1, payload=payload)
+    assert peer.expect("error") == {
+        "t": "error", "slot": 0, "job_id": 1, "permanent": permanent,
+        "error": f"ExceptionGroup: unhandled errors in a TaskGroup (1 sub-exception) [{error}]"}
+
 def test_permanent_error_is_marked_permanent(start):
     peer = start(handler="worker_handlers:fail_permanently")
     peer.hello()

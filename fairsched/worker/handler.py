@@ -151,7 +151,10 @@ def describe_exception(exc: BaseException) -> str:
     except BaseException:  # a __str__ that raises, even SystemExit: the type is still news
         text = ""
     name = type(exc).__name__
-    return (f"{name}: {text}" if text else name)[:MAX_ERROR]
+    text = f"{name}: {text}" if text else name
+    if isinstance(exc, BaseExceptionGroup):  # what went wrong is in its exceptions
+        text += " [" + "; ".join(describe_exception(sub) for sub in exc.exceptions) + "]"
+    return text[:MAX_ERROR]
 
 
 def note(line: str) -> None:
@@ -194,10 +197,14 @@ def _answer(handler: Handler, job: Job) -> bytes:
     except BaseException as exc:  # SystemExit too: a handler must not end the worker
         if job._stopped:
             return _stopped_by_raising(job, head, exc)
-        note(f"job {job.id} ({job.type}) failed, attempt {job.attempt}:")
+        # A group (as asyncio's TaskGroup raises) holding a PermanentError would meet it again.
+        permanent = (isinstance(exc, BaseExceptionGroup)
+                     and exc.subgroup(PermanentError) is not None)
+        note(f"job {job.id} ({job.type}) failed{' permanently' if permanent else ''}, "
+             f"attempt {job.attempt}:")
         note_traceback()
         return encode({"t": "error", **head, "error": describe_exception(exc),
-                       "permanent": False})
+                       "permanent": permanent})
     return _result_frame(job, head, value)
 
 

@@ -169,6 +169,19 @@ async def async_echo(job: fairsched.Job):
     return {"payload": job.payload, "awaited": True}
 
 
+async def fails_in_a_task_group(job: fairsched.Job):
+    """One task of a TaskGroup fails (for good, with payload "permanent"), the other is
+    cancelled: the group raises an ExceptionGroup holding the failure."""
+    import asyncio
+
+    async def check():
+        raise (fairsched.PermanentError if job.payload == "permanent"
+               else ConnectionError)("this input can never work")
+
+    async with asyncio.TaskGroup() as group:
+        group.create_task(check())
+        group.create_task(asyncio.sleep(WAIT))
+
 def forks(job: fairsched.Job):
     """Forks, and both processes return from the handler: only the worker may answer."""
     pid = os.fork()
