@@ -1386,6 +1386,34 @@ processes = 2
                      r"thread_on_import:handle started 1 thread\(s\)", sup.output()), sup.output()
 
 
+def test_a_handler_that_imports_in_its_workers_but_not_in_its_template_is_said_once(
+        supervisors):
+    # FAIRSCHED_WORKER is set per worker, not in the template: an import that reads it fails
+    # there and works in workers started cold, which the operator learns from one warning.
+    sup = supervisors("""
+[[worker]]
+name = "named"
+types = ["named"]
+handler = "named_at_import:handle"
+processes = 2
+""")
+    (sup.dir / "named_at_import.py").write_text(
+        "import os\nNAME = os.environ['FAIRSCHED_WORKER']\n\n"
+        "def handle(job):\n    return [NAME, os.getpid()]\n")
+    sup.start()
+    for _ in range(4):
+        result = sup.cli("submit", "named", "--on-demand", timeout=30)
+        assert result.returncode == 0, result.stderr
+        name, pid = json.loads(result.stdout)
+        assert {"worker": name, "pid": pid} in [{"worker": s["worker"], "pid": s["pid"]}
+                                                for s in sup.slots()]
+    warnings = re.findall(r"WARNING +fairsched.supervisor: (.*)", sup.output())
+    assert warnings == [
+        "template for named could not start: cannot import handler 'named_at_import:handle': "
+        "KeyError: 'FAIRSCHED_WORKER'; its workers import it all the same (reading at import a "
+        "variable set per worker, such as FAIRSCHED_WORKER?), so they start cold, each "
+        "importing it"], sup.output()
+
 def test_ps_shows_any_progress_message_on_its_own_row(supervisors):
     # Text from a handler (a file name with a broken surrogate, a line break, an escape
     # sequence) must neither break the table nor the terminal.

@@ -72,6 +72,9 @@ class Supervisor(Scheduling, WorkerLifecycle, TemplateLifecycle, WorkerPipes, Jo
         self.template_pids: dict[int, str] = {}
         self.warming: dict[str, Template] = {}  # templates still importing their handler
         self.template_losses: dict[str, list[float]] = {}  # monotonic times, by group
+        # Groups whose template could not import the handler: why, said when one of their
+        # workers, importing it itself, is ready after all (else that worker says what failed).
+        self.import_failed: dict[str, str] = {}
         self.template_timers: dict[str, asyncio.TimerHandle] = {}  # replacements due
         self.pending_spawns: dict[str, collections.deque] = {}
         self.early_exits: dict[int, int] = {}

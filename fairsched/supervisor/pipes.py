@@ -264,4 +264,9 @@ class WorkerPipes:
                  "" if slots == 1 else "s", ",".join(types),
                  extra=fields(event="worker_ready", worker=proc.name, group=proc.group,
                               pid=proc.pid, slots=slots, types=list(types)))
+        why = self.import_failed.pop(proc.group, None)
+        if why is not None:  # a worker imported what its template could not: that one differs
+            log.warning("%s; its workers import it all the same (reading at import a variable "
+                        "set per worker, such as FAIRSCHED_WORKER?), so they start cold, each "
+                        "importing it", why)
         self.schedule()

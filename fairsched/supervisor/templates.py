@@ -130,6 +130,7 @@ class TemplateLifecycle:
             ready = False
         except OSError as exc:  # the cold path reports the real problem
             log.debug("no template for %s: %s", template.group, exc)
+            self.import_failed[template.group] = str(exc)
             ready = False
         finally:
             self.loop.remove_reader(template.fd)
@@ -140,6 +141,7 @@ class TemplateLifecycle:
         if not ready or self.shutting_down:
             template.close()
         else:
+            self.import_failed.pop(template.group, None)
             self.templates[template.group] = template
             self.pending_spawns[template.group] = collections.deque()
             self.loop.add_reader(template.fileno(), self._on_template_reply, template)
