@@ -277,15 +277,15 @@ def load_config(path: str | os.PathLike) -> Config:
     if len(socket_path) > MAX_SOCKET_PATH:
         sup.fail("state_dir", f"is too deep for the control socket: {state_dir}/control/sock is "
                               f"{len(socket_path)} bytes, Unix sockets take {MAX_SOCKET_PATH}")
-    if supervisor.metrics is not None and metrics_address(supervisor.metrics) is None:
-        sup.fail("metrics", f"must look like 'host:port' or '[ipv6]:port' (port 0 to 65535), "
-                            f"got {supervisor.metrics!r}")
     if supervisor.metrics is not None:
-        host = metrics_address(supervisor.metrics)[0]
+        address = metrics_address(supervisor.metrics)
+        if address is None:
+            sup.fail("metrics", f"must look like 'host:port' or '[ipv6]:port' (port 0 to "
+                                f"65535), got {supervisor.metrics!r}")
         try:
             # What the socket module does to a name before resolving it: an unencodable one
             # would fail there as a TypeError, not as a name that does not resolve.
-            host.encode("idna")
+            address[0].encode("idna")
         except UnicodeError:
             sup.fail("metrics", f"has a host that is no host name (a label empty or over 63 "
                                 f"characters), got {supervisor.metrics!r}")

@@ -426,9 +426,7 @@ class WorkerLifecycle:
 
     def _still_leaving(self, proc: WorkerProcess, generation: int) -> None:
         if proc.generation != generation or proc.state is not ProcessState.RUNNING:
-            return  # it left, or was stopped or restarted meanwhile
-        if any(rj.proc is proc for rj in self.running.values()):
-            return
+            return  # it left, or was stopped or restarted meanwhile (its slots take no work)
         log.warning("worker %s stopped its jobs as if told to stop, but still runs %g s "
                     "after the last one; stopping it", proc.name, STOP_GRACE)
         self.stop_worker(proc)

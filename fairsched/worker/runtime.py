@@ -154,8 +154,12 @@ class Worker:
 
     # -- output ---------------------------------------------------------------------------------
 
-    def send_frame(self, data: bytes) -> None:
+    def send_frame(self, data: bytes, job: Job | None = None) -> None:
+        """Write a frame under the write lock; with `job`, only while its outcome is not on
+        its way (a progress from a thread the handler left running must not follow it)."""
         with self._write_lock:
+            if job is not None and job._done:
+                return
             try:
                 self.sock.sendall(data)
             except OSError as exc:
@@ -184,16 +188,8 @@ class Worker:
         thread held at the fork stays held in it for good, so it reports nothing. Nor does a
         thread the handler left running once the job's outcome is on its way: asked under the
         write lock, which that outcome needs too, so no progress follows it out."""
-        if os.getpid() != self.pid:
-            return
-        data = encode(msg)
-        with self._write_lock:
-            if job._done:
-                return
-            try:
-                self.sock.sendall(data)
-            except OSError as exc:
-                self.channel_failed(exc)
+        if os.getpid() == self.pid:
+            self.send_frame(encode(msg), job)
 
     # -- the loop -------------------------------------------------------------------------------
 
