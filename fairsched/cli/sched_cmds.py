@@ -53,10 +53,7 @@ def explain(config_path, job_id, as_json, plot_path):
     from fairsched.sched import explain as ex
 
     job_id = parse_job_id(job_id) if job_id is not None else None
-    if plot_path:  # before the database is asked: the plot is what was wanted
-        from fairsched.sched import plots
-
-        plots.require()
+    plots = _plots_for(plot_path)  # before the database is asked: the plot is what was wanted
     path = resolve_config_path(config_path)
     implicit = config_path is None and not os.environ.get("FAIRSCHED_CONFIG")
     if implicit and not Path(DEFAULT_CONFIG).exists() and job_id is None:
@@ -67,10 +64,8 @@ def explain(config_path, job_id, as_json, plot_path):
         if "scoring" not in tomllib.loads(config.path.read_text(encoding="utf-8")):
             source = f"defaults: {config.path} has no [scoring]"
     job = ex.explain_job(config, job_id) if job_id is not None else None
-    if plot_path:
-        from fairsched.sched.plots import plot_score_lines
-
-        plot_score_lines(weights, plot_path)
+    if plots:
+        plots.plot_score_lines(weights, plot_path)
     if as_json:
         w = weights
         out = {
@@ -127,23 +122,29 @@ def simulate(trace_path, policies, config_path, tick, as_json, plot_path):
         raise click.BadParameter(f"must be 0 or a number of seconds from {traces.MIN_TICK:g} to "
                                  f"{traces.MAX_SECONDS:g}", param_hint="--tick")
     policies = list(dict.fromkeys(policies)) or list(sim.DEFAULT_POLICIES)
-    if plot_path:  # before a replay that may take a while, only to find it cannot be drawn
-        from fairsched.sched import plots
-
-        plots.require()
+    plots = _plots_for(plot_path)  # before a replay that may take a while, not after it
     config = load_config(resolve_config_path(config_path))
     type_ids = sim.type_ids_of(config)
     trace = traces.read_trace(trace_path, type_ids)
     slots = sim.slot_layout(config, type_ids)
     results = [sim.simulate(trace, slots, config.scoring, name, tick, config.matching)
                for name in policies]
-    if plot_path:
-        from fairsched.sched.plots import plot_waits
-
-        plot_waits(trace, results, plot_path)
+    if plots:
+        plots.plot_waits(trace, results, plot_path)
     if as_json:
         click.echo(json.dumps(_finite(report.report_json(trace, len(slots), results)), indent=2))
     else:
         click.echo(report.report_table(trace, len(slots), results))
         if plot_path:
             click.echo(f"waits drawn to {plot_path}")
+
+
+def _plots_for(plot_path):
+    """The plots module when a plot is asked for, checked first to be able to draw (matplotlib
+    installed): a missing extra is said before any work is done. None otherwise."""
+    if not plot_path:
+        return None
+    from fairsched.sched import plots
+
+    plots.require()
+    return plots
