@@ -24,6 +24,9 @@ MAX_WEIGHT = 1e12  # points: larger weights add nothing but float trouble
 # Seconds of lease: a quarter of it is each database connection's statement_timeout, which
 # PostgreSQL takes up to 2^31 - 1 ms; a third its TCP keepalive idle time, up to 32767 s.
 MAX_LEASE = 86400
+# Seconds: the shortest heartbeat_interval and poll_interval. Shorter, a supervisor spends its
+# time on heartbeats or fetches (a database round trip each) and gains nothing for it.
+MIN_INTERVAL = 0.1
 MAX_LEVEL_SECONDS = 1e12  # priority_weight / age_weight: the wait one priority level is worth
 NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.]*")
 TYPE_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:/-]*")
@@ -266,8 +269,9 @@ def load_config(path: str | os.PathLike) -> Config:
         shutdown_timeout=sup.get("shutdown_timeout", "number", 10.0, minimum=0),
         database=sup.get("database", "str"),
         lease=lease,
-        heartbeat_interval=sup.get("heartbeat_interval", "number", min(3.0, lease / 3), above=0),
-        poll_interval=sup.get("poll_interval", "number", 5.0, above=0),
+        heartbeat_interval=sup.get("heartbeat_interval", "number", min(3.0, lease / 3),
+                                   minimum=MIN_INTERVAL),
+        poll_interval=sup.get("poll_interval", "number", 5.0, minimum=MIN_INTERVAL),
         metrics=sup.get("metrics", "str"),
     )
     if supervisor.heartbeat_interval > lease / 3:

@@ -101,6 +101,12 @@ BAD = [
      "key 'heartbeat_interval' must be at most a third of lease (6 s)"),
     ("attempts past the column", GOOD.replace("timeout = 5", "timeout = 5\nmax_attempts = 2147483648"),
      "key 'max_attempts' must be <= 2147483647, got 2147483648"),
+    ("heartbeat so frequent it spins",
+     GOOD.replace("shutdown_timeout = 3", "shutdown_timeout = 3\nheartbeat_interval = 0.000001"),
+     "[supervisor] key 'heartbeat_interval' must be >= 0.1, got 1e-06"),
+    ("poll so frequent it spins",
+     GOOD.replace("shutdown_timeout = 3", "shutdown_timeout = 3\npoll_interval = 0.000001"),
+     "[supervisor] key 'poll_interval' must be >= 0.1, got 1e-06"),
     ("lease too short to renew", GOOD.replace("shutdown_timeout = 3", "shutdown_timeout = 3\nlease = 1e-9"),
      "[supervisor] key 'lease' must be >= 1, got 1e-09"),
     # Its statement_timeout (a quarter) past PostgreSQL's range, TCP keepalives (a third) past
