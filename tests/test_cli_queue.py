@@ -6,9 +6,11 @@ import contextlib
 import json
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -32,6 +34,7 @@ max_attempts = 4
 # Stands in for a running supervisor: keeps the embedded database open until told to stop.
 HOLDER_SCRIPT = """
 import sys
+import tempfile
 from fairsched.config import load_config
 from fairsched.store.database import open_database
 settings = load_config(sys.argv[1]).supervisor
@@ -499,3 +502,63 @@ def test_the_readmes_python_example_runs_as_written(db):
         rows = conn.execute("SELECT type, priority FROM fairsched_jobs ORDER BY id").fetchall()
     assert rows == [("pdf", 5), ("excel", 0), ("excel", 0)]
 
+
+
+FROZEN_COMMANDS = [["submit", "pdf"], ["jobs"], ["retry", "1"], ["cancel", "1"],
+                   ["explain", "--job", "1"]]
+
+
+@pytest.mark.parametrize("command", FROZEN_COMMANDS, ids=[c[0] for c in FROZEN_COMMANDS])
+def test_a_database_that_stops_answering_is_one_line_exit_1_after_the_timeout(db, config,
+                                                                               command):
+    from tests.pg_proxy import PgProxy
+
+    with queue(db) as q:
+        q.cancel_job(q.enqueue("pdf"))  # job 1: one every command can take
+    proxy = PgProxy(db)
+    try:
+        proxy.lose_answer_to(b"fairsched_jobs")  # connected, then the server goes silent
+        env = dict(os.environ, FAIRSCHED_DATABASE_URL=proxy.url_through,
+                   FAIRSCHED_DATABASE_TIMEOUT="2")
+        env.pop("FAIRSCHED_CONFIG", None)
+        started = time.monotonic()
+        result = subprocess.run([sys.executable, "-m", "fairsched", *command, "--config",
+                                 str(config)], capture_output=True, text=True, env=env,
+                                timeout=60)
+        took = time.monotonic() - started
+    finally:
+        proxy.close()
+    line = one_line_error(result, 1)
+    assert f"PostgreSQL at {proxy.url_through} did not answer within 2 s" in line, line
+    assert "FAIRSCHED_DATABASE_TIMEOUT" in line, line
+    assert took < 20, took
+
+
+def test_a_server_that_never_takes_the_connection_is_one_line_exit_1(config, tmp_path):
+    import socket
+
+    folder = Path(tempfile.mkdtemp(prefix="fs-hB-", dir="/tmp"))
+    listener = socket.socket(socket.AF_UNIX)
+    try:
+        listener.bind(str(folder / ".s.PGSQL.5432"))
+        listener.listen(8)  # connections wait in the backlog: nothing ever answers them
+        env = dict(os.environ, FAIRSCHED_DATABASE_URL=f"host={folder} dbname=db user=x",
+                   FAIRSCHED_DATABASE_TIMEOUT="2")
+        result = subprocess.run([sys.executable, "-m", "fairsched", "jobs", "--config",
+                                 str(config)], capture_output=True, text=True, env=env,
+                                timeout=60)
+    finally:
+        listener.close()
+        shutil.rmtree(folder)
+    line = one_line_error(result, 1)
+    assert "cannot connect to PostgreSQL" in line and "connection timeout expired" in line, line
+    assert "after 2 s; FAIRSCHED_DATABASE_TIMEOUT" in line, line
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "soon", "nan", "1e9"])
+def test_a_database_timeout_that_is_no_duration_is_one_line_exit_2(db, config, value):
+    env = dict(os.environ, FAIRSCHED_DATABASE_URL=db, FAIRSCHED_DATABASE_TIMEOUT=value)
+    result = subprocess.run([sys.executable, "-m", "fairsched", "jobs", "--config",
+                             str(config)], capture_output=True, text=True, env=env, timeout=60)
+    line = one_line_error(result, 2)
+    assert f"FAIRSCHED_DATABASE_TIMEOUT must be a number of seconds from 0 to 86400, got {value!r}" in line

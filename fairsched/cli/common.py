@@ -49,6 +49,23 @@ def parse_seconds(option: str, text: str | None, *, positive: bool = False,
     return value if value else 0.0  # -0.0 is said as 0
 
 
+DATABASE_TIMEOUT = "FAIRSCHED_DATABASE_TIMEOUT"
+ANSWER_TIMEOUT = 30.0  # seconds a command waits for each answer of the database's, by default
+
+
+def bound_database_waits() -> None:
+    """A command's waits on the database end, with one line naming it: 10 s for a connection,
+    30 s for each answer, or FAIRSCHED_DATABASE_TIMEOUT seconds for either."""
+    from fairsched.store import database
+
+    text = os.environ.get(DATABASE_TIMEOUT)
+    seconds = (parse_seconds(DATABASE_TIMEOUT, text, positive=True, maximum=86400)
+               if text else None)
+    database.waits = database.Waits(
+        connect=seconds or database.CONNECT_TIMEOUT, answer=seconds or ANSWER_TIMEOUT,
+        hint=f"; {DATABASE_TIMEOUT} sets how long to wait")
+
+
 _UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 
 

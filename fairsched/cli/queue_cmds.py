@@ -20,6 +20,7 @@ import click
 from fairsched.cli import main
 from fairsched.cli.common import (
     UsageProblem,
+    bound_database_waits,
     clip,
     config_option,
     display_width,
@@ -55,6 +56,7 @@ def open_queue(config: Config | None) -> Queue:
     from fairsched.store.database import chosen_url
     from fairsched.store.queue import Queue
 
+    bound_database_waits()
     if config is None:  # FAIRSCHED_DATABASE_URL names it: no state_dir to look in
         return Queue.open(Path.cwd(), None, create=True)
     if not chosen_url(config.supervisor.database, config.path):

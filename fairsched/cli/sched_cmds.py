@@ -17,7 +17,7 @@ import click
 
 from fairsched import core
 from fairsched.cli import main
-from fairsched.cli.common import reports_errors
+from fairsched.cli.common import bound_database_waits, reports_errors
 from fairsched.config import DEFAULT_CONFIG, load_config, resolve_config_path
 
 
@@ -63,6 +63,8 @@ def explain(config_path, job_id, as_json, plot_path):
         weights, source = config.scoring, f"[scoring] of {config.path}"
         if "scoring" not in tomllib.loads(config.path.read_text(encoding="utf-8")):
             source = f"defaults: {config.path} has no [scoring]"
+    if job_id is not None:
+        bound_database_waits()
     job = ex.explain_job(config, job_id) if job_id is not None else None
     if plots:
         plots.plot_score_lines(weights, plot_path)

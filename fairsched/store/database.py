@@ -14,6 +14,7 @@ import contextlib
 import fcntl
 import json
 import logging
+import math
 import os
 import re
 import signal
@@ -123,15 +124,40 @@ def open_database(state_dir: Path, url: str | None,
     return database
 
 
+@dataclass
+class Waits:
+    """How long connect()'s connections wait: for the server to take them, and for each answer
+    (None: as long as it takes). `hint` ends the message of a wait given up: what sets it."""
+
+    connect: float = CONNECT_TIMEOUT
+    answer: float | None = None
+    hint: str = ""
+
+
+# The command line bounds its waits (FAIRSCHED_DATABASE_TIMEOUT); a library caller, whose
+# statements may be slow on purpose, waits as long as they take.
+waits = Waits()
+
+
 def connect(url: str, **kwargs) -> psycopg.Connection:
     """A psycopg connection, or DatabaseUnavailable with one line naming the server."""
     kwargs.setdefault("autocommit", True)
-    kwargs.setdefault("connect_timeout", CONNECT_TIMEOUT)
+    # libpq takes whole seconds, and 2 at least.
+    kwargs.setdefault("connect_timeout", max(2, math.ceil(waits.connect)))
+    where = f"PostgreSQL at {redact(url)}"
     try:
-        return psycopg.connect(url, **kwargs)
+        if waits.answer is None:
+            return psycopg.connect(url, **kwargs)
+        from fairsched.store.answers import AnsweringConnection
+
+        conn = AnsweringConnection.connect(url, **kwargs)
+        conn.within, conn.where, conn.hint = waits.answer, where, waits.hint
+        return conn
     except psycopg.OperationalError as exc:
-        raise DatabaseUnavailable(
-            f"cannot connect to PostgreSQL at {redact(url)}: {first_line(exc)}") from exc
+        why = first_line(exc)
+        if why == "connection timeout expired":  # the server, or the way to it, is stuck
+            why += f" (after {kwargs['connect_timeout']} s{waits.hint})"
+        raise DatabaseUnavailable(f"cannot connect to {where}: {why}") from exc
 
 
 def redact(url: str) -> str:
