@@ -142,6 +142,30 @@ def test_an_on_demand_payload_no_frame_can_carry_is_refused(supervisors):
     assert [s["state"] for s in sup.slots("pdf")] == ["free"]
 
 
+def test_a_raw_on_demand_caller_may_end_its_request_with_blank_space_but_not_another_request(
+        supervisors):
+    sup = supervisors(SLOW_PDF).start()
+    path = str(sup.config.parent / "state" / "control" / "sock")
+    request = b'{"cmd": "submit", "type": "pdf", "payload": {"seconds": 0.5}}'
+
+    def events(sent: bytes) -> list[dict]:
+        with socket.socket(socket.AF_UNIX) as s:
+            s.connect(path)
+            s.sendall(sent)
+            s.settimeout(20)
+            return [json.loads(line) for line in s.makefile()]
+
+    # A line ended CRLF, then a blank line (printf '%s\r\n\r\n' | socat ...): the job runs.
+    got = events(request + b"\r\n\r\n")
+    assert got[-1]["event"] == "result" and got[-1]["result"]["slept"] == 0.5, got
+    # A second request on the connection: refused in words, the first one withdrawn.
+    got = events(request + b'\n{"cmd": "ps"}\n')
+    assert got[-1]["event"] == "refused" and got[-1]["code"] == 2, got
+    assert got[-1]["error"].startswith("one request per connection: this one sent more after "
+                                       "its request, which was withdrawn"), got
+    sup.wait_for(lambda ps: ps["slots"][0]["state"] == "free", what="the slot free again")
+
+
 def test_an_on_demand_payload_nested_nearly_as_deep_as_json_reads_is_refused_in_one_line(
         supervisors):
     # Past 500 levels, up to where Python's JSON gives up: the command refuses it itself,

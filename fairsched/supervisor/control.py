@@ -259,7 +259,7 @@ class ControlServer:
             return
         if not req.done:
             _send(writer, {"event": "accepted", "job_id": req.job_id})
-        eof = asyncio.ensure_future(reader.read(1))  # the caller hanging up
+        eof = asyncio.ensure_future(_hang_up(reader))
         waiter = asyncio.ensure_future(done.wait())
         try:
             finished, _ = await asyncio.wait(
@@ -267,7 +267,11 @@ class ControlServer:
                 return_when=asyncio.FIRST_COMPLETED)
             if waiter not in finished:
                 became = sup.abandon_request(req)
-                if eof not in finished:
+                if eof in finished and eof.result():
+                    _send(writer, {"event": "refused", "code": 2, "job_id": req.job_id,
+                                   "error": "one request per connection: this one sent more "
+                                            f"after its request, which was withdrawn ({became})"})
+                elif eof not in finished:
                     _send(writer, {"event": "timeout", "job_id": req.job_id,
                                    "error": f"no result within {float(timeout):g} s; {became}"})
         finally:
@@ -275,6 +279,15 @@ class ControlServer:
             waiter.cancel()
             for task in flushing:
                 task.cancel()
+
+
+async def _hang_up(reader: asyncio.StreamReader) -> bytes:
+    """Until an on-demand caller hangs up (b"") or, past its request, sends anything but the
+    blank space a line may end with (a CR, another line break): those bytes."""
+    while True:
+        data = await reader.read(4096)
+        if not data or data.strip():
+            return data
 
 
 def _seconds(value) -> bool:
