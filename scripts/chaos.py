@@ -20,8 +20,8 @@ faults stop, and once every job has ended it checks:
 - every on-demand request ended in its result (exit 0) or one line saying why not (exit 1:
   its supervisor was stopped or killed meanwhile, say), within its --timeout;
 - no supervisor's log holds a traceback, and each supervisor not killed on purpose exited 0
-  (or 1, refusing to start with one line while PostgreSQL restarted: a service manager
-  starts it again, as the drill does).
+  (or 1, saying it could not start while PostgreSQL restarted: a service manager starts it
+  again, as the drill does).
 
 It prints the faults made and the counts, and exits 1 when an invariant broke (the folder
 is then kept for a look, as with --keep).
@@ -157,15 +157,16 @@ class Supervisor:
         return self.proc is not None and self.proc.poll() is None
 
     def reap(self) -> bool:
-        """Note how a supervisor that ended on its own exited; True if it refused to start
-        for want of PostgreSQL (restarting, say): exit 1 and one line, as a service manager
-        expects to start it again."""
+        """Note how a supervisor that ended on its own exited; True if it could not start for
+        want of PostgreSQL (restarting, say): exit 1 saying so, before it started, for a
+        service manager to start it again."""
         refused = False
         if self.proc is not None and self.proc.poll() is not None:
             if self.proc.pid not in self.killed_on_purpose and self.proc.returncode != 0:
                 text = self.log.read_text(errors="replace")
-                refused = (self.proc.returncode == 1 and len(text.splitlines()) == 1
-                           and "cannot connect to PostgreSQL" in text)
+                refused = (self.proc.returncode == 1 and " started (pid " not in text
+                           and ("cannot connect to PostgreSQL" in text
+                                or "cannot use the database" in text))
                 if not refused:
                     self.bad_exits.append(f"pid {self.proc.pid} exited {self.proc.returncode}")
             self.proc = None
