@@ -1,6 +1,7 @@
 """The handler a Python worker runs: imported once at start from 'package.module:function'
-(StartupError says in one line why it cannot be), an `async def` one run per job in an event
-loop of its own, and each job's call: the frame that reports how it went.
+(StartupError says in one line why it cannot be), an `async def` one (or what a plain one
+returns to be awaited) run per job in an event loop of its own, and each job's call: the
+frame that reports how it went.
 """
 
 from __future__ import annotations
@@ -88,21 +89,30 @@ def _run_coroutine(handler: Callable[[Job], Any]) -> Handler:
     the job's thread, so that slots stay independent)."""
     @functools.wraps(handler)
     def run(job: Job) -> Any:
-        import asyncio
-
-        loop = asyncio.new_event_loop()
-        executor = _Executor()  # run_in_executor(None, ...) runs here
-        loop.set_default_executor(executor)
-        asyncio.set_event_loop(loop)
-        try:
-            return loop.run_until_complete(handler(job))
-        finally:
-            try:
-                _tidy_loop(asyncio, loop, executor, job)
-            finally:
-                asyncio.set_event_loop(None)
-                loop.close()
+        return run_awaitable(lambda: handler(job), job)
     return run
+
+
+def run_awaitable(make: Callable[[], Any], job: Job) -> Any:
+    """Await what `make()` returns (a coroutine, or any awaitable) in an event loop of its own,
+    made and tidied as for an `async def` handler; `make` is called inside the loop."""
+    import asyncio
+
+    async def main():
+        return await make()
+
+    loop = asyncio.new_event_loop()
+    executor = _Executor()  # run_in_executor(None, ...) runs here
+    loop.set_default_executor(executor)
+    asyncio.set_event_loop(loop)
+    try:
+        return loop.run_until_complete(main())
+    finally:
+        try:
+            _tidy_loop(asyncio, loop, executor, job)
+        finally:
+            asyncio.set_event_loop(None)
+            loop.close()
 
 
 class _Executor(concurrent.futures.ThreadPoolExecutor):
@@ -187,6 +197,9 @@ def _answer(handler: Handler, job: Job) -> bytes:
     head = {"slot": job.slot, "job_id": job.id}
     try:
         value = handler(job)
+        if inspect.isawaitable(value):  # a plain function that returned an async one's call
+            awaitable = value
+            value = run_awaitable(lambda: awaitable, job)
     except PermanentError as exc:
         if job._stopped:
             return _stopped_by_raising(job, head, exc)

@@ -1,5 +1,6 @@
 """Handlers for the supervisor tests; copied beside each test's workers.toml."""
 
+import asyncio
 import os
 import subprocess
 import time
@@ -179,3 +180,15 @@ def fail_later(job: fairsched.Job):
     if job.payload.get("permanent"):
         raise fairsched.PermanentError("this input can never work (found late)")
     raise RuntimeError("failed late")
+
+
+async def _render(job: fairsched.Job):
+    await asyncio.sleep(0.01)
+    if (job.payload or {}).get("fail"):
+        raise fairsched.PermanentError("the awaited call failed")
+    return {"rendered": job.payload, "pid": os.getpid()}
+
+
+def wraps_async(job: fairsched.Job):
+    """A plain function that returns an `async def` function's call instead of its result."""
+    return _render(job)
