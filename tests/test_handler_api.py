@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 
 def worker(handler: str, extra: str = "") -> str:
     return f"""
@@ -24,3 +26,19 @@ def test_a_plain_handler_returning_an_async_call_has_it_awaited(supervisors):
     failed = sup.cli("submit", "t", "--on-demand", "--payload", '{"fail": true}')
     assert failed.returncode == 1 and "the awaited call failed" in failed.stderr, failed.stderr
     assert "never awaited" not in (sup.dir / "state" / "logs" / "w-1.log").read_text()
+
+
+@pytest.mark.parametrize(("code", "said"), [(None, "None"), (0, "0"), ("bad input", "'bad input'")])
+def test_sys_exit_in_a_handler_fails_its_job_saying_so_and_the_worker_runs_on(supervisors, code,
+                                                                              said):
+    sup = supervisors(worker("exits_politely")).start()
+    pid = sup.slots("w")[0]["pid"]
+    failed = sup.cli("submit", "t", "--on-demand", "--payload", json.dumps({"code": code}))
+    assert failed.returncode == 1
+    assert failed.stderr.strip().endswith(
+        f"failed: SystemExit: the handler called sys.exit() (code {said}): its job fails, its "
+        "worker runs on"), failed.stderr
+    ok = sup.cli("submit", "t", "--on-demand")
+    assert ok.returncode == 0 and json.loads(ok.stdout) == {"pid": pid}, ok.stderr
+    slot = sup.slots("w")[0]
+    assert (slot["pid"], slot["restarts"], slot["state"]) == (pid, 0, "free"), slot

@@ -248,7 +248,9 @@ def test_sys_exit_in_a_handler_fails_the_job_not_the_worker(start):
     peer.hello()
     peer.run(1)
     assert peer.expect("error") == {"t": "error", "slot": 0, "job_id": 1,
-                                    "error": "SystemExit: 3", "permanent": False}
+                                    "error": "SystemExit: the handler called sys.exit() "
+                                             "(code 3): its job fails, its worker runs on",
+                                    "permanent": False}
 
 
 @pytest.mark.parametrize(("run", "reason"), [

@@ -216,9 +216,22 @@ def _answer(handler: Handler, job: Job) -> bytes:
         note(f"job {job.id} ({job.type}) failed{' permanently' if permanent else ''}, "
              f"attempt {job.attempt}:")
         note_traceback()
-        return encode({"t": "error", **head, "error": describe_exception(exc),
+        return encode({"t": "error", **head, "error": _describe_failure(exc),
                        "permanent": permanent})
     return _result_frame(job, head, value)
+
+
+def _describe_failure(exc: BaseException) -> str:
+    """A failed job's error: 'ExcType: message', or for sys.exit() what became of it (the
+    job failed, the worker goes on), where 'SystemExit: None' would say nothing."""
+    if isinstance(exc, SystemExit):
+        try:
+            code = repr(exc.code)
+        except BaseException:
+            code = "?"
+        return (f"SystemExit: the handler called sys.exit() (code {code}): its job fails, "
+                "its worker runs on")[:MAX_ERROR]
+    return describe_exception(exc)
 
 
 def _stopped_by_raising(job: Job, head: dict, exc: BaseException) -> bytes:

@@ -3,6 +3,7 @@
 import asyncio
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -192,3 +193,10 @@ async def _render(job: fairsched.Job):
 def wraps_async(job: fairsched.Job):
     """A plain function that returns an `async def` function's call instead of its result."""
     return _render(job)
+
+
+def exits_politely(job: fairsched.Job):
+    """Calls sys.exit() (with payload['code'] when there is one), or returns its pid."""
+    if job.payload and "code" in job.payload:
+        sys.exit(job.payload["code"])
+    return {"pid": os.getpid()}
