@@ -42,3 +42,17 @@ def test_sys_exit_in_a_handler_fails_its_job_saying_so_and_the_worker_runs_on(su
     assert ok.returncode == 0 and json.loads(ok.stdout) == {"pid": pid}, ok.stderr
     slot = sup.slots("w")[0]
     assert (slot["pid"], slot["restarts"], slot["state"]) == (pid, 0, "free"), slot
+
+
+def test_a_group_with_a_large_env_still_gets_workers_forked_from_its_template(supervisors):
+    # Two variables of 120,000 characters: more than a spawn request to the template could
+    # carry in one datagram, were the group's env in it.
+    big = {"BIG1": "a" * 120_000, "BIG2": "b" * 120_000}
+    sup = supervisors(worker("environment_sizes", "processes = 2\nenv = "
+                             + "{" + ", ".join(f'{k} = "{v}"' for k, v in big.items()) + "}"))
+    sup.start()
+    for _ in range(2):
+        done = sup.cli("submit", "t", "--on-demand", "--payload", '{"names": ["BIG1", "BIG2"]}')
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout) == {"forked": True, "sizes": [120_000, 120_000]}
+    assert "starting it cold" not in sup.output() and "template for w" in sup.output()

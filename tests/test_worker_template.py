@@ -144,6 +144,18 @@ def test_template_that_cannot_import_the_handler_reports_and_falls_back(template
     assert "No module named 'no_such_module_here'" in peer.log().splitlines()[-1]
 
 
+def test_a_long_import_error_comes_back_whole_from_the_template(templates):
+    template, spec = templates.start(handler="long_failure_on_import:run")
+    with pytest.raises(LaunchError) as failed:
+        template.wait_ready()
+    said = str(failed.value)
+    assert said.startswith("template for w could not start: cannot import handler "
+                           "'long_failure_on_import:run': RuntimeError: the settings file is "
+                           "not valid: ééé"), said[:300]
+    assert said.endswith("é ...") and len(said) < 9000, said[-300:]
+    assert os.waitpid(template.pid, 0)[1] == 78 << 8
+
+
 def test_a_handler_that_starts_threads_at_import_gets_cold_workers(templates):
     # A fork carries over the forking thread alone: the template will not fork these.
     template, spec = templates.start(handler="thread_on_import:handle")

@@ -122,25 +122,25 @@ cwd = "sub"
 
 
 def test_a_template_stuck_in_a_fork_hook_does_not_hang_the_supervisor(supervisors):
-    """The handler's import registers a fork hook that never returns: the template takes no
-    more spawn requests once its control socket is full. The supervisor does not block on
-    it: it kills the template, its workers start cold, and `fairsched ps` answers."""
-    big = "x" * 30_000  # in every spawn request: a few fill the template's socket
-    sup = supervisors(f"""
+    """The handler's import registers a fork hook that never returns: the template answers
+    no spawn request. The supervisor does not wait on it: at the end of start_timeout it
+    kills the template, its workers start cold, and `fairsched ps` answers meanwhile."""
+    sup = supervisors("""
 [[worker]]
 name = "hook"
 types = ["hook"]
 handler = "fork_hook:handle"
 processes = 12
-[worker.env]
-BIG = "{big}"
+start_timeout = 3
 """)
     (sup.dir / "fork_hook.py").write_text(
         "import os\nimport time\n\nos.register_at_fork(before=lambda: time.sleep(1000))\n\n\n"
         "def handle(job):\n    return os.getpid()\n")
     sup.start(wait=False)
-    sup.wait_output(r"template for hook took no spawn request for 1 s \(stuck\?\); killed it",
-                    timeout=30)
+    sup.wait_for(lambda ps: all(s["state"] == "starting" for s in ps["slots"]),
+                 what="ps answering while the template is stuck")
+    sup.wait_output(r"template for hook did not start worker hook-\d+ within 3 s "
+                    r"\(start_timeout\); killing it, its workers start cold", timeout=30)
     sup.wait_for(lambda ps: len(ps["slots"]) == 12
                  and all(s["state"] == "free" for s in ps["slots"]), timeout=60,
                  what="every worker started cold")

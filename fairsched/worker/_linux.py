@@ -1,8 +1,10 @@
-"""prctl(2) through ctypes: parent-death signals for workers, child subreaping for the supervisor."""
+"""prctl(2) through ctypes: parent-death signals for workers, child subreaping for the supervisor;
+and whole datagrams from a template's control socket."""
 
 from __future__ import annotations
 
 import os
+import socket
 import sys
 
 PR_SET_PDEATHSIG = 1
@@ -46,3 +48,10 @@ def set_parent_death_signal(sig: int) -> bool:
 def set_child_subreaper() -> bool:
     """Orphaned descendants of this process re-parent to it instead of to init."""
     return _prctl(PR_SET_CHILD_SUBREAPER, 1)
+
+
+def datagram_size(sock: socket.socket) -> int:
+    """The length of the next datagram waiting on a SOCK_SEQPACKET socket, without taking it
+    (Linux gives the whole length for MSG_TRUNC); 0 at EOF. Blocks, or raises, as a recv on
+    `sock` would. A recv of a smaller buffer would cut the datagram and drop the rest."""
+    return sock.recv_into(bytearray(1), 1, socket.MSG_PEEK | socket.MSG_TRUNC)

@@ -31,7 +31,7 @@ from typing import NoReturn
 
 import fairsched
 from fairsched.protocol import PROTOCOL_VERSION
-from fairsched.worker._linux import set_child_subreaper
+from fairsched.worker._linux import datagram_size, set_child_subreaper
 
 CHANNEL_FD = 3  # the worker's end of its socketpair, in every worker (FAIRSCHED_FD)
 READY_TIMEOUT = 60.0  # seconds a template may spend importing its handler
@@ -251,6 +251,7 @@ class Template:
         self.group = spec.group
         self.handler = spec.handler
         self.cwd = Path(spec.cwd)
+        self.env = dict(spec.env)  # in the template's own environment: its workers inherit it
         self.log_path = template_log_path(spec)
         self._ctrl = ctrl
         self.fd = ctrl.fileno()  # stays the number it had once the socket is closed
@@ -305,10 +306,14 @@ class Template:
         if spec.handler != self.handler or Path(spec.cwd) != self.cwd:
             raise ValueError(f"template for {self.group} runs {self.handler!r} in {self.cwd}, "
                              f"not {spec.handler!r} in {spec.cwd}")
+        if dict(spec.env) != self.env:
+            raise ValueError(f"template for {self.group} was started with another env than "
+                             f"{spec.name}'s")
         if spec.slots < 1 or not spec.types:
             raise ValueError(f"worker {spec.name}: needs at least one slot and one type")
-        env = dict(spec.env)
-        env.update(worker_variables(spec, incarnation))
+        # The group's env is the template's already: a request carries only what is the
+        # worker's own, and so stays small however large that env is.
+        env = worker_variables(spec, incarnation)
         return json.dumps({"cwd": str(self.cwd), "env": env}).encode()
 
     def spawn(self, spec: LaunchSpec, incarnation: str) -> Launched:
@@ -367,7 +372,7 @@ class Template:
         """The next spawn answer ({"pid": n} or {"error": ...}); {} when none is waiting yet,
         None when the template is gone (every pending request is lost)."""
         try:
-            data = self._ctrl.recv(65536)
+            data = self._ctrl.recv(max(1, datagram_size(self._ctrl)))
         except BlockingIOError:
             return {}
         except OSError:
@@ -388,7 +393,7 @@ class Template:
             self._ctrl.settimeout(timeout)
             if data is not None:
                 socket.send_fds(self._ctrl, [data], list(fds))
-            reply = self._ctrl.recv(65536)
+            reply = self._ctrl.recv(max(1, datagram_size(self._ctrl)))
         except TimeoutError:
             self._fail(f"template for {self.group} did not answer within {timeout:g} s "
                        f"while {doing}")

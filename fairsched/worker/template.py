@@ -2,8 +2,9 @@
 
 Started by launch.Template with its control socket (SOCK_SEQPACKET) on fd 3. It answers
 {"ready": true} (or {"error": ...} and exit 78), then serves requests, one datagram each:
-JSON {"cwd", "env"} with two descriptors attached (the worker's socket end, its log file),
-answered with {"pid": N} or {"error": ...}. EOF on the control socket ends the template.
+JSON {"cwd", "env"} (the worker's FAIRSCHED_* variables; the group's env is the template's own)
+with two descriptors attached (the worker's socket end, its log file), answered with
+{"pid": N} or {"error": ...}. EOF on the control socket ends the template.
 
 The workers share the handler's imported modules with the template, page for page, until
 they write to them. The garbage collector would: each collection updates a field in every
@@ -27,7 +28,7 @@ import time
 import traceback
 from typing import NoReturn
 
-from fairsched.worker._linux import set_title
+from fairsched.worker._linux import datagram_size, set_title
 from fairsched.worker.handler import Handler, StartupError, describe_exception, load_handler
 from fairsched.worker.runtime import (
     _die_with_parent,
@@ -40,6 +41,9 @@ from fairsched.worker.runtime import (
 
 CONTROL_FD = 3
 _PID = struct.Struct("=i")
+# Characters of an error a reply carries: escaped as JSON it still fits in one datagram (the
+# socket's send buffer, about 200 KiB, bounds it); the template's log has all of it.
+REPLY_ERROR = 8192
 
 
 def main(args: list[str]) -> NoReturn:
@@ -75,7 +79,7 @@ def main(args: list[str]) -> NoReturn:
     _reply(ctrl, {"ready": True})
     while True:
         try:
-            data, fds, _flags, _addr = socket.recv_fds(ctrl, 65536, 4)
+            data, fds, _flags, _addr = socket.recv_fds(ctrl, max(1, datagram_size(ctrl)), 4)
         except OSError:
             data, fds = b"", []
         if not data:  # the supervisor closed us or is gone
@@ -95,6 +99,8 @@ def main(args: list[str]) -> NoReturn:
 
 
 def _reply(ctrl: socket.socket, answer: dict) -> None:
+    if len(answer.get("error", "")) > REPLY_ERROR:
+        answer = {**answer, "error": answer["error"][:REPLY_ERROR] + " ..."}
     try:
         ctrl.send(json.dumps(answer).encode())
     except OSError:

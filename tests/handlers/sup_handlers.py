@@ -1,6 +1,7 @@
 """Handlers for the supervisor tests; copied beside each test's workers.toml."""
 
 import asyncio
+import gc
 import os
 import subprocess
 import sys
@@ -200,3 +201,10 @@ def exits_politely(job: fairsched.Job):
     if job.payload and "code" in job.payload:
         sys.exit(job.payload["code"])
     return {"pid": os.getpid()}
+
+
+def environment_sizes(job: fairsched.Job):
+    """Whether this worker was forked from its template (which froze its objects), and the
+    lengths of the environment variables payload['names']."""
+    return {"forked": gc.get_freeze_count() > 0,
+            "sizes": [len(os.environ.get(name, "")) for name in job.payload["names"]]}
