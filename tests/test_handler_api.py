@@ -4,6 +4,7 @@ gets for its jobs, seen from the command line."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -56,3 +57,18 @@ def test_a_group_with_a_large_env_still_gets_workers_forked_from_its_template(su
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout) == {"forked": True, "sizes": [120_000, 120_000]}
     assert "starting it cold" not in sup.output() and "template for w" in sup.output()
+
+
+def test_a_handler_that_closes_the_workers_channel_ends_it_saying_so(supervisors):
+    sup = supervisors(worker("closes_its_channel")).start()
+    failed = sup.cli("submit", "t", "--on-demand")
+    assert failed.returncode == 1
+    # The job's error is this exit, or (when the supervisor reads the pipe's end before it
+    # reaps the worker) "worker w-1 closed its pipe"; the exit is said either way.
+    said = "exited with code 70 (its log ends: "
+    why = ("fairsched worker w-1: fd 3, the channel to the supervisor, failed: Bad file "
+           "descriptor (closed or reused by a handler?))")
+    slot = sup.wait_for(lambda ps: ps["slots"][0]["last_exit"] is not None,
+                        what="w-1's exit")["slots"][0]
+    assert slot["last_exit"].startswith(said) and slot["last_exit"].endswith(why), slot
+    assert re.search(rf"worker w-1 {re.escape(said)}.*{re.escape(why)}", sup.output())

@@ -15,6 +15,9 @@ from fairsched.supervisor.states import ProcessState, check_transition
 
 # Exit status a worker uses when it cannot even start (handler import failed): EX_CONFIG.
 EXIT_CANNOT_START = 78
+# What the Python runtime exits with when it fails itself (a handler broke fd 3, say) or cannot
+# read the supervisor: it has written why to its log, and cannot say it on its pipe.
+EXIT_SOFTWARE, EXIT_PROTOCOL = 70, 76
 
 RESTART_DELAY_FIRST = 0.1
 RESTART_DELAY_MAX = 30.0
@@ -130,6 +133,19 @@ def describe_exit(status: int, sent: set | frozenset = frozenset(),
             return f"exited with code {code} (could not start)"
         return f"exited with code {code}"
     return f"ended with status {status}"
+
+
+def log_tells_why(status: int, before_hello: bool) -> bool:
+    """Whether the last line of a worker's log is what explains its exit (which the
+    supervisor did not cause): a death on its way up, but for a start failure's 78 (said in a
+    `fatal` frame), or after its hello, the runtime's own failures."""
+    import os
+
+    if not os.WIFEXITED(status):
+        return before_hello
+    if before_hello:
+        return os.WEXITSTATUS(status) != EXIT_CANNOT_START
+    return os.WEXITSTATUS(status) in (EXIT_SOFTWARE, EXIT_PROTOCOL)
 
 
 def oom_kill_count(vmstat: str = "/proc/vmstat") -> int | None:

@@ -19,6 +19,7 @@ from fairsched.supervisor.process import (
     EXIT_CANNOT_START,
     WorkerProcess,
     describe_exit,
+    log_tells_why,
     oom_kill_count,
     restart_delay,
 )
@@ -220,10 +221,10 @@ class WorkerLifecycle:
                 how = how.removesuffix(")") + f": {proc.said_fatal})"
             else:
                 how += f" (it said: {proc.said_fatal})"
-        elif (before_hello and not lease_ran_out and not proc.signalled
-              and not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == EXIT_CANNOT_START)):
-            # It died on its way up, saying nothing on the pipe: its log may say why.
-            how += f" before its hello (its log ends: {self._last_log_line(proc)[:300]})"
+        elif not lease_ran_out and not proc.signalled and log_tells_why(status, before_hello):
+            # It died saying nothing on the pipe: its log may say why.
+            how += (f"{' before its hello' if before_hello else ''} (its log ends: "
+                    f"{self._last_log_line(proc)[:300]})")
         proc.last_exit = how
         self.unregister_worker(proc, f"worker {proc.name} {how}")
         self._cancel_timers(proc)
