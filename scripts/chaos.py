@@ -74,7 +74,9 @@ def _note(folder, line):
 
 def work(job):
     p = job.payload
-    fd = os.open(os.path.join(p["dir"], "locks", str(job.id)), os.O_CREAT | os.O_RDWR)
+    # On-demand ids are each supervisor's own (od-1, od-2 ...): those requests name their lock.
+    lock = p.get("lock", str(job.id))
+    fd = os.open(os.path.join(p["dir"], "locks", lock), os.O_CREAT | os.O_RDWR)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -297,9 +299,12 @@ class Drill:
         """Users waiting on on-demand requests all through the faults: each must end in a
         result (exit 0), or one line saying why not (exit 1), within its --timeout."""
         rng = random.Random(self.args.seed + 1)
+        asked_n = 0
         while time.monotonic() - began < self.args.seconds:
             sup = rng.choice(self.sups)
-            payload = {"dir": str(self.folder), "seconds": rng.uniform(0.01, 0.2), "fail": 0}
+            asked_n += 1
+            payload = {"dir": str(self.folder), "seconds": rng.uniform(0.01, 0.2), "fail": 0,
+                       "lock": f"od-{asked_n}"}
             asked = time.monotonic()
             try:
                 result = sup.cli("submit", rng.choice("abc"), "--on-demand", "--timeout", "20",
