@@ -22,6 +22,7 @@ handler = "sup_handlers:echo"
 """
 
 CLEAR = b"\x1b[H\x1b[2J"
+HOME, ERASE_BELOW = b"\x1b[H", b"\x1b[J"
 
 
 def column_of(line: str, index: int) -> int:
@@ -133,11 +134,22 @@ def test_ps_watch_on_a_terminal_that_cannot_redraw_prints_plain_text(supervisors
     assert_plain_refreshes(seen.decode().replace("\r\n", "\n"))
 
 
-def test_ps_watch_on_a_terminal_redraws_it(supervisors):
+def test_ps_watch_on_a_terminal_redraws_it_without_clearing_it(supervisors):
+    """Each refresh is drawn over the last from the top left, every line erased to its end
+    and the rest of the screen after the table: a screen cleared first flickers."""
     sup = supervisors(ECHO).start()
     seen, code = on_a_terminal(sup, ["ps", "--watch"], "xterm-256color", seconds=2.5)
     assert code == 0, seen
-    assert seen.count(CLEAR) >= 2 and seen.startswith(CLEAR), seen
+    assert b"\x1b[2J" not in seen, seen
+    frames = seen.split(HOME)
+    assert frames[0] == b"" and len(frames) >= 3, seen
+    for frame in frames[1:]:
+        table, _, after = frame.partition(ERASE_BELOW)
+        lines = table.split(b"\r\n")
+        assert lines[-1] == b"" and len(lines) == 4, frame
+        assert all(line.endswith(b"\x1b[K") for line in lines[:-1]), frame
+        assert lines[1].startswith(b"WORKER") and lines[2].startswith(b"pdf-1 "), frame
+        assert after in (b"", b"\r\n"), frame  # the Ctrl-C's line break after the last
 
 
 def test_on_demand_progress_is_drawn_only_where_a_line_can_be_redrawn(supervisors):

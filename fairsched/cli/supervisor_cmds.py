@@ -101,7 +101,9 @@ def ps(config_path, socket_path, as_json, watch):
             else:
                 text = render_ps(data)
                 if redraw:
-                    text = "\x1b[H\x1b[2J" + text
+                    # Drawn over the last table, each line erased only to its end, and what is
+                    # left below it after: clearing the screen first made it flicker.
+                    text = "\x1b[H" + text.replace("\n", "\x1b[K\n") + "\x1b[J"
                 elif refresh:  # a pipe, a log, a dumb terminal: one table after another
                     text = "\n" + text
                 click.echo(text, nl=False)
