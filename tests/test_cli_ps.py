@@ -1,13 +1,16 @@
 """`fairsched ps` as a terminal shows it: the table's columns line up whatever a handler says,
 and `--watch` redraws only a terminal that can be redrawn."""
 
+import fcntl
 import json
 import os
 import pty
 import select
 import signal
+import struct
 import subprocess
 import sys
+import termios
 import time
 
 import pytest
@@ -55,16 +58,48 @@ processes = 2
             header, row)
 
 
+def test_ps_on_a_narrow_terminal_leaves_out_columns_rather_than_wrap_its_rows(supervisors):
+    """On 80 columns the example's layout (a versatile worker, a job with progress) took 94
+    and more, every row wrapped; CPU, RSS and UPTIME go first, then PROGRESS and TYPES are
+    cut short. Into a pipe, every column stays."""
+    sup = supervisors("""
+[[worker]]
+name = "office"
+types = ["pdf", "excel", "index"]
+handler = "sup_handlers:says"
+slots = 2
+""").start()
+    caller = sup.spawn_cli("submit", "pdf", "--on-demand", "--payload",
+                           json.dumps({"message": "page 2/5, figures"}))
+    sup.wait_for(lambda ps: any(s["message"] for s in ps["slots"]), what="the message")
+    seen, code = on_a_terminal(sup, ["ps"], "xterm-256color", columns=80)
+    piped = sup.cli("ps")
+    narrow, _ = on_a_terminal(sup, ["ps"], "xterm-256color", columns=60)
+    caller.kill()
+    assert code == 0 and piped.returncode == 0, (seen, piped.stderr)
+    _, header, *rows = seen.decode().replace("\r\n", "\n").splitlines()
+    assert header.split() == ["WORKER", "PID", "SLOT", "TYPES", "STATE", "JOB", "AGE",
+                              "PROGRESS", "RESTARTS"], header
+    assert all(display_width(line) <= 80 for line in [header, *rows]), seen
+    busy = next(row for row in rows if " busy " in row)
+    assert "pdf,excel,in" in busy and "50% page 2/… " in busy, busy  # TYPES as room allows
+    assert piped.stdout.splitlines()[1].split()[-3:] == ["UPTIME", "RSS", "CPU"], piped.stdout
+    busy = next(row for row in narrow.decode().splitlines() if " busy " in row)
+    assert "pdf,excel,i… " in busy and "50% page 2/… " in busy, busy
+
+
 def on_a_terminal(sup, args, term: str | None, *, stream: str = "stdout",
-                  seconds: float | None = None) -> tuple[bytes, int]:
-    """What `fairsched ARGS` writes to a terminal (its `stream` on a pty) with TERM=`term`
-    (None: unset), and its exit code: interrupted with Ctrl-C after `seconds`, or run to its
-    end when None."""
+                  seconds: float | None = None, columns: int = 0) -> tuple[bytes, int]:
+    """What `fairsched ARGS` writes to a terminal (its `stream` on a pty, `columns` wide if
+    not 0) with TERM=`term` (None: unset), and its exit code: interrupted with Ctrl-C after
+    `seconds`, or run to its end when None."""
     env = dict(sup.env)
     env.pop("TERM", None)
+    env.pop("COLUMNS", None)
     if term is not None:
         env["TERM"] = term
     master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
     other = subprocess.PIPE
     proc = subprocess.Popen([sys.executable, "-m", "fairsched", *args], env=env,
                             stdout=slave if stream == "stdout" else other,

@@ -87,6 +87,24 @@ def can_redraw(stream) -> bool:
     return tty and os.environ.get("TERM", "") not in ("", "dumb")
 
 
+def terminal_columns(stream) -> int | None:
+    """How many columns wide the terminal `stream` writes to is (`COLUMNS` wins, as for
+    other programs); None for a pipe or a file, or a terminal that does not say."""
+    try:
+        if not stream.isatty():
+            return None
+        fd = stream.fileno()
+    except (AttributeError, ValueError, OSError):
+        return None
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isascii() and columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    try:
+        return os.get_terminal_size(fd).columns or None
+    except OSError:
+        return None
+
+
 def display_width(text: str) -> int:
     """Terminal columns `text` takes: wide and fullwidth characters (CJK, most emoji) two,
     combining marks and zero-width characters none."""

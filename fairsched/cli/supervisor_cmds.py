@@ -26,6 +26,7 @@ from fairsched.cli.common import (
     parse_seconds,
     printable,
     reports_errors,
+    terminal_columns,
 )
 from fairsched.config import control_socket_of, load_config, resolve_config_path
 from fairsched.control_client import ControlClient
@@ -99,7 +100,7 @@ def ps(config_path, socket_path, as_json, watch):
             if as_json:
                 click.echo(json.dumps(data, indent=None if watch else 2))
             else:
-                text = render_ps(data)
+                text = render_ps(data, terminal_columns(sys.stdout))
                 if redraw:
                     # Drawn over the last table, each line erased only to its end, and what is
                     # left below it after: clearing the screen first made it flicker.
@@ -282,9 +283,37 @@ PROGRESS_COLUMNS = 30  # a longer message is cut short, so one does not widen ev
 
 PS_COLUMNS = ["WORKER", "PID", "SLOT", "TYPES", "STATE", "JOB", "AGE", "PROGRESS", "RESTARTS",
               "UPTIME", "RSS", "CPU"]
+# On a terminal narrower than the table: the columns left out first, then the ones cut short
+# (to no fewer columns than this), so that rows do not wrap.
+PS_LEFT_OUT = ["CPU", "RSS", "UPTIME"]
+PS_CUT_SHORT = {"PROGRESS": 12, "TYPES": 12}
 
 
-def render_ps(data: dict) -> str:
+def fit_columns(rows: list[list[str]], width: int) -> list[list[str]]:
+    """`rows` (the header first) with columns left out or cut short until they fit in
+    `width` terminal columns, as far as PS_LEFT_OUT and PS_CUT_SHORT allow."""
+    def total(rows):
+        return sum(max(display_width(r[i]) for r in rows) for i in range(len(rows[0]))) \
+            + 2 * (len(rows[0]) - 1)
+
+    for name in PS_LEFT_OUT:
+        if total(rows) <= width:
+            return rows
+        i = rows[0].index(name)
+        rows = [r[:i] + r[i + 1:] for r in rows]
+    for name, least in PS_CUT_SHORT.items():
+        excess = total(rows) - width
+        if excess <= 0:
+            return rows
+        i = rows[0].index(name)
+        room = max(least, max(display_width(r[i]) for r in rows) - excess)
+        rows = [r[:i] + [clip(r[i], room)] + r[i + 1:] for r in rows]
+    return rows
+
+
+def render_ps(data: dict, width: int | None = None) -> str:
+    """The table of `fairsched ps`; with `width`, narrowed to that many terminal columns as
+    far as it can be."""
     sup = data["supervisor"]
     db = sup["database"] + ("" if sup.get("database_connected", True) else " (disconnected)")
     if sup.get("lease_lost"):
@@ -308,8 +337,10 @@ def render_ps(data: dict) -> str:
             progress, str(s["restarts"]), _duration(s.get("uptime")), _bytes(s.get("rss")),
             f"{s['cpu']:.2f}s" if s.get("cpu") is not None else "-",
         ])
+    if width is not None:
+        rows = fit_columns(rows, width)
     # In terminal columns, not characters: a CJK or emoji message takes two per character.
-    widths = [max(display_width(r[i]) for r in rows) for i in range(len(PS_COLUMNS))]
+    widths = [max(display_width(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         lines.append("  ".join(pad(c, w) for c, w in zip(r, widths, strict=True)).rstrip())
     for s in data["slots"]:
