@@ -283,7 +283,7 @@ def _v_hello(msg: dict) -> None:
     _check(_is_int(msg.get("protocol")), "hello", "protocol", "an integer", msg)
     if msg["protocol"] != PROTOCOL_VERSION:
         raise IncompatibleProtocol(f"worker speaks protocol {msg['protocol']}, "
-                                   f"this side speaks {PROTOCOL_VERSION}")
+                                   f"the supervisor speaks {PROTOCOL_VERSION}")
     pid = msg.get("pid")
     _check(_is_int(pid) and pid > 0, "hello", "pid", "a positive integer", msg)
     _check(isinstance(msg.get("incarnation"), str), "hello", "incarnation", "a string", msg)

@@ -205,7 +205,7 @@ _DROP = object()
 
 
 @pytest.mark.parametrize(("msg", "message"), [
-    (_with(HELLO, protocol=2), "worker speaks protocol 2, this side speaks 1"),
+    (_with(HELLO, protocol=2), "worker speaks protocol 2, the supervisor speaks 1"),
     (_with(HELLO, pid=_DROP), "'hello' message: field 'pid' must be a positive integer, it is missing"),
     (_with(HELLO, slots=0), "'hello' message: field 'slots' must be an integer >= 1, got number 0"),
     (_with(HELLO, slots=True), "field 'slots' must be an integer >= 1, got boolean true"),

@@ -683,9 +683,10 @@ def test_a_worker_in_another_protocol_version_is_fatal_at_once(supervisors):
     (slot,) = [s for s in new["slots"] if s["group"] == "new"]
     assert slot["restarts"] == 0, slot
     out = sup.output()
-    assert ("worker new-1 cannot work with this supervisor: worker speaks protocol 2, this side "
-            "speaks 1; killing it") in out, out
-    assert "could not start (worker speaks protocol 2, this side speaks 1)" in out, out
+    assert ("worker new-1 cannot work with this supervisor: worker speaks protocol 2, the "
+            "supervisor speaks 1; killing it") in out, out
+    assert "could not start (worker speaks protocol 2, the supervisor speaks 1)" in out, out
+    assert "this side" not in sup.cli("ps").stdout
 
 
 def test_a_worker_that_never_says_hello_is_killed_after_start_timeout(supervisors):
