@@ -202,6 +202,24 @@ handler = "sup_handlers:slow"
         assert code == 0 and plain == b"", plain  # the result goes to stdout, as ever
 
 
+def test_on_demand_progress_wider_than_the_terminal_is_cut_short_not_wrapped(supervisors):
+    """A progress line that wrapped left a row behind at every redraw: the carriage return
+    only goes back to the start of the last one."""
+    sup = supervisors("""
+[[worker]]
+name = "chatty"
+types = ["chatty"]
+handler = "sup_handlers:chatty"
+""").start()
+    args = ["submit", "chatty", "--on-demand", "--payload", '{"n": 20}']
+    drawn, code = on_a_terminal(sup, args, "xterm-256color", stream="stderr", columns=80)
+    assert code == 0, drawn
+    lines = [line.removesuffix("\x1b[K") for line in drawn.decode().split("\r") if line]
+    assert len(lines) >= 2 and lines[0].startswith("od-1:   0.0% step 0 of 20: xxx"), drawn
+    assert all(display_width(line) <= 79 for line in lines), drawn
+    assert lines[0].endswith("x…"), drawn
+
+
 def test_an_on_demand_request_that_ends_after_its_progress_says_so_on_a_line_of_its_own(
         supervisors):
     """Its progress line is cleared before the one line that says why it ended, as it is

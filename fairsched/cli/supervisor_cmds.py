@@ -233,7 +233,13 @@ def _on_demand_event(event: dict, show_progress: bool) -> int | None:
         fraction = event.get("fraction")
         pct = f"{fraction * 100:5.1f}% " if isinstance(fraction, int | float) else ""
         message = printable(str(event.get("message") or ""))[:200]  # one line, redrawn
-        click.echo(f"\r{event['job_id']}: {pct}{message}\x1b[K", err=True, nl=False)
+        line = f"{event['job_id']}: {pct}{message}"
+        # A line wider than the terminal wraps, and a carriage return goes back to the start
+        # of its last row only: each redraw would leave the rows above it on the screen.
+        columns = terminal_columns(sys.stderr)
+        if columns is not None:
+            line = clip(line, max(columns - 1, 1))
+        click.echo(f"\r{line}\x1b[K", err=True, nl=False)
     elif kind == "result":
         click.echo(json.dumps(event.get("result")))
         return 0
