@@ -191,6 +191,8 @@ def test_explain_command_prints_the_defaults_without_a_config(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "defaults: no ./workers.toml" in result.stdout
     assert "    5  320 s" in result.stdout
+    # Its prose fits an 80-column terminal, as its tables do.
+    assert max(map(len, result.stdout.splitlines())) <= 80, result.stdout
 
 
 def test_explain_command_names_where_the_weights_come_from(tmp_path):
@@ -246,8 +248,10 @@ def test_explain_command_bad_config_exits_2(tmp_path):
 def test_a_delayed_job_is_said_to_be_no_candidate_yet():
     b = ex.score_breakdown(W, priority=0, age=0.0, free_slots=2, on_demand=False)
     text = ex.job_report(ex.JobExplanation(7, "pdf", "pending", 71.2, b, "test"), W)
-    assert text.splitlines()[0] == ("job 7: type pdf, priority 0, pending, eligible in 71 s "
-                                    "(no candidate until then; the score is the one it starts with)")
+    assert text.splitlines()[:2] == [
+        "job 7: type pdf, priority 0, pending, eligible in 71 s",
+        "  no candidate until then: the score below is the one it starts with"]
+    assert max(map(len, text.splitlines())) <= 80, text
 
 
 def test_explain_command_job_of_a_type_with_control_characters(db, tmp_path, no_env_database):

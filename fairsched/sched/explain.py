@@ -122,18 +122,20 @@ def weights_report(weights: core.Weights, source: str) -> str:
         f"  age_weight            W_a  = {_points(w.age):>8}  points per second waited",
         f"  rarity_weight         W_r  = {_points(w.rarity):>8}  points / free compatible slots",
         f"  on_demand_bonus       B_od = {_points(w.on_demand):>8}  points for an on-demand job",
-        f"  on_demand_age_weight  W_od = {_points(w.on_demand_age):>8}  extra points per second "
-        "for an on-demand job",
+        f"  on_demand_age_weight  W_od = {_points(w.on_demand_age):>8}  extra points/s for an "
+        "on-demand job",
         "",
-        "priority crossover: a job overtakes a fresh job GAP levels higher after GAP x W_p / W_a",
+        "priority crossover: a job overtakes a fresh job GAP levels higher after",
+        "  GAP x W_p / W_a seconds",
         "  GAP  WAIT",
     ]
     lines += [f"  {gap:>3}  {_seconds(s)}" for gap, s in priority_crossovers(w)]
     lines += [
         "",
-        "on-demand vs queued: a fresh on-demand job outranks a queued priority-0 job until that",
-        f"  job has waited B_od / W_a = {_seconds(on_demand_crossover(w))}; a waiting on-demand "
-        f"job gains {_points(w.age + w.on_demand_age)} points/s instead of {_points(w.age)}",
+        "on-demand vs queued: a fresh on-demand job outranks a queued priority-0 job",
+        f"  until that job has waited B_od / W_a = {_seconds(on_demand_crossover(w))}; a waiting",
+        f"  on-demand job gains {_points(w.age + w.on_demand_age)} points/s instead of "
+        f"{_points(w.age)}",
         "  a fresh on-demand job of priority p outranks fresh queued jobs below priority",
         f"  p + B_od / W_p = p + {_number(_divide(w.on_demand, w.priority))}"
         + (" (W_p is 0: all of them)" if w.priority == 0 and w.on_demand > 0
@@ -220,8 +222,8 @@ def explain_job(config: Config, job_id: int) -> JobExplanation:
 def job_report(ex: JobExplanation, weights: core.Weights) -> str:
     """An sprio-like table: each component's points and where they come from."""
     b = ex.breakdown
-    when = (f"eligible in {ex.eligible_in:.0f} s (no candidate until then; the score is the "
-            "one it starts with)" if ex.eligible_in > 0 else f"waiting {b.age:.1f} s")
+    when = (f"eligible in {ex.eligible_in:.0f} s" if ex.eligible_in > 0
+            else f"waiting {b.age:.1f} s")
     rarity_from = (f"{_points(weights.rarity)} / {b.free_slots} free compatible slots"
                    if b.free_slots else "no free compatible slot")
     rows = [
@@ -233,8 +235,10 @@ def job_report(ex: JobExplanation, weights: core.Weights) -> str:
     from fairsched.cli.common import printable  # a type from the table may hold anything
 
     lines = [f"job {ex.job_id}: type {printable(ex.type)}, priority {b.priority}, {ex.status}, "
-             f"{when}",
-             "  COMPONENT      POINTS  FROM"]
+             f"{when}"]
+    if ex.eligible_in > 0:
+        lines.append("  no candidate until then: the score below is the one it starts with")
+    lines.append("  COMPONENT      POINTS  FROM")
     lines += [f"  {name:<10} {points:>10.1f}  {source}" for name, points, source in rows]
     lines.append(f"  {'total':<10} {b.total:>10.1f}")
     lines.append(f"  free slots: {ex.free_source}")
