@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
+import pty
 import resource
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
+import termios
 import time
 from pathlib import Path
 
@@ -318,6 +322,47 @@ def test_jobs_lines_up_wide_types_and_keeps_text_as_it_is(db, config):
     result = fairsched("jobs", "--json", *cli, url=db)
     assert '"café"' in result.stdout and '"文書"' in result.stdout
     assert [j["claims"] for j in json.loads(result.stdout)] == [0] * 5
+
+
+def on_a_terminal(*args: str, url: str, columns: int) -> str:
+    """What `fairsched ARGS` prints with its standard output on a terminal `columns` wide."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("FAIRSCHED_CONFIG", "COLUMNS", "TERM")}
+    env.update(FAIRSCHED_DATABASE_URL=url, TERM="xterm-256color")
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+    with subprocess.Popen([sys.executable, "-m", "fairsched", *args], env=env, stdout=slave,
+                          stderr=subprocess.PIPE) as proc:
+        os.close(slave)
+        seen = b""
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the command has exited, and its terminal with it
+                break
+            if not chunk:
+                break
+            seen += chunk
+        os.close(master)
+        assert proc.wait(timeout=60) == 0, proc.stderr.read()
+    return seen.decode().replace("\r\n", "\n")
+
+
+def test_jobs_on_a_terminal_cuts_the_last_error_at_its_edge(db, config):
+    """On 80 columns a 60-column error wrapped its row; on a wide terminal it was cut at 60
+    all the same. Into a pipe it still is."""
+    error = "PermanentError: " + "/".join(["a-long-folder"] * 8) + "/report.pdf: not a PDF"
+    with queue(db) as q:
+        (failed,) = q.enqueue_many([{"type": "pdf"}])
+        q.conn.execute("UPDATE fairsched_jobs SET status = 'failed', attempts = 1,"
+                       " last_error = %s WHERE id = %s", (error, failed))
+    narrow = on_a_terminal("jobs", "--config", str(config), url=db, columns=80)
+    header, row = narrow.splitlines()
+    assert len(row) <= 80 and row.endswith("…") and "PermanentError: a-long-folder" in row, row
+    wide = on_a_terminal("jobs", "--config", str(config), url=db, columns=200)
+    assert wide.splitlines()[1].endswith(error), wide
+    piped = fairsched("jobs", "--config", str(config), url=db).stdout.splitlines()[1]
+    assert piped.endswith(error[:59] + "…"), piped
 
 
 def test_retry_and_cancel(db, config):

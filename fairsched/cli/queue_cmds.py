@@ -30,6 +30,7 @@ from fairsched.cli.common import (
     parse_seconds,
     printable,
     reports_errors,
+    terminal_columns,
 )
 from fairsched.config import Config, load_config, resolve_config_path
 from fairsched.store.schema import MAX_DELAY, MAX_PRIORITY, STATUSES
@@ -228,8 +229,8 @@ def jobs(status, type_name, limit, as_json, config_path):
     if as_json:
         click.echo(json.dumps([job_json(row) for row in rows], indent=2, ensure_ascii=False))
     else:
-        click.echo(jobs_table(rows, now,
-                              config.max_attempts_by_type() if config else {}))
+        click.echo(jobs_table(rows, now, config.max_attempts_by_type() if config else {},
+                              terminal_columns(sys.stdout)))
 
 
 def job_json(row: dict) -> dict:
@@ -240,9 +241,15 @@ def job_json(row: dict) -> dict:
     return out
 
 
-def jobs_table(rows: list[dict], now: datetime, max_attempts: dict[str, int]) -> str:
+ERROR_COLUMNS = 60  # LAST ERROR into a pipe or a file; on a terminal, up to its edge
+LEAST_ERROR_COLUMNS = 20
+
+
+def jobs_table(rows: list[dict], now: datetime, max_attempts: dict[str, int],
+               width: int | None = None) -> str:
     """The human table; a job not yet claimed shows the `max_attempts` it will get (that of
-    its type's worker group, `-` when no worker handles it)."""
+    its type's worker group, `-` when no worker handles it). With `width`, the terminal's,
+    LAST ERROR is cut at its edge instead of at ERROR_COLUMNS."""
     header = ("ID", "TYPE", "PRI", "STATUS", "ATTEMPTS", "AGE", "LAST ERROR")
     lines = [header]
     for row in rows:
@@ -256,16 +263,16 @@ def jobs_table(rows: list[dict], now: datetime, max_attempts: dict[str, int]) ->
         error = printable(error[0]) if error else ""
         if error and row["status"] in ("succeeded", "cancelled"):
             error = f"(an earlier attempt) {error}"  # not why it ended as it did
-        if len(error) > 60:
-            error = error[:59] + "…"
         lines.append((str(row["id"]), clip(printable(row["type"]), MAX_TYPE_COLUMNS),
                       str(row["priority"]), status, f"{row['attempts']}/{maximum}",
                       duration((now - row["created_at"]).total_seconds()), error))
     # In terminal columns, not characters: a CJK or emoji type takes two per character.
     widths = [max(display_width(line[i]) for line in lines) for i in range(len(header) - 1)]
+    room = ERROR_COLUMNS if width is None else max(
+        width - sum(widths) - 2 * len(widths), LEAST_ERROR_COLUMNS)
     return "\n".join(
-        ("  ".join(pad(cell, width) for cell, width in zip(line, widths, strict=False))
-         + "  " + line[-1]).rstrip()
+        ("  ".join(pad(cell, w) for cell, w in zip(line, widths, strict=False))
+         + "  " + clip(line[-1], room)).rstrip()
         for line in lines)
 
 
