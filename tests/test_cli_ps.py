@@ -88,6 +88,42 @@ slots = 2
     assert "pdf,excel,i… " in busy and "50% page 2/… " in busy, busy
 
 
+def test_ps_on_a_narrow_terminal_breaks_its_long_lines_between_words(supervisors):
+    """The supervisor's line (SHUTTING DOWN made it 93 columns) and a fatal worker's note
+    are broken between fields and words, not wherever the terminal's edge falls; into a
+    pipe each stays one line."""
+    sup = supervisors("""
+[[worker]]
+name = "pdf"
+types = ["pdf"]
+handler = "sup_handlers:slow"
+
+[[worker]]
+name = "broken"
+types = ["broken"]
+handler = "no_such_module_anywhere:handle"
+""", shutdown_timeout=10).start()
+    caller = sup.spawn_cli("submit", "pdf", "--on-demand", "--payload",
+                           '{"seconds": 4, "ignore_cancel": true}')
+    sup.wait_for(lambda ps: any(s["state"] == "busy" for s in ps["slots"]), what="busy")
+    stopper = sup.spawn_cli("stop")
+    sup.wait_for(lambda ps: ps["supervisor"]["shutting_down"], what="shutting down")
+    seen, code = on_a_terminal(sup, ["ps"], "xterm-256color", columns=80)
+    piped = sup.cli("ps").stdout.splitlines()
+    assert code == 0, seen
+    lines = seen.decode().replace("\r\n", "\n").splitlines()
+    assert all(display_width(line) <= 80 for line in lines), seen
+    assert lines[0].startswith("supervisor pid ") and lines[1].startswith("  "), seen
+    assert lines[1].endswith("  SHUTTING DOWN") and "on-demand waiting 0" in lines[0] + lines[1]
+    assert lines[2].startswith("WORKER"), seen
+    note = lines.index(next(line for line in lines if line.startswith("broken-1 is fatal:")))
+    assert lines[note + 1].startswith("  ") and len(lines) == note + 3, seen
+    assert " ".join(line.strip() for line in lines[note:]) == piped[-1], (seen, piped)
+    assert piped[0].endswith("SHUTTING DOWN") and piped[1].startswith("WORKER"), piped
+    caller.communicate(timeout=30)
+    stopper.communicate(timeout=30)
+
+
 def on_a_terminal(sup, args, term: str | None, *, stream: str = "stdout",
                   seconds: float | None = None, columns: int = 0) -> tuple[bytes, int]:
     """What `fairsched ARGS` writes to a terminal (its `stream` on a pty, `columns` wide if

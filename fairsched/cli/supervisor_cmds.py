@@ -324,9 +324,12 @@ def render_ps(data: dict, width: int | None = None) -> str:
     db = sup["database"] + ("" if sup.get("database_connected", True) else " (disconnected)")
     if sup.get("lease_lost"):
         db += ", lease lost: queued jobs given back, claiming stopped"
-    lines = [f"supervisor pid {sup['pid']}  up {_duration(sup['uptime'])}  database {db}  "
-             f"core {sup['core']}  on-demand waiting {sup.get('waiting_on_demand', 0)}"
-             + ("  SHUTTING DOWN" if sup.get("shutting_down") else "")]
+    fields = [f"supervisor pid {sup['pid']}", f"up {_duration(sup['uptime'])}",
+              f"database {db}", f"core {sup['core']}",
+              f"on-demand waiting {sup.get('waiting_on_demand', 0)}"]
+    if sup.get("shutting_down"):
+        fields.append("SHUTTING DOWN")
+    lines = wrap(fields, width, "  ")
     rows = [PS_COLUMNS]
     for s in data["slots"]:
         progress = "-"
@@ -353,8 +356,24 @@ def render_ps(data: dict, width: int | None = None) -> str:
         if s["slot"] != 0:
             continue
         if s["state"] == "fatal" and s.get("fatal_reason"):
-            lines.append(f"{s['worker']} is fatal: {printable(s['fatal_reason'])} "
-                         f"(fix it, then `fairsched restart {s['worker']}`)")
+            note = (f"{s['worker']} is fatal: {printable(s['fatal_reason'])} "
+                    f"(fix it, then `fairsched restart {s['worker']}`)")
         elif s["restarts"] and s.get("last_exit"):
-            lines.append(f"{s['worker']} last exited: {printable(s['last_exit'])}")
+            note = f"{s['worker']} last exited: {printable(s['last_exit'])}"
+        else:
+            continue
+        lines += wrap(note.split(" "), width, " ")
     return "\n".join(lines) + "\n"
+
+
+def wrap(words: list[str], width: int | None, sep: str) -> list[str]:
+    """`words` joined by `sep` into lines of at most `width` terminal columns (one line when
+    None), the lines after the first indented by two spaces: a terminal would cut them
+    anywhere, a word or a field of `ps` in two."""
+    lines = [words[0]]
+    for word in words[1:]:
+        if width is not None and display_width(lines[-1] + sep + word) > width:
+            lines.append("  " + word)
+        else:
+            lines[-1] += sep + word
+    return lines
