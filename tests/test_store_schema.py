@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import time
@@ -14,6 +15,7 @@ from psycopg.conninfo import make_conninfo
 from fairsched.errors import ConfigError
 from fairsched.store.errors import SchemaError
 from fairsched.store.schema import LATEST_VERSION, MIGRATION_LOCK, migrate, schema_version
+from tests.supervisor_harness import Supervisor
 
 MIGRATE_SCRIPT = """
 import sys
@@ -79,6 +81,30 @@ def test_two_processes_migrating_at_once_apply_each_step_once(fresh_url):
                     p.wait()
     assert [p.returncode for p in procs] == [0, 0], outputs
     assert [out.strip() for out, _ in outputs] == [str(LATEST_VERSION)] * 2
+    assert versions(fresh_url) == list(range(1, LATEST_VERSION + 1))
+
+
+def test_a_supervisor_that_upgrades_the_schema_says_so(fresh_url):
+    with psycopg.connect(fresh_url, autocommit=True) as conn:
+        migrate(conn)  # then back to version 1, as a database of an older fairsched is
+        conn.execute("ALTER TABLE fairsched_jobs DROP COLUMN claims")
+        conn.execute("DELETE FROM fairsched_schema_version WHERE version > 1")
+    sup = Supervisor(fresh_url, "[[worker]]\nname = \"pdf\"\ntypes = [\"pdf\"]\n"
+                                "handler = \"sup_handlers:echo\"\n")
+    try:
+        sup.start()
+        assert sup.cli("submit", "pdf", "--on-demand").returncode == 0
+        upgraded = sup.output().count(
+            f"database schema upgraded from version 1 to {LATEST_VERSION}: a claim counter to "
+            "fence outcomes on")
+        assert upgraded == 1, sup.output()
+        # Opened again: nothing left to do, nothing said.
+        sup.signal(signal.SIGTERM)
+        assert sup.wait_exit() == 0
+        sup.start()
+        assert sup.output().count("database schema upgraded") == 1, sup.output()
+    finally:
+        sup.close()
     assert versions(fresh_url) == list(range(1, LATEST_VERSION + 1))
 
 

@@ -6,6 +6,7 @@ so several supervisors (or commands) opening the same database at once migrate i
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from fairsched.store.errors import SchemaTooNew
@@ -22,6 +23,8 @@ MAX_DELAY = 10 * 365 * 24 * 3600.0  # seconds a job may be delayed: ten years
 
 # pg_advisory_xact_lock key: the bytes of "fairschd".
 MIGRATION_LOCK = 0x6661697273636864
+
+log = logging.getLogger("fairsched.database")
 
 MIGRATIONS: list[tuple[int, str, list[str]]] = [
     (1, "job and supervisor tables", [
@@ -119,6 +122,7 @@ def migrate(conn: psycopg.Connection) -> int:
             raise SchemaTooNew(
                 f"database schema version {current} is newer than this fairsched knows"
                 f" ({LATEST_VERSION}); upgrade fairsched")
+        applied = []
         for version, description, statements in MIGRATIONS:
             if version <= current:
                 continue
@@ -127,7 +131,15 @@ def migrate(conn: psycopg.Connection) -> int:
             conn.execute(
                 "INSERT INTO fairsched_schema_version (version, description) VALUES (%s, %s)",
                 (version, description))
-        return LATEST_VERSION
+            applied.append(description)
+    # Said once committed, by the one process that did it: an upgrade changes the table for
+    # every host at once, and the operator should find when and where in a log.
+    if current == 0:
+        log.info("created the job tables (database schema version %d)", LATEST_VERSION)
+    elif applied:
+        log.info("database schema upgraded from version %d to %d: %s", current, LATEST_VERSION,
+                 "; ".join(applied))
+    return LATEST_VERSION
 
 
 def schema_version(conn: psycopg.Connection) -> int:
