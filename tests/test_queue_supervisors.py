@@ -481,7 +481,7 @@ def test_a_claim_whose_answer_was_lost_is_returned_as_the_lane_comes_back(db):
         assert sup.ps()["supervisor"]["counters"]["claim_losses"] == 0, sup.output()[-3000:]
         # Returned as the connection is made again (its reconcile), not by a later heartbeat.
         out = sup.output()
-        returned = out.find(f"returned 1 jobs to the queue whose claim went through after its "
+        returned = out.find(f"returned 1 job to the queue whose claim went through after its "
                             f"connection was given up: {job}")
         assert -1 < returned < out.find("database connection restored"), out[-3000:]
     finally:
@@ -1194,7 +1194,7 @@ def test_a_claim_whose_answer_was_lost_goes_back_to_the_queue(supervisors, db, t
     wait_all_finished(db, 1, timeout=30, sups=[sup])
     assert [r[:3] for r in job_rows(db)] == [(ghost, "succeeded", 1)]
     assert recorded(log) == {ghost: 1}
-    assert (f"returned 1 jobs to the queue whose claim went through after its connection was"
+    assert (f"returned 1 job to the queue whose claim went through after its connection was"
             f" given up: {ghost}") in sup.output()
 
 

@@ -1152,6 +1152,7 @@ def test_restart_is_refused_while_the_supervisor_stops(supervisors):
     stopper = sup.spawn_cli("stop")
     sup.wait_for(lambda ps: ps["supervisor"]["shutting_down"], what="shutting down")
     assert "SHUTTING DOWN" in sup.cli("ps").stdout.splitlines()[0]
+    assert "shutting down: cancelling 1 running job, waiting up to 10 s" in sup.output()
     result = sup.cli("restart", "pdf")
     assert result.returncode == 1
     assert "the supervisor is shutting down: nothing restarts" in result.stderr

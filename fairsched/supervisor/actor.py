@@ -211,8 +211,8 @@ class Supervisor(Scheduling, WorkerLifecycle, TemplateLifecycle, WorkerPipes, Jo
         self.lease.stop()
         timeout = self.config.supervisor.shutdown_timeout if timeout is None else timeout
         if self.up:  # not when it could not start at all: the caller says why
-            log.info("shutting down: cancelling %d running jobs, waiting up to %g s",
-                     len(self.running), timeout)
+            log.info("shutting down: cancelling %d running job%s, waiting up to %g s",
+                     len(self.running), "" if len(self.running) == 1 else "s", timeout)
         for req in list(self.requests.values()):
             self._finish_request(req, {"event": "error", "job_id": req.job_id,
                                        "error": "the supervisor is shutting down"})

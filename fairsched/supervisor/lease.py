@@ -82,9 +82,9 @@ class LeaseGuard:
                 log.warning("could not renew the %g s lease: claiming stops until it is "
                             "renewed", self.lease)
             return
-        log.error("could not renew the %g s lease: giving back %d running queued jobs before "
+        log.error("could not renew the %g s lease: giving back %d running queued job%s before "
                   "other supervisors take them over; claiming stops until the lease is renewed",
-                  self.lease, len(jobs))
+                  self.lease, len(jobs), "" if len(jobs) == 1 else "s")
         for rj in jobs:
             self.sup.cancel_job(rj, "lease")
 

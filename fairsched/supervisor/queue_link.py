@@ -169,8 +169,9 @@ class QueueLink:
         if ghosts:
             returned = await self.store.release(ghosts)
             if returned:
-                log.warning("returned %d jobs to the queue whose claim went through after its "
+                log.warning("returned %d job%s to the queue whose claim went through after its "
                             "connection was given up: %s", len(returned),
+                            "" if len(returned) == 1 else "s",
                             ", ".join(map(str, sorted(returned)[:10]))
                             + (" ..." if len(returned) > 10 else ""))
                 self.fetch_wanted = True
@@ -410,8 +411,8 @@ class QueueLink:
             if now - self._in_touch_since >= self.settings.lease:  # (and orphaned jobs)
                 rescued = await store.rescue_expired(suspects)
                 if rescued:
-                    log.warning("returned %d running jobs of dead supervisors to the queue",
-                                rescued)
+                    log.warning("returned %d running job%s of dead supervisors to the queue",
+                                rescued, "" if rescued == 1 else "s")
                     self.fetch_wanted = True
             await self._reconcile()
             self._next_heartbeat = now + self.settings.heartbeat_interval
@@ -479,7 +480,7 @@ class QueueLink:
         rows = await store.fetch(self._locked.asking(wanted), self.sup.priority_per_second)
         rows = self._locked.kept(rows, wanted)
         if log.isEnabledFor(logging.DEBUG):
-            log.debug("fetched %d candidates for %s", len(rows),
+            log.debug("fetched %d candidate%s for %s", len(rows), "" if len(rows) == 1 else "s",
                       ", ".join(f"{t} ({n} free)" for t, n in sorted(wanted.items())))
         self.sup.on_fetched(rows, wanted)
         # When the next delayed job or retry comes due, the jobs fetched may no longer be the
