@@ -228,6 +228,23 @@ def test_explain_command_job(db, tmp_path, no_env_database):
     assert result.stderr.strip() == "fairsched: no job with id 424242"
 
 
+def test_explain_job_on_a_host_that_only_queues_work(db, tmp_path):
+    """With FAIRSCHED_DATABASE_URL and no workers.toml, `jobs` and `submit` use that database;
+    `explain --job` does too (default weights, free slots not counted), where it refused."""
+    job_id = enqueue(db, "pdf", 3, 10.0)
+    env = {k: v for k, v in os.environ.items() if k != "FAIRSCHED_CONFIG"}
+    env["FAIRSCHED_DATABASE_URL"] = db
+    result = fairsched("explain", "--job", str(job_id), cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith(f"job {job_id}: type pdf, priority 3, pending, waiting 1"), lines
+    assert "  priority       3072.0  3 x 1024" in lines, lines
+    assert lines[-1] == "  free slots: not counted (no ./workers.toml here; the default weights)"
+    result = fairsched("explain", "--job", "424242", cwd=tmp_path, env=env)
+    assert (result.returncode, result.stderr) == (1, "fairsched: no job with id 424242\n")
+    assert not (tmp_path / ".fairsched").exists()  # no embedded database started here
+
+
 @pytest.mark.parametrize("args", [["--job", "abc"], ["--job", "0"]])
 def test_explain_command_bad_usage_exits_2(tmp_path, args):
     path = write_config(tmp_path, "postgresql://unused")

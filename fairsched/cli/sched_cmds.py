@@ -54,9 +54,14 @@ def explain(config_path, job_id, as_json, plot_path):
 
     job_id = parse_job_id(job_id) if job_id is not None else None
     plots = _plots_for(plot_path)  # before the database is asked: the plot is what was wanted
+    from fairsched.store.database import ENV_URL
+
     path = resolve_config_path(config_path)
     implicit = config_path is None and not os.environ.get("FAIRSCHED_CONFIG")
-    if implicit and not Path(DEFAULT_CONFIG).exists() and job_id is None:
+    # A job needs a database: a workers.toml's, or, on a host that only queues work (as
+    # `jobs` and `submit` there), FAIRSCHED_DATABASE_URL's.
+    if (implicit and not Path(DEFAULT_CONFIG).exists()
+            and (job_id is None or os.environ.get(ENV_URL))):
         config, weights, source = None, core.Weights(), "defaults: no ./workers.toml"
     else:
         config = load_config(path)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from fairsched import core
 from fairsched.config import Config
@@ -190,16 +191,22 @@ def free_slots(config: Config, type_name: str, timeout: float = 2.0) -> tuple[in
     return n, f"{n} that handle {type_name!r}, counted in the running supervisor"
 
 
-def explain_job(config: Config, job_id: int) -> JobExplanation:
+def explain_job(config: Config | None, job_id: int) -> JobExplanation:
     """The current score of pending job `job_id`, read from the job table, by component.
+    With no `config` (a host that only queues work), the database is FAIRSCHED_DATABASE_URL's
+    and the weights are the defaults.
 
     Raises JobNotFound for an unknown id and JobNotPending for a job that is not waiting.
     """
     from fairsched.store.errors import JobNotFound
     from fairsched.store.queue import Queue
 
-    with Queue.open(config.supervisor.state_dir, config.supervisor.database, create=True,
-                    config_file=config.path) as queue:
+    if config is None:
+        opened = Queue.open(Path.cwd(), None, create=True)
+    else:
+        opened = Queue.open(config.supervisor.state_dir, config.supervisor.database,
+                            create=True, config_file=config.path)
+    with opened as queue:
         job = queue.get_job(job_id)
         # The database clock, so the age does not depend on this host's clock.
         (now,) = queue.conn.execute("SELECT extract(epoch FROM now())::float8").fetchone()
@@ -209,10 +216,14 @@ def explain_job(config: Config, job_id: int) -> JobExplanation:
         state = "has succeeded" if job["status"] == "succeeded" else f"is {job['status']}"
         raise JobNotPending(f"job {job_id} {state}: only a pending job has a score")
     eligible_at = job["run_after"].timestamp()
-    n_free, source = free_slots(config, job["type"])
-    if not configured_slots(config, job["type"]):
-        source = f"no worker in {config.path} handles {job['type']!r}: it cannot run here"
-    breakdown = score_breakdown(config.scoring, priority=job["priority"],
+    if config is None:
+        n_free, source = 0, "not counted (no ./workers.toml here; the default weights)"
+    else:
+        n_free, source = free_slots(config, job["type"])
+        if not configured_slots(config, job["type"]):
+            source = f"no worker in {config.path} handles {job['type']!r}: it cannot run here"
+    weights = config.scoring if config is not None else core.Weights()
+    breakdown = score_breakdown(weights, priority=job["priority"],
                                 age=now - eligible_at, free_slots=n_free)
     return JobExplanation(job_id=job_id, type=job["type"], status=job["status"],
                           eligible_in=max(0.0, eligible_at - now), breakdown=breakdown,
