@@ -278,6 +278,11 @@ def test_simulate_prints_policies_side_by_side(starvation_files):
     rows = [ln for ln in lines[3:] if ln.startswith(("index ", "pdf "))]
     ends = [re.match(r"\S+\s+\d+\s+(\d+)", row).end(1) for row in rows]  # TYPE PRI JOBS
     assert len(rows) == 2 and ends == [jobs_end, jobs_end], lines
+    # The first line says what the table holds, the line below it what `strd` counts: each
+    # within 80 columns but for the trace's path.
+    assert lines[0] == f"{trace_path}: 121 jobs on 4 slots; waits in seconds", lines
+    assert lines[lines.index(rows[-1]) + 1] == (
+        "strd: times a job waited although a better slot choice placed it"), lines
 
 
 def test_simulate_json_for_chosen_policies(starvation_files):

@@ -96,8 +96,7 @@ def report_table(trace: Trace, n_slots: int, results: list[PolicyResult]) -> str
         need = len(head[c]) - (sum(widths[c:c + 4]) + 6)
         if need > 0:
             widths[c + 2] += need
-    lines = [f"{trace.path}: {len(trace)} jobs on {n_slots} slots; waits in seconds "
-             "(strd: times a job waited although a better slot choice placed it)"]
+    lines = [f"{trace.path}: {len(trace)} jobs on {n_slots} slots; waits in seconds"]
     for k, row in enumerate(rows):
         cells = []
         c = 0
@@ -110,6 +109,8 @@ def report_table(trace: Trace, n_slots: int, results: list[PolicyResult]) -> str
             cells.append(row[c].rjust(widths[c]) if c else row[c].ljust(widths[c]))
             c += 1
         lines.append("  ".join(cells).rstrip())
+    # Below the table rather than after the first line, which it took to 120 columns.
+    lines.append("strd: times a job waited although a better slot choice placed it")
     lines.append("")
     lines.append(f"{'POLICY':<10} {'STRANDED':>9} {'MAKESPAN':>10} {'JOBS/S':>9} "
                  f"{'CYCLES':>9} {'EVENTS/S':>10}")
