@@ -253,6 +253,18 @@ def test_retry_puts_a_failed_job_back_with_fresh_attempts(queue):
     assert notes == [("fairsched_jobs", "pdf")]
 
 
+def test_retry_with_max_attempts_gives_a_new_budget(queue):
+    job_id = queue.enqueue("pdf")
+    set_status(queue, job_id, "failed", attempts=2, max_attempts=2)
+    for bad in (0, 2**31, 2.0, True):
+        with pytest.raises(ValueError, match="max_attempts must be an integer from 1 to"):
+            queue.retry_job(job_id, max_attempts=bad)
+    assert queue.get_job(job_id)["status"] == "failed"
+    queue.retry_job(job_id, max_attempts=5)
+    job = queue.get_job(job_id)
+    assert (job["status"], job["attempts"], job["max_attempts"]) == ("pending", 0, 5)
+
+
 def test_retry_refuses_unfinished_and_unknown_jobs(queue):
     job_id = queue.enqueue("pdf")
     with pytest.raises(JobStateError, match=f"job {job_id} is pending; only failed or cancelled"):

@@ -287,14 +287,22 @@ def parse_job_id(text: str) -> int:
 
 @main.command(short_help="Put a failed or cancelled job back in the queue.")
 @click.argument("job_id", metavar="ID")
+@click.option("--max-attempts", metavar="N",
+              help="A new budget of attempts (default: the job keeps its max_attempts).")
 @config_option
 @reports_errors
-def retry(job_id, config_path):
-    """Put a failed or cancelled job back in the queue, with fresh attempts."""
+def retry(job_id, max_attempts, config_path):
+    """Put a failed or cancelled job back in the queue, its attempts reset to 0.
+
+    The job keeps the max_attempts it was given, at submit or by its worker group when it
+    was first claimed, even if the group's max_attempts has changed since; --max-attempts
+    gives it a new one.
+    """
     job_id = parse_job_id(job_id)
+    max_attempts = parse_int("--max-attempts", max_attempts, 1, 2**31 - 1)
     config = queue_config(config_path)
     with open_queue(config) as queue:
-        queue.retry_job(job_id)
+        queue.retry_job(job_id, max_attempts=max_attempts)
     click.echo(f"job {job_id} is pending again")
 
 

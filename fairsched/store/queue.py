@@ -24,7 +24,7 @@ from fairsched.store.errors import (
     JobStateError,
     OtherDatabase,
 )
-from fairsched.store.jobs import INT8_MAX, encode_json, is_int, is_text, job_row
+from fairsched.store.jobs import INT4_MAX, INT8_MAX, encode_json, is_int, is_text, job_row
 from fairsched.store.schema import STATUSES, UNFINISHED
 
 # payload and result come as text, decoded by _job: a value nested too deeply to decode (one
@@ -235,9 +235,15 @@ class Queue:
 
     # -- manage -------------------------------------------------------------------------------
 
-    def retry_job(self, id: int) -> None:
-        """A failed or cancelled job becomes pending again, with its attempts reset."""
+    def retry_job(self, id: int, *, max_attempts: int | None = None) -> None:
+        """A failed or cancelled job becomes pending again, with its attempts reset. It keeps
+        the max_attempts it was given (at enqueue, or from its worker group at its first
+        claim) unless `max_attempts` gives it a new budget."""
         _check_id(id)
+        if max_attempts is not None and (not is_int(max_attempts)
+                                         or not 1 <= max_attempts <= INT4_MAX):
+            raise ValueError(f"max_attempts must be an integer from 1 to {INT4_MAX},"
+                             f" got {max_attempts!r}")
         try:
             with self.conn.transaction():
                 # The row is locked before its status is judged: read after a refused update
@@ -251,8 +257,9 @@ class Queue:
                 (type_name,) = self.conn.execute(
                     "UPDATE fairsched_jobs SET status = 'pending', attempts = 0,"
                     " last_error = NULL, result = NULL, run_after = now(), started_at = NULL,"
-                    " finished_at = NULL, claimed_by = NULL, cancel_requested = false"
-                    " WHERE id = %s RETURNING type", (id,)).fetchone()
+                    " finished_at = NULL, claimed_by = NULL, cancel_requested = false,"
+                    " max_attempts = coalesce(%s, max_attempts)"
+                    " WHERE id = %s RETURNING type", (max_attempts, id)).fetchone()
                 self.conn.execute("SELECT pg_notify('fairsched_jobs', %s)", (type_name,))
         except psycopg.errors.UniqueViolation:
             holder = self.conn.execute(
