@@ -62,7 +62,7 @@ def bound_database_waits() -> None:
     seconds = (parse_seconds(DATABASE_TIMEOUT, text, positive=True, maximum=86400)
                if text else None)
     database.waits = database.Waits(
-        connect=seconds or database.CONNECT_TIMEOUT, answer=seconds or ANSWER_TIMEOUT,
+        connect=seconds, answer=seconds or ANSWER_TIMEOUT,
         hint=f"; {DATABASE_TIMEOUT} sets how long to wait")
 
 

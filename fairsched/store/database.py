@@ -26,7 +26,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psutil
 import psycopg
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.conninfo import conninfo_to_dict, make_conninfo, timeout_from_conninfo
 
 from fairsched.logs import tail_lines
 from fairsched.store.errors import BadDatabaseURL, BadStateDir, DatabaseUnavailable
@@ -126,10 +126,11 @@ def open_database(state_dir: Path, url: str | None,
 
 @dataclass
 class Waits:
-    """How long connect()'s connections wait: for the server to take them, and for each answer
+    """How long connect()'s connections wait: for the server to take them (None: what the URL's
+    connect_timeout or PGCONNECT_TIMEOUT says, else CONNECT_TIMEOUT), and for each answer
     (None: as long as it takes). `hint` ends the message of a wait given up: what sets it."""
 
-    connect: float = CONNECT_TIMEOUT
+    connect: float | None = None
     answer: float | None = None
     hint: str = ""
 
@@ -139,11 +140,29 @@ class Waits:
 waits = Waits()
 
 
+def connect_timeout_given(url: str) -> str | None:
+    """What sets the connect_timeout of `url` other than a keyword argument, which psycopg
+    would let win over both: the connection string itself, or PGCONNECT_TIMEOUT."""
+    try:
+        if conninfo_to_dict(url).get("connect_timeout") not in (None, ""):
+            return "the URL's connect_timeout"
+    except psycopg.Error:
+        return None  # connecting says what is wrong with it
+    return "PGCONNECT_TIMEOUT" if os.environ.get("PGCONNECT_TIMEOUT") else None
+
+
 def connect(url: str, **kwargs) -> psycopg.Connection:
     """A psycopg connection, or DatabaseUnavailable with one line naming the server."""
     kwargs.setdefault("autocommit", True)
-    # libpq takes whole seconds, and 2 at least.
-    kwargs.setdefault("connect_timeout", max(2, math.ceil(waits.connect)))
+    # The URL's own connect_timeout wins, then FAIRSCHED_DATABASE_TIMEOUT (waits.connect), then
+    # PGCONNECT_TIMEOUT, then CONNECT_TIMEOUT. libpq takes whole seconds, and 2 at least.
+    given, hint = connect_timeout_given(url), waits.hint
+    if "connect_timeout" in kwargs:
+        pass
+    elif given == "the URL's connect_timeout" or (given and waits.connect is None):
+        hint = f"; {given} sets how long to wait"
+    else:
+        kwargs["connect_timeout"] = max(2, math.ceil(waits.connect or CONNECT_TIMEOUT))
     where = f"PostgreSQL at {redact(url)}"
     try:
         if waits.answer is None:
@@ -156,7 +175,9 @@ def connect(url: str, **kwargs) -> psycopg.Connection:
     except psycopg.OperationalError as exc:
         why = first_line(exc)
         if why == "connection timeout expired":  # the server, or the way to it, is stuck
-            why += f" (after {kwargs['connect_timeout']} s{waits.hint})"
+            seconds = timeout_from_conninfo(
+                conninfo_to_dict(url, connect_timeout=kwargs.get("connect_timeout")))
+            why += f" (after {seconds} s{hint})"
         raise DatabaseUnavailable(f"cannot connect to {where}: {why}") from exc
 
 
