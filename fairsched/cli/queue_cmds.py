@@ -231,6 +231,11 @@ def jobs(status, type_name, limit, as_json, config_path):
     else:
         click.echo(jobs_table(rows, now, config.max_attempts_by_type() if config else {},
                               terminal_columns(sys.stdout)))
+    if not rows and type_name is not None and config is not None \
+            and type_name not in config.types:
+        # Likely a typo, which submit refuses: say so, but the (empty) answer stands.
+        click.echo(f"no worker group in {config.path} runs type {type_name!r}"
+                   f" (configured types: {', '.join(sorted(config.types))})", err=True)
 
 
 def job_json(row: dict) -> dict:

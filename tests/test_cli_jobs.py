@@ -1,0 +1,55 @@
+"""`fairsched jobs`, run as a real process against real PostgreSQL: what it lists, and what it
+says about a listing that cannot be what was meant."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.test_cli_queue import WORKERS_TOML, fairsched, queue
+
+
+@pytest.fixture
+def config(tmp_path):
+    path = tmp_path / "workers.toml"
+    path.write_text(WORKERS_TOML)
+    return path
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_jobs_of_a_type_no_group_runs_says_so_on_stderr(db, config, as_json):
+    with queue(db) as q:
+        q.enqueue("pdf")
+    args = ["jobs", "--type", "pfd", "--config", str(config)] + (["--json"] if as_json else [])
+    result = fairsched(*args, url=db)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == ("[]\n" if as_json else
+                             "ID  TYPE  PRI  STATUS  ATTEMPTS  AGE  LAST ERROR\n")
+    assert result.stderr == (f"no worker group in {config} runs type 'pfd'"
+                             " (configured types: ocr, pdf)\n")
+
+
+def test_jobs_of_a_type_no_group_runs_any_more_are_listed_without_a_word(db, config):
+    with queue(db) as q:
+        old = q.enqueue("fax")  # queued before the group that ran it went away
+    result = fairsched("jobs", "--type", "fax", "--json", "--config", str(config), url=db)
+    assert (result.returncode, result.stderr) == (0, "")
+    assert [job["id"] for job in json.loads(result.stdout)] == [old]
+
+
+def test_jobs_of_a_configured_type_with_none_queued_is_silent(db, config):
+    result = fairsched("jobs", "--type", "ocr", "--config", str(config), url=db)
+    assert (result.returncode, result.stderr) == (0, "")
+
+
+def test_jobs_of_any_type_on_a_host_without_workers_toml_is_silent(db, tmp_path):
+    result = fairsched("jobs", "--type", "anything", url=db, cwd=tmp_path)
+    assert (result.returncode, result.stderr) == (0, "")
+
+
+def test_jobs_with_a_status_that_does_not_exist_is_exit_2_naming_the_allowed_ones(db, config):
+    result = fairsched("jobs", "--status", "done", "--config", str(config), url=db)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == ("fairsched: --status must be one of pending, running, succeeded,"
+                             " failed, cancelled, got 'done'\n")
