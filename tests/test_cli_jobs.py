@@ -53,3 +53,24 @@ def test_jobs_with_a_status_that_does_not_exist_is_exit_2_naming_the_allowed_one
     assert (result.returncode, result.stdout) == (2, "")
     assert result.stderr == ("fairsched: --status must be one of pending, running, succeeded,"
                              " failed, cancelled, got 'done'\n")
+
+
+def test_a_job_with_a_number_too_long_for_python_is_listed_as_its_json_text(db, config):
+    # 1e5000 written by hand comes back as 5001 digits, past what Python's int() reads: the
+    # job fails when claimed, and must not take the dead-letter list down with it.
+    with queue(db) as q:
+        ok = q.enqueue("pdf", {"doc": 1})
+        (odd,) = q.conn.execute(
+            "INSERT INTO fairsched_jobs (type, payload, status, result, last_error)"
+            " VALUES ('pdf', '{\"n\": 1e5000}', 'failed', '1e5000', 'too long') RETURNING id"
+        ).fetchone()
+    cli = ["--config", str(config)]
+    listed = fairsched("jobs", "--json", *cli, url=db)
+    assert (listed.returncode, listed.stderr) == (0, "")
+    jobs = {job["id"]: job for job in json.loads(listed.stdout)}
+    assert jobs[ok]["payload"] == {"doc": 1}
+    assert jobs[odd]["payload"] == '{"n": 1' + "0" * 5000 + "}"
+    assert jobs[odd]["result"] == "1" + "0" * 5000
+    table = fairsched("jobs", "--status", "failed", *cli, url=db)
+    assert (table.returncode, table.stderr) == (0, "")
+    assert table.stdout.splitlines()[1].split()[:4] == [str(odd), "pdf", "0", "failed"]

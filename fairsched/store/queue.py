@@ -359,8 +359,10 @@ def _job(row: dict) -> dict:
         if row[column] is not None:
             try:
                 row[column] = json.loads(row[column])
-            except RecursionError:
-                pass  # shown as the JSON text it is
+            except (RecursionError, ValueError):
+                # Too deep, or an integer longer than Python reads (4300 digits: 1e5000
+                # written by hand comes back written out in full): the JSON text it is.
+                pass
     return row
 
 
