@@ -2,8 +2,10 @@
 
 import json
 import os
+import re
 import signal
 import socket
+import struct
 import time
 import urllib.error
 import urllib.parse
@@ -269,3 +271,22 @@ def test_the_depth_connection_keeps_the_keepalives_its_url_sets(db):
         assert used["keepalives_count"] == "3"
     finally:
         depth.close()
+
+
+def test_a_client_that_hangs_up_mid_request_leaves_the_log_alone(supervisors):
+    # A scraper that resets its connection (a timeout on its side, a crash) is not news: no
+    # traceback of the HTTP server lands among the log lines (JSON ones, say).
+    port = free_port()
+    sup = supervisors(WORKERS, supervisor=f'metrics = "127.0.0.1:{port}"').start()
+    for request in (b"GET /metr", b"GET /metrics HTTP/1.1\r\nHost: x\r\n"):
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as client:
+            client.sendall(request)
+            time.sleep(0.2)  # the server is reading the rest of the request
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    assert value(scrape(port), "fairsched_lease_lost") == 0  # it serves on
+    assert sup.cli("stop").returncode == 0
+    assert sup.wait_exit() == 0
+    output = sup.output()
+    assert "Traceback" not in output and "Exception occurred" not in output, output
+    assert all(re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [A-Z]+ ", line)
+               for line in output.splitlines()), output

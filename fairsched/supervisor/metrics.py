@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import logging
 import socket
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -97,6 +98,15 @@ class _QuietHandler(WSGIRequestHandler):
 
 class _ThreadingServer(ThreadingMixIn, WSGIServer):
     daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        # socketserver's own prints a traceback to stderr, where the log is: a client that
+        # hangs up mid-request is not news, and anything else is one line of the log.
+        exc = sys.exception()
+        if isinstance(exc, OSError):
+            return
+        log.error("metrics: a request from %s failed: %s: %s", client_address[0],
+                  type(exc).__name__, exc)
 
 
 class _ThreadingServer6(_ThreadingServer):
