@@ -290,3 +290,18 @@ def test_a_client_that_hangs_up_mid_request_leaves_the_log_alone(supervisors):
     assert "Traceback" not in output and "Exception occurred" not in output, output
     assert all(re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [A-Z]+ ", line)
                for line in output.splitlines()), output
+
+
+def test_a_connection_that_sends_nothing_is_closed(supervisors):
+    # Each connection holds a thread and a file of the supervisor: one left idle, or whose
+    # client vanished, must not hold them for good.
+    port = free_port()
+    supervisors(WORKERS, supervisor=f'metrics = "127.0.0.1:{port}"').start()
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as idle, \
+            socket.create_connection(("127.0.0.1", port), timeout=30) as halfway:
+        halfway.sendall(b"GET /metrics HTTP/1.1\r\n")
+        began = time.monotonic()
+        assert idle.recv(1) == b""  # closed by the server
+        assert halfway.recv(1) == b""
+        assert 5 < time.monotonic() - began < 20
+    assert value(scrape(port), "fairsched_lease_lost") == 0

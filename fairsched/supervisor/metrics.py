@@ -31,6 +31,9 @@ log = logging.getLogger("fairsched.metrics")
 SNAPSHOT_INTERVAL = 0.5  # seconds between two copies of the actor's state
 DEPTH_CACHE = 1.0  # seconds a queue-depth answer serves further scrapes
 DEPTH_WAIT = 2.0  # seconds a scrape waits for the queue depth before calling it unknown
+# A connection that sends or takes nothing this long is closed: one left idle, or whose client
+# vanished without a word (a crashed host), would hold a thread and a file of the supervisor.
+CLIENT_TIMEOUT = 10.0
 # A TCP connection to a database that went silent fails within about 20 s instead of hanging
 # (libpq ignores these for a Unix socket, where a silent server is a stopped one).
 TCP_KEEPALIVES = {"keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 5,
@@ -92,6 +95,8 @@ def take_snapshot(sup) -> Snapshot:
 
 
 class _QuietHandler(WSGIRequestHandler):
+    timeout = CLIENT_TIMEOUT
+
     def log_message(self, format, *args):  # a scrape every few seconds is not news
         pass
 
