@@ -56,6 +56,25 @@ def fields(**values) -> dict:
     return {"fields": values}
 
 
+# A lone surrogate (a broken UTF-16 pair, as a handler's error may hold) goes into JSON as an
+# escape that strict parsers refuse (Rust's serde_json: a shipper built on it drops the line)
+# or turn into U+FFFD (Go). In a str every surrogate is a lone one.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _spelled_out(value):
+    """`value` (a JSON-able tree) with lone surrogates spelled out as Python does (\\ud800)."""
+    if isinstance(value, str):
+        if _SURROGATE.search(value) is None:
+            return value
+        return _SURROGATE.sub(lambda m: repr(m.group())[1:-1], value)
+    if isinstance(value, dict):
+        return {_spelled_out(str(k)): _spelled_out(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_spelled_out(v) for v in value]
+    return value
+
+
 # Keys every JSON line owns; a field of the same name never replaces one.
 STANDARD_KEYS = ("time", "level", "logger", "message", "exception")
 FIELD_PREFIX = "field_"
@@ -83,7 +102,7 @@ class JsonFormatter(logging.Formatter):
             entry[key] = value
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
-        return json.dumps(entry, default=str)
+        return json.dumps(_spelled_out(entry), default=lambda obj: _spelled_out(str(obj)))
 
 
 def setup_logging(fmt: str = "text", level: str = "info") -> None:

@@ -319,3 +319,23 @@ def test_a_field_named_as_a_key_of_the_json_line_leaves_that_key_alone(tmp_path)
         "field_level": "kept", "job_id": 7}, first
     assert second["message"] == "it failed" and second["field_exception"] == "forged"
     assert "RuntimeError: a bug" in second["exception"], second
+
+
+def test_a_lone_surrogate_in_an_error_is_spelled_out_in_the_json_line(supervisors):
+    # "\ud800" in a JSON string is a broken UTF-16 pair: strict parsers refuse the whole line.
+    sup = supervisors("""
+[[worker]]
+name = "odd"
+types = ["odd"]
+handler = "sup_handlers:awkward"
+max_attempts = 1
+""").start()
+    result = sup.cli("submit", "odd", "--on-demand", "--payload", '{"do": "error"}')
+    assert result.returncode == 1
+    (line,) = [ln for ln in sup.output().splitlines() if "failed for good" in ln]
+    assert "\\ud800" not in line.replace("\\\\ud800", ""), line  # no escape of a surrogate
+    entry = json.loads(line)
+    assert entry["error"] == "RuntimeError: a broken \\ud800 pair and a NUL \x00", entry
+    assert entry["message"].endswith(entry["error"]), entry
+    line.encode("ascii")
+    entry["message"].encode("utf-8")  # every string is whole Unicode
