@@ -305,3 +305,19 @@ def test_a_connection_that_sends_nothing_is_closed(supervisors):
         assert halfway.recv(1) == b""
         assert 5 < time.monotonic() - began < 20
     assert value(scrape(port), "fairsched_lease_lost") == 0
+
+
+def test_an_accept_header_the_exporter_cannot_read_gets_the_text_format(supervisors):
+    # prometheus_client fails on some Accept headers; the scrape is answered all the same,
+    # and no traceback lands among the log lines.
+    port = free_port()
+    sup = supervisors(WORKERS, supervisor=f'metrics = "127.0.0.1:{port}"').start()
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/metrics", headers={
+        "Accept": "application/openmetrics-text; version=abc"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.status == 200
+        assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        text = response.read().decode()
+    names = {f.name for f in text_string_to_metric_families(text)}
+    assert {"fairsched_workers", "fairsched_jobs_finished"} <= names, names
+    assert "Traceback" not in sup.output(), sup.output()

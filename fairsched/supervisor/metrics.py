@@ -293,6 +293,28 @@ def _answering_head(app):
     return wrapped
 
 
+def _answering_anyway(app):
+    """The app, answering in the plain text format an Accept header it cannot read (it fails
+    on `application/openmetrics-text; version=abc`), and answering a failure of its own with
+    a 500 and one log line: wsgiref would print a traceback among the log lines."""
+    def wrapped(environ, start_response):
+        try:
+            return app(environ, start_response)
+        except Exception:
+            if "HTTP_ACCEPT" in environ:
+                try:
+                    return app({k: v for k, v in environ.items() if k != "HTTP_ACCEPT"},
+                               start_response)
+                except Exception:
+                    pass
+            exc = sys.exception()
+            log.error("metrics: cannot answer a scrape: %s: %s", type(exc).__name__, exc)
+            start_response("500 Internal Server Error", [("Content-Type", "text/plain")],
+                           sys.exc_info())
+            return [b"fairsched could not gather its metrics: see its log\n"]
+    return wrapped
+
+
 class PrometheusObserver(Observer):
     """Serves /metrics on `address` ("host:port" or "[ipv6]:port"; an empty host listens on
     every IPv4 interface)."""
@@ -335,7 +357,8 @@ class PrometheusObserver(Observer):
             self.restarts.labels(spec.name)
         self._refresh()
         try:
-            server = make_server(self.host, self.port, _answering_head(make_wsgi_app(self.registry)),
+            app = _answering_anyway(_answering_head(make_wsgi_app(self.registry)))
+            server = make_server(self.host, self.port, app,
                                  _ThreadingServer6 if self.ipv6 else _ThreadingServer,
                                  handler_class=_QuietHandler)
         except OSError as exc:
