@@ -339,3 +339,15 @@ max_attempts = 1
     assert entry["message"].endswith(entry["error"]), entry
     line.encode("ascii")
     entry["message"].encode("utf-8")  # every string is whole Unicode
+
+
+def test_job_lines_carry_the_group_of_their_worker(supervisors):
+    # A log pipeline that routes by group sees a group's jobs as well as its workers.
+    sup = supervisors(WORKERS).start()
+    assert sup.cli("submit", "pdf", "--on-demand").returncode == 0
+    job_id = int(sup.cli("submit", "flaky").stdout)
+    sup.wait_log(rf"job {job_id} failed for good")
+    entries = [e for e in sup.entries() if e.get("event") in ("job_started", "job_finished")]
+    assert len(entries) == 6, entries
+    for entry in entries:
+        assert entry["group"] == entry["worker"].rpartition("-")[0], entry

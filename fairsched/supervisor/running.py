@@ -25,7 +25,7 @@ def where(rj: RunningJob) -> str:
 
 def job_fields(rj: RunningJob, outcome: str, duration: float, **more) -> dict:
     return fields(event="job_finished", job_id=rj.job_id, type=rj.type, worker=rj.proc.name,
-                  slot=rj.slot_index, attempt=rj.attempt, outcome=outcome,
+                  group=rj.proc.group, slot=rj.slot_index, attempt=rj.attempt, outcome=outcome,
                   duration=round(duration, 6), on_demand=rj.on_demand, **more)
 
 
@@ -59,7 +59,7 @@ class JobHandling:
             log.info("job %s started: type %s, worker %s, slot %d, attempt %d/%d, waited %.3f s",
                      rj.job_id, rj.type, proc.name, index, attempt, rj.max_attempts, waited,
                      extra=fields(event="job_started", job_id=rj.job_id, type=rj.type,
-                                  worker=proc.name, slot=index, attempt=attempt,
+                                  worker=proc.name, group=proc.group, slot=index, attempt=attempt,
                                   max_attempts=rj.max_attempts, waited=round(waited, 6),
                                   on_demand=rj.on_demand))
         try:
