@@ -1,5 +1,6 @@
 """The Prometheus endpoint as a monitoring system scrapes it, from a real supervisor."""
 
+import http.client
 import json
 import os
 import re
@@ -321,3 +322,33 @@ def test_an_accept_header_the_exporter_cannot_read_gets_the_text_format(supervis
     names = {f.name for f in text_string_to_metric_families(text)}
     assert {"fairsched_workers", "fairsched_jobs_finished"} <= names, names
     assert "Traceback" not in sup.output(), sup.output()
+
+
+def test_head_gives_the_headers_of_get_and_other_paths_and_methods_are_refused(supervisors):
+    port = free_port()
+    supervisors(WORKERS, supervisor=f'metrics = "127.0.0.1:{port}"').start()
+    scrape_until(port, lambda s: value(s, "fairsched_queue_up") == 1, "the queue depth")
+
+    def ask(method: str, path: str) -> tuple[int, dict, bytes]:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        try:
+            conn.request(method, path)
+            response = conn.getresponse()
+            return response.status, dict(response.getheaders()), response.read()
+        finally:
+            conn.close()
+
+    status, got, body = ask("GET", "/metrics")
+    assert status == 200 and b"fairsched_workers" in body
+    status, head, empty = ask("HEAD", "/metrics")
+    assert status == 200 and empty == b""
+    assert head["Content-Type"] == got["Content-Type"]
+    # The same metrics, a moment later: about the same length (the gauges' digits may differ).
+    assert abs(int(head["Content-Length"]) - len(body)) < 200, (head, len(body))
+    for path in ("/", "/foo", "/metrics/x", "/favicon.ico"):
+        status, _, body = ask("GET", path)
+        assert status == 404 and b"fairsched_workers" not in body, path
+    for method in ("POST", "PUT", "DELETE"):
+        status, headers, body = ask(method, "/metrics")
+        assert status == 405 and headers["Allow"] == "GET, HEAD", method
+        assert b"fairsched_workers" not in body

@@ -281,15 +281,32 @@ class _StateCollector:
         yield from (jobs, oldest, health)
 
 
-def _answering_head(app):
-    """The app, answering HEAD as GET without the body (health checks use it)."""
+def _serving_metrics_only(app):
+    """The app at /metrics alone (404 elsewhere), for GET and HEAD alone (405 otherwise),
+    HEAD answered with the headers of a GET, Content-Length included (health checks use it)."""
     def wrapped(environ, start_response):
-        if environ.get("REQUEST_METHOD") != "HEAD":
+        method = environ.get("REQUEST_METHOD")
+        if environ.get("PATH_INFO") != "/metrics":
+            start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
+            return [b"fairsched serves its metrics at /metrics\n"]
+        if method not in ("GET", "HEAD"):
+            start_response("405 Method Not Allowed", [("Content-Type", "text/plain; charset=utf-8"),
+                                                      ("Allow", "GET, HEAD")])
+            return [f"use GET or HEAD, not {method}\n".encode()]
+        if method == "GET":
             return app(environ, start_response)
-        body = app(dict(environ, REQUEST_METHOD="GET"), start_response)
-        if hasattr(body, "close"):
-            body.close()
-        return [b""]
+        answer = []
+        body = app(dict(environ, REQUEST_METHOD="GET"),
+                   lambda status, headers, exc_info=None: answer.append((status, headers, exc_info)))
+        try:
+            length = sum(len(chunk) for chunk in body)
+        finally:
+            if hasattr(body, "close"):
+                body.close()
+        status, headers, exc_info = answer[-1]
+        headers = [(k, v) for k, v in headers if k.lower() != "content-length"]
+        start_response(status, headers + [("Content-Length", str(length))], exc_info)
+        return []
     return wrapped
 
 
@@ -357,7 +374,7 @@ class PrometheusObserver(Observer):
             self.restarts.labels(spec.name)
         self._refresh()
         try:
-            app = _answering_anyway(_answering_head(make_wsgi_app(self.registry)))
+            app = _answering_anyway(_serving_metrics_only(make_wsgi_app(self.registry)))
             server = make_server(self.host, self.port, app,
                                  _ThreadingServer6 if self.ipv6 else _ThreadingServer,
                                  handler_class=_QuietHandler)
