@@ -352,3 +352,41 @@ def test_head_gives_the_headers_of_get_and_other_paths_and_methods_are_refused(s
         status, headers, body = ask(method, "/metrics")
         assert status == 405 and headers["Allow"] == "GET, HEAD", method
         assert b"fairsched_workers" not in body
+
+
+def slot_counts(samples: dict, job_type: str) -> dict:
+    return {dict(labels)["state"]: v for (name, labels), v in samples.items()
+            if name == "fairsched_slots" and dict(labels)["type"] == job_type}
+
+
+def test_a_stopping_workers_slots_are_counted_as_ps_shows_them(supervisors):
+    # `fairsched restart` of a worker whose job ignores the cancel: until it is killed, ps
+    # shows its slots `stopping`, the job still on one; the gauges say the same.
+    port = free_port()
+    sup = supervisors(WORKERS, supervisor=f'metrics = "127.0.0.1:{port}"').start()
+    submit(sup, "pdf", "--payload", '{"seconds": 30, "ignore_cancel": true}')
+    scrape_until(port, lambda s: value(s, "fairsched_slots", type="pdf", state="busy") == 1,
+                 "the job to start")
+    assert sup.cli("restart", "pdf").returncode == 0
+    ps = sup.wait_for(lambda ps: [s["state"] for s in sup_slots(ps)] == ["stopping", "stopping"],
+                      timeout=5, what="pdf-1 stopping")
+    assert any(s["job_id"] is not None for s in sup_slots(ps))
+    stopping = scrape_until(
+        port, lambda s: value(s, "fairsched_slots", type="pdf", state="stopping") == 2,
+        "the slots stopping", timeout=1.5)  # the worker is killed 2 s after the restart
+    assert slot_counts(stopping, "pdf") == {"free": 0, "busy": 0, "starting": 0,
+                                            "stopping": 2, "down": 0, "fatal": 0}
+    assert value(stopping, "fairsched_jobs_in_flight", type="pdf") == 1
+    assert value(stopping, "fairsched_workers", group="pdf", state="stopping") == 1
+    # The worker killed and back, the job returned to the queue runs on the new one.
+    back = scrape_until(
+        port, lambda s: value(s, "fairsched_jobs_finished_total", type="pdf",
+                              outcome="returned") == 1
+        and value(s, "fairsched_slots", type="pdf", state="busy") == 1, "the job to run again")
+    assert slot_counts(back, "pdf") == {"free": 1, "busy": 1, "starting": 0, "stopping": 0,
+                                        "down": 0, "fatal": 0}
+    assert value(back, "fairsched_jobs_in_flight", type="pdf") == 1
+
+
+def sup_slots(ps: dict, group: str = "pdf") -> list[dict]:
+    return [s for s in ps["slots"] if s["group"] == group]

@@ -260,8 +260,9 @@ def test_every_ps_json_field_is_documented():
 
 def test_the_metrics_table_gives_each_metric_its_type_and_labels():
     observer = PrometheusObserver("127.0.0.1:0")  # not started: nothing listens
-    observer.snapshot = Snapshot(types=("pdf",), in_flight={"pdf": 1}, free={"pdf": 1},
-                                 busy={"pdf": 1}, workers={("pdf", "running"): 1})
+    observer.snapshot = Snapshot(types=("pdf",), in_flight={"pdf": 1},
+                                 slots={("pdf", "free"): 1, ("pdf", "busy"): 1},
+                                 workers={("pdf", "running"): 1})
     observer.depth.read = lambda: ([("pdf", "pending", 3, 2.5)], 1)
     observer.job_started("pdf", 0.1)
     observer.job_finished("pdf", "succeeded", 0.2)

@@ -25,6 +25,7 @@ from psycopg.conninfo import conninfo_to_dict
 from fairsched.config import metrics_address
 from fairsched.supervisor.hooks import Observer
 from fairsched.supervisor.states import ProcessState
+from fairsched.supervisor.status import slot_states
 
 log = logging.getLogger("fairsched.metrics")
 
@@ -40,6 +41,7 @@ TCP_KEEPALIVES = {"keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 
                   "keepalives_count": 3, "tcp_user_timeout": 20000}
 OUTCOMES = ("succeeded", "failed", "retried", "cancelled", "returned")
 QUEUE_STATUSES = ("pending", "running", "failed")
+SLOT_STATES = ("free", "busy", "starting", "stopping", "down", "fatal")  # as `ps` shows them
 # The gauges built on each scrape from the snapshot and the queue depth.
 STATE_GAUGES = ("fairsched_jobs_in_flight", "fairsched_slots", "fairsched_workers",
                 "fairsched_on_demand_waiting", "fairsched_lease_lost", "fairsched_queue_jobs",
@@ -68,29 +70,27 @@ class Snapshot:
 
     types: tuple[str, ...] = ()
     in_flight: dict[str, int] = field(default_factory=dict)
-    free: dict[str, int] = field(default_factory=dict)
-    busy: dict[str, int] = field(default_factory=dict)
+    slots: dict[tuple[str, str], int] = field(default_factory=dict)  # (type, state) -> n
     workers: dict[tuple[str, str], int] = field(default_factory=dict)  # (group, state) -> n
     on_demand_waiting: int = 0
     lease_lost: bool = False
 
 
 def take_snapshot(sup) -> Snapshot:
-    names = {tid: t for t, tid in sup.type_ids.items()}
-    free_counts = sup.pool.free_counts(len(names))
-    free = {names[tid]: int(free_counts[tid]) for tid in names}
-    busy = dict.fromkeys(names.values(), 0)
-    pool = sup.pool
-    for sid in pool.slot_ids():
-        if pool.is_busy(sid):
-            for tid in pool.slot_types(sid):
-                busy[names[tid]] += 1
-    in_flight = dict.fromkeys(names.values(), 0)
+    # Each slot in the state `ps` gives it at this moment, so the two agree: a stopping
+    # worker's slots are `stopping`, whatever job they still run.
+    slots = collections.Counter()
+    for proc in sup.procs:
+        types = proc.types or proc.spec.types
+        for _, state, _ in slot_states(sup, proc):
+            for t in types:
+                slots[(t, state)] += 1
+    in_flight = dict.fromkeys(sup.type_ids, 0)
     for rj in sup.running.values():
         in_flight[rj.type] = in_flight.get(rj.type, 0) + 1
     workers = collections.Counter((proc.group, proc.state.value) for proc in sup.procs)
-    return Snapshot(types=tuple(sorted(sup.type_ids)), in_flight=in_flight, free=free,
-                    busy=busy, workers=dict(workers), on_demand_waiting=len(sup.requests),
+    return Snapshot(types=tuple(sorted(sup.type_ids)), in_flight=in_flight, slots=dict(slots),
+                    workers=dict(workers), on_demand_waiting=len(sup.requests),
                     lease_lost=sup.lease.fenced)
 
 
@@ -234,8 +234,9 @@ class _StateCollector:
         snap = self.observer.snapshot
         in_flight = GaugeMetricFamily("fairsched_jobs_in_flight",
                                       "Jobs running on this supervisor's workers.", labels=["type"])
-        slots = GaugeMetricFamily("fairsched_slots", "Slots able to run a type, free or busy "
-                                  "(a versatile slot counts for each of its types).",
+        slots = GaugeMetricFamily("fairsched_slots", "Slots able to run a type, by the state "
+                                  "fairsched ps shows (a versatile slot counts for each of its "
+                                  "types).",
                                   labels=["type", "state"])
         workers = GaugeMetricFamily("fairsched_workers", "Worker processes by group and "
                                     "process state.", labels=["group", "state"])
@@ -243,8 +244,8 @@ class _StateCollector:
                                     "On-demand requests waiting for a slot.")
         for t in snap.types:
             in_flight.add_metric([t], snap.in_flight.get(t, 0))
-            slots.add_metric([t, "free"], snap.free.get(t, 0))
-            slots.add_metric([t, "busy"], snap.busy.get(t, 0))
+            for state in SLOT_STATES:
+                slots.add_metric([t, state], snap.slots.get((t, state), 0))
         groups = sorted({group for group, _ in snap.workers})
         for group in groups:
             for state in ProcessState:

@@ -26,25 +26,8 @@ def snapshot(sup) -> dict:
             "last_exit": proc.last_exit,
             "fatal_reason": proc.fatal_reason,
         }
-        if proc.slot_ids:
-            for index, sid in enumerate(proc.slot_ids):
-                rj = sup.running.get(sid)
-                # A slot out of the index takes no more work: its worker is on its way out
-                # (stopped by a SIGTERM from elsewhere, or its pipe broke), whatever it runs.
-                if (proc.state is ProcessState.STOPPING
-                        or (rj is None and (sup.shutting_down or not sup.pool.has_slot(sid)))):
-                    state = "stopping"
-                elif rj is not None or sup.pool.is_busy(sid):
-                    state = "busy"
-                else:
-                    state = "free"
-                slots.append(_row(base, index, state, rj, mono))
-        else:
-            state = SLOT_STATE.get(proc.state, proc.state.value)
-            if proc.state is ProcessState.DOWN and proc.group in sup.warming:
-                state = "starting"  # its template is still importing the handler
-            for index in range(proc.spec.slots):
-                slots.append(_row(base, index, state, None, mono))
+        for index, state, rj in slot_states(sup, proc):
+            slots.append(_row(base, index, state, rj, mono))
     supervisor = {
         "pid": os.getpid(),
         "id": sup.queue.supervisor_id,
@@ -61,6 +44,29 @@ def snapshot(sup) -> dict:
         "counters": dict(sup.counters),
     }
     return {"supervisor": supervisor, "slots": slots}
+
+
+def slot_states(sup, proc):
+    """(slot index, state, running job or None) for each slot of `proc`, as `ps` shows them;
+    the metrics count the same states."""
+    if not proc.slot_ids:
+        state = SLOT_STATE.get(proc.state, proc.state.value)
+        if proc.state is ProcessState.DOWN and proc.group in sup.warming:
+            state = "starting"  # its template is still importing the handler
+        for index in range(proc.spec.slots):
+            yield index, state, None
+        return
+    for index, sid in enumerate(proc.slot_ids):
+        rj = sup.running.get(sid)
+        # A slot out of the index takes no more work: its worker is on its way out
+        # (stopped by a SIGTERM from elsewhere, or its pipe broke), whatever it runs.
+        if (proc.state is ProcessState.STOPPING
+                or (rj is None and (sup.shutting_down or not sup.pool.has_slot(sid)))):
+            yield index, "stopping", rj
+        elif rj is not None or sup.pool.is_busy(sid):
+            yield index, "busy", rj
+        else:
+            yield index, "free", rj
 
 
 def _row(base: dict, index: int, state: str, rj, mono: float) -> dict:
