@@ -7,10 +7,12 @@ import re
 import signal
 import socket
 import struct
+import sys
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -390,3 +392,29 @@ def test_a_stopping_workers_slots_are_counted_as_ps_shows_them(supervisors):
 
 def sup_slots(ps: dict, group: str = "pdf") -> list[dict]:
     return [s for s in ps["slots"] if s["group"] == group]
+
+
+def test_an_on_demand_job_its_worker_refuses_counts_as_returned(supervisors):
+    # As a refused queued job does: each start that the worker refuses ends as `returned`,
+    # so the finished total, the run-time histogram and the wait histogram keep step.
+    script = Path(__file__).parent / "handlers" / "garbage_worker.py"
+    port = free_port()
+    sup = supervisors(WORKERS + f"""
+[[worker]]
+name = "picky"
+types = ["picky"]
+command = ["{sys.executable}", "{script}", "picky"]
+max_restarts = 1
+""", supervisor=f'metrics = "127.0.0.1:{port}"').start()
+    # Refused, restarted, refused again: the second refusal makes the worker fatal.
+    result = sup.cli("submit", "picky", "--on-demand", "--payload", '{"refuse": true}',
+                     timeout=30)
+    assert result.returncode == 1 and "fatal" in result.stderr, result.stderr
+    samples = scrape_until(port, lambda s: value(s, "fairsched_workers", group="picky",
+                                                 state="fatal") == 1, "picky fatal")
+    assert value(samples, "fairsched_job_wait_seconds_count", type="picky") == 2
+    assert value(samples, "fairsched_jobs_finished_total", type="picky", outcome="returned") == 2
+    assert value(samples, "fairsched_job_run_seconds_count", type="picky") == 2
+    assert value(samples, "fairsched_jobs_in_flight", type="picky") == 0
+    assert sup.ps()["supervisor"]["counters"]["returned"] == 2
+    assert "job od-1 runs again (refused by its worker)" in sup.output()

@@ -212,9 +212,12 @@ class JobHandling:
                      extra=job_fields(rj, "cancelled", duration))
             self._finish_request(req, {"event": "error", "job_id": req.job_id, "error": reason})
             return
-        if outcome == "refused":
+        if outcome == "refused":  # not the job's fault, as for a queued job: its attempt unspent
+            self._record(rj, "returned", duration)
             req.attempts -= 1
             self.requests[req.number] = req
+            log.info("job %s runs again (refused by its worker): %s", rj.job_id, where(rj),
+                     extra=job_fields(rj, "returned", duration))
             return
         if permanent or req.attempts >= req.max_attempts or self.shutting_down:
             self._record(rj, "failed", duration)
