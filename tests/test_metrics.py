@@ -418,3 +418,43 @@ max_restarts = 1
     assert value(samples, "fairsched_jobs_in_flight", type="picky") == 0
     assert sup.ps()["supervisor"]["counters"]["returned"] == 2
     assert "job od-1 runs again (refused by its worker)" in sup.output()
+
+
+def test_an_outcome_the_table_refuses_is_counted_unrecorded(supervisors, db):
+    # Frozen past its lease while its job finishes, a supervisor counts the job succeeded when
+    # it wakes; but another supervisor has taken the job over and counts its own run. The
+    # outcome the table refused is counted apart, so the totals of both add up to the table's.
+    import psycopg
+
+    # The job ends before the lease watchdog (at 90% of the lease) kills its worker.
+    settings = "lease = 3\nheartbeat_interval = 0.5\n"
+    ports = free_port(), free_port()
+    frozen = supervisors(WORKERS, supervisor=settings + f'metrics = "127.0.0.1:{ports[0]}"')
+    frozen.start()
+    other = supervisors(WORKERS, supervisor=settings + f'metrics = "127.0.0.1:{ports[1]}"')
+    submit(frozen, "pdf", "--payload", '{"seconds": 1.2}')
+    frozen.wait_for(lambda ps: any(s["job_id"] is not None for s in ps["slots"]),
+                    what="the job running")
+    frozen.signal(signal.SIGSTOP)
+    other.start()  # started after the claim, so the job is the frozen one's
+    try:  # the job ends meanwhile; the other supervisor takes it over and runs it again
+        scrape_until(ports[1], lambda s: value(s, "fairsched_jobs_finished_total", type="pdf",
+                                               outcome="succeeded") == 1,
+                     "the other supervisor's run", timeout=30)
+    finally:
+        frozen.signal(signal.SIGCONT)
+    frozen.wait_output("the outcome of 1 job was not recorded")
+    mine = scrape_until(ports[0], lambda s: value(s, "fairsched_jobs_unrecorded_total",
+                                                  type="pdf", outcome="succeeded") == 1,
+                        "the refused outcome counted")
+    assert value(mine, "fairsched_jobs_finished_total", type="pdf", outcome="succeeded") == 1
+    assert frozen.ps()["supervisor"]["counters"]["unrecorded"] == 1
+    theirs = scrape(ports[1])
+    assert value(theirs, "fairsched_jobs_unrecorded_total", type="pdf", outcome="succeeded") == 0
+    recorded = sum(value(s, "fairsched_jobs_finished_total", type="pdf", outcome="succeeded")
+                   - value(s, "fairsched_jobs_unrecorded_total", type="pdf", outcome="succeeded")
+                   for s in (mine, theirs))
+    with psycopg.connect(db) as conn:
+        (succeeded,) = conn.execute("SELECT count(*) FROM fairsched_jobs "
+                                    "WHERE status = 'succeeded'").fetchone()
+    assert recorded == succeeded == 1

@@ -266,6 +266,7 @@ def test_the_metrics_table_gives_each_metric_its_type_and_labels():
     observer.depth.read = lambda: ([("pdf", "pending", 3, 2.5)], 1)
     observer.job_started("pdf", 0.1)
     observer.job_finished("pdf", "succeeded", 0.2)
+    observer.job_unrecorded("pdf", "succeeded")
     observer.worker_restarted("pdf")
     observer.claims_lost(1)
     exported = {}

@@ -86,7 +86,7 @@ class Supervisor(Scheduling, WorkerLifecycle, TemplateLifecycle, WorkerPipes, Jo
         self.next_request = 1
         self.started = time.time()
         self.counters = {"succeeded": 0, "failed": 0, "retried": 0, "cancelled": 0,
-                         "returned": 0, "claim_losses": 0, "restarts": 0}
+                         "returned": 0, "unrecorded": 0, "claim_losses": 0, "restarts": 0}
         self._scheduling = False
         self._schedule_pending = False
         self._unflushed: set[WorkerProcess] = set()

@@ -18,6 +18,9 @@ class Observer:
     def job_finished(self, job_type: str, outcome: str, seconds: float) -> None:
         """outcome: succeeded, failed (for good), retried, cancelled or returned (to the queue)."""
 
+    def job_unrecorded(self, job_type: str, outcome: str) -> None:
+        """A job_finished outcome (succeeded, failed or retried) the job table refused."""
+
     def worker_restarted(self, group: str) -> None:
         pass
 

@@ -40,6 +40,7 @@ CLIENT_TIMEOUT = 10.0
 TCP_KEEPALIVES = {"keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 5,
                   "keepalives_count": 3, "tcp_user_timeout": 20000}
 OUTCOMES = ("succeeded", "failed", "retried", "cancelled", "returned")
+UNRECORDED_OUTCOMES = ("succeeded", "failed", "retried")  # the outcomes written under a fence
 QUEUE_STATUSES = ("pending", "running", "failed")
 SLOT_STATES = ("free", "busy", "starting", "stopping", "down", "fatal")  # as `ps` shows them
 # The gauges built on each scrape from the snapshot and the queue depth.
@@ -352,6 +353,10 @@ class PrometheusObserver(Observer):
         self.finished = Counter("fairsched_jobs_finished", "Job attempts finished, by type and "
                                 "outcome (succeeded, failed for good, retried, cancelled, "
                                 "returned to the queue).", ["type", "outcome"], registry=r)
+        self.unrecorded = Counter("fairsched_jobs_unrecorded", "Attempts counted in "
+                                  "fairsched_jobs_finished_total whose outcome the job table "
+                                  "refused: the job was no longer this supervisor's.",
+                                  ["type", "outcome"], registry=r)
         self.waited = Histogram("fairsched_job_wait_seconds", "Time from a job becoming eligible "
                                 "to its start.", ["type"], buckets=BUCKETS, registry=r)
         self.ran = Histogram("fairsched_job_run_seconds", "Time each attempt ran, whatever its "
@@ -371,6 +376,8 @@ class PrometheusObserver(Observer):
             self.ran.labels(t)
             for outcome in OUTCOMES:
                 self.finished.labels(t, outcome)
+            for outcome in UNRECORDED_OUTCOMES:
+                self.unrecorded.labels(t, outcome)
         for spec in sup.config.workers:
             self.restarts.labels(spec.name)
         self._refresh()
@@ -408,6 +415,9 @@ class PrometheusObserver(Observer):
     def job_finished(self, job_type: str, outcome: str, seconds: float) -> None:
         self.finished.labels(job_type, outcome).inc()
         self.ran.labels(job_type).observe(seconds)
+
+    def job_unrecorded(self, job_type: str, outcome: str) -> None:
+        self.unrecorded.labels(job_type, outcome).inc()
 
     def worker_restarted(self, group: str) -> None:
         self.restarts.labels(group).inc()

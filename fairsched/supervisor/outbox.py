@@ -6,6 +6,7 @@ kept across a lost connection until written.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fairsched.store.aqueue import AsyncStore
@@ -45,9 +46,17 @@ class Outbox:
     failures: list[Failure] = field(default_factory=list)
     cancels: list[tuple[int, int]] = field(default_factory=list)
     releases: list[tuple[int, int]] = field(default_factory=list)
+    # How the supervisor counted each completion and failure waiting here, (type, outcome):
+    # one the table refuses is told to `on_unrecorded`, as counted twice across supervisors.
+    counted: dict[int, tuple[str, str]] = field(default_factory=dict)
+    on_unrecorded: Callable[[str, str], None] | None = None
 
     def __bool__(self) -> bool:
         return bool(self.completions or self.failures or self.cancels or self.releases)
+
+    def note(self, job_id: int, counted: tuple[str, str] | None) -> None:
+        if counted is not None:
+            self.counted[job_id] = counted
 
     def job_ids(self) -> list[int]:
         """The jobs whose outcome waits here: still 'running' in the table until it is written."""
@@ -67,6 +76,7 @@ class Outbox:
                 done = await store.completed_already(unchanged)
                 refused += [job_id for job_id, _ in unchanged if job_id not in done]
             del self.completions[:len(batch)]
+            self._written([job_id for job_id, _, _ in batch], refused)
         while self.failures:
             f = self.failures[0]
             status = await store.fail(f.job_id, f.claim, f.error, permanent=f.permanent,
@@ -76,6 +86,7 @@ class Outbox:
             self.failures.pop(0)
             if status is None:
                 refused.append(f.job_id)
+            self._written([f.job_id], refused)
         if refused:
             # The row moved on without us: handed back to the queue after this supervisor's
             # lease expired, and perhaps run again elsewhere. The log said "succeeded" or
@@ -98,3 +109,9 @@ class Outbox:
             batch = self.releases[:]
             await store.release(batch)
             del self.releases[:len(batch)]
+
+    def _written(self, job_ids: list[int], refused: list[int]) -> None:
+        for job_id in job_ids:
+            counted = self.counted.pop(job_id, None)
+            if counted is not None and job_id in refused and self.on_unrecorded is not None:
+                self.on_unrecorded(*counted)

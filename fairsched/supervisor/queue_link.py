@@ -52,7 +52,7 @@ class QueueLink:
         self.store: AsyncStore | None = None
         self.writer: AsyncStore | None = None  # the outcome lane's connection
         self.supervisor_id: str | None = None
-        self.outbox = Outbox()
+        self.outbox = Outbox(on_unrecorded=sup.outcome_unrecorded)
         self.claims: list = []  # (Candidate, slot_id) reserved by the actor, not yet claimed
         self.claiming: AsyncStore | None = None  # the connection a claim is on its way over
         self.fetch_wanted = False
@@ -98,13 +98,16 @@ class QueueLink:
         self.claims.extend(pairs)
         self.wake()
 
-    def complete(self, job_id: int, claim: int, text: str | None) -> None:
-        """Record a success; `text` is its result as JSON text (jobs.encode_json)."""
+    def complete(self, job_id: int, claim: int, text: str | None, counted=None) -> None:
+        """Record a success; `text` is its result as JSON text (jobs.encode_json); `counted`:
+        (type, outcome) as the metrics counted it."""
         self.outbox.completions.append((job_id, claim, text))
+        self.outbox.note(job_id, counted)
         self._outbox_wake.set()
 
-    def fail(self, failure: Failure) -> None:
+    def fail(self, failure: Failure, counted=None) -> None:
         self.outbox.failures.append(failure)
+        self.outbox.note(failure.job_id, counted)
         self._outbox_wake.set()
 
     def cancel_finish(self, job_id: int, claim: int) -> None:

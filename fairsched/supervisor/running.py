@@ -144,7 +144,7 @@ class JobHandling:
         # A job that did its work succeeded, whatever cancel came too late to stop it.
         if outcome == "succeeded":
             self._record(rj, "succeeded", duration)
-            self.queue.complete(rj.job_id, rj.claim, text)
+            self.queue.complete(rj.job_id, rj.claim, text, counted=(rj.type, "succeeded"))
             if log.isEnabledFor(logging.INFO):
                 log.info("job %s succeeded: %s, %.3f s", rj.job_id, where(rj), duration,
                          extra=job_fields(rj, "succeeded", duration))
@@ -175,7 +175,8 @@ class JobHandling:
                             duration, error, delay,
                             extra=job_fields(rj, "retried", duration, error=error,
                                              retry_in=round(delay, 3)))
-            self.queue.fail(Failure(rj.job_id, rj.claim, error or outcome, permanent, delay))
+            self.queue.fail(Failure(rj.job_id, rj.claim, error or outcome, permanent, delay),
+                            counted=(rj.type, "failed" if last else "retried"))
 
     def _finish_on_demand(self, rj, outcome, result, error, permanent, duration) -> None:
         req = rj.request
@@ -238,6 +239,12 @@ class JobHandling:
     def _record(self, rj: RunningJob, outcome: str, duration: float) -> None:
         self.counters[outcome] = self.counters.get(outcome, 0) + 1
         self.observer.job_finished(rj.type, outcome, duration)
+
+    def outcome_unrecorded(self, job_type: str, outcome: str) -> None:
+        """An outcome counted by _record that the job table refused: the job is no longer this
+        supervisor's (its lease expired while the job ran), and whoever took it counts its own."""
+        self.counters["unrecorded"] = self.counters.get("unrecorded", 0) + 1
+        self.observer.job_unrecorded(job_type, outcome)
 
     def _finish_request(self, req: Request, event: dict) -> None:
         if req.done:
