@@ -1,0 +1,113 @@
+"""The claim lane's heartbeat: renewing this supervisor's lease, judging the others by theirs
+and returning the jobs of those found dead, and squaring the job table with what runs here.
+
+A mixin of QueueLink (queue_link.py), whose state it reads: the store, the actor (`sup`),
+the settings, the outbox and the lane's clocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+
+from fairsched.store.aqueue import AsyncStore
+
+log = logging.getLogger("fairsched.queue")
+
+
+class Heartbeats:
+    async def _heartbeat(self, store: AsyncStore, now: float) -> None:
+        """Renew the lease; find the supervisors whose lease ran out and return their jobs;
+        reconcile the table with what runs here."""
+        sent_at = asyncio.get_running_loop().time()
+        if not await store.heartbeat():
+            await self._lease_lost(store)
+        self.clock_offset = store.clock_offset
+        self.sup.lease.renewed(sent_at)
+        # Judge others dead only after a whole lease in touch: when the database itself was
+        # out of reach (or frozen) past the lease, every supervisor's heartbeat is old, and
+        # the first back must give the others the time to come back and write what their
+        # jobs did before taking those jobs for dead.
+        suspects = self._watch_peers(await store.peers(), now)
+        if now - self._in_touch_since >= self.settings.lease:  # (and orphaned jobs)
+            rescued = await store.rescue_expired(suspects)
+            if rescued:
+                log.warning("returned %d running job%s of dead supervisors to the queue",
+                            rescued, "" if rescued == 1 else "s")
+                self.fetch_wanted = True
+        await self._reconcile()
+        self._next_heartbeat = now + self.settings.heartbeat_interval
+
+    async def _reconcile(self) -> None:
+        """Give back rows the table says this supervisor runs but it does not: a claim that
+        committed after its connection was given up, so its answer never came. And pass on
+        the cancels the table holds for the jobs it does run: their notification may have
+        been lost with a connection, or have come before the claim's answer.
+
+        Runs on the claim lane between claims, so no claim of the live connection is in
+        flight; jobs whose outcome waits in the outbox are still 'running' in the table and
+        are kept. A row that finishes between the read and the release fails the release's
+        fence and is left alone.
+        """
+        held = await self.store.held()
+        if not held:
+            return
+        for job_id, _, cancel in held:
+            if cancel:
+                self.sup.on_cancel_requested(job_id)
+        known = set(self.sup.running_queued_ids() + self.outbox.job_ids())
+        ghosts = [(job_id, claim) for job_id, claim, _ in held if job_id not in known]
+        if ghosts:
+            returned = await self.store.release(ghosts)
+            if returned:
+                log.warning("returned %d job%s to the queue whose claim went through after its "
+                            "connection was given up: %s", len(returned),
+                            "" if len(returned) == 1 else "s",
+                            ", ".join(map(str, sorted(returned)[:10]))
+                            + (" ..." if len(returned) > 10 else ""))
+                self.fetch_wanted = True
+
+    def _watch_peers(self, peers, now: float) -> list[tuple[int, float]]:
+        """The other supervisors whose heartbeat has stood still for their whole lease, by
+        this process's monotonic clock: (id, heartbeat_at) for rescue_expired. The table's
+        timestamps alone would take everyone for dead when the server's clock jumps ahead."""
+        seen, suspects = {}, []
+        for peer_id, beat, lease in peers:
+            last = self._peer_beats.get(peer_id)
+            seen[peer_id] = last if last is not None and last[0] == beat else (beat, now)
+            # -inf: it left with jobs still running (AsyncStore.close): no need to wait.
+            if now - seen[peer_id][1] >= lease or beat == -math.inf:
+                suspects.append((peer_id, beat))
+        self._peer_beats = seen
+        return suspects
+
+    async def _lease_lost(self, store: AsyncStore) -> None:
+        """This supervisor's row was found gone (and made again): stop the jobs it lost.
+
+        A rescuer deletes the row and hands back its jobs in one transaction, so the jobs the
+        table still says run under this supervisor's claims were not taken over: the row was
+        deleted some other way (by hand, say). Those run on; their outcomes still pass the
+        fence."""
+        running = [rj for rj in self.sup.running.values() if rj.request is None]
+        try:
+            mine = {(job_id, claim) for job_id, claim, _ in await store.held()}
+        except BaseException:  # the next connection finds the row made again: fence now
+            self._lease_expired()
+            raise
+        lost = {rj.job_id for rj in running if (rj.job_id, rj.claim) not in mine}
+        if not running:
+            log.warning("this supervisor's lease had expired while no job of the queue ran "
+                        "here: registered again")
+            self.sup.lease.expired(lost)  # a claim under way may have won rows: fenced too
+            return
+        if not lost:
+            log.warning("this supervisor's row in fairsched_supervisors was gone, but none of "
+                        "its running jobs had been taken over: registered again, they run on")
+            return
+        self._lease_expired(lost)
+
+    def _lease_expired(self, lost: set[int] | None = None) -> None:
+        log.error("this supervisor's lease had expired and its running jobs were given "
+                  "back to the queue; their results here will not be recorded")
+        self.sup.lease.expired(lost)
