@@ -89,6 +89,13 @@ class Config:
     def types(self) -> set[str]:
         return {t for w in self.workers for t in w.types}
 
+    def unknown_type(self, type_name: str, *, absolute: bool = False) -> str:
+        """What submit, jobs and retry say of a type no worker group here runs (`absolute`:
+        the file's full path, for a reader whose current folder may not be ours)."""
+        path = self.path.absolute() if absolute else self.path
+        return (f"no worker group in {path} runs type {type_name!r}"
+                f" (configured types: {', '.join(sorted(self.types))})")
+
     @property
     def control_socket(self) -> Path:
         return control_socket_in(self.supervisor.state_dir)

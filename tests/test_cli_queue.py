@@ -191,7 +191,7 @@ def test_config_comes_from_fairsched_config_or_the_current_folder(db, config):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["submit", "xls"], "no worker in "),
+    (["submit", "xls"], "no worker group in "),
     (["submit", "pdf", "--payload", "{oops"], "--payload is not valid JSON"),
     (["submit", "pdf", "--payload", "NaN"], "--payload is not valid JSON: NaN is not a JSON number"),
     (["submit", "pdf", "--payload", '{"a": -Infinity}'],

@@ -55,9 +55,12 @@ handler = "sup_handlers:fail_permanently"
     assert failed.returncode == 1
     assert "this input can never work" in failed.stderr
 
-    unknown = sup.cli("submit", "video", "--on-demand")
-    assert unknown.returncode == 2
-    assert "no configured worker supports type 'video'" in unknown.stderr
+    # Asked to wait or to queue, a type no group runs is refused in the same words.
+    expected = (f"fairsched: no worker group in {sup.config} runs type 'video'"
+                " (configured types: bad, pdf)\n")
+    for args in (("--on-demand",), ()):
+        unknown = sup.cli("submit", "video", *args)
+        assert (unknown.returncode, unknown.stdout, unknown.stderr) == (2, "", expected), args
 
 
 def test_status_78_after_the_hello_is_a_crash_not_a_start_that_failed(supervisors):

@@ -134,9 +134,7 @@ def parse_int(option: str, text: str | None, low: int, high: int | None = None) 
 
 def check_type(config: Config | None, type_name: str) -> None:
     if config is not None and type_name not in config.types:
-        known = ", ".join(sorted(config.types))
-        raise UsageProblem(f"no worker in {config.path} handles job type {type_name!r}"
-                           f" (configured types: {known})")
+        raise UsageProblem(config.unknown_type(type_name))
 
 
 def submit_queued(config: Config | None, type_name: str, payload: Any, *, priority: int,
@@ -234,8 +232,7 @@ def jobs(status, type_name, limit, as_json, config_path):
     if not rows and type_name is not None and config is not None \
             and type_name not in config.types:
         # Likely a typo, which submit refuses: say so, but the (empty) answer stands.
-        click.echo(f"no worker group in {config.path} runs type {type_name!r}"
-                   f" (configured types: {', '.join(sorted(config.types))})", err=True)
+        click.echo(config.unknown_type(type_name), err=True)
 
 
 def job_json(row: dict) -> dict:

@@ -254,8 +254,7 @@ class ControlServer:
         req = sup.submit_on_demand(type_name, payload, priority, notify)
         if req is None:
             _send(writer, {"event": "refused", "code": 2,
-                           "error": f"no configured worker supports type {type_name!r} "
-                                    f"(known types: {', '.join(sorted(sup.type_ids))})"})
+                           "error": sup.config.unknown_type(type_name, absolute=True)})
             return
         if not req.done:
             _send(writer, {"event": "accepted", "job_id": req.job_id})
