@@ -298,14 +298,19 @@ def retry(job_id, max_attempts, config_path):
 
     The job keeps the max_attempts it was given, at submit or by its worker group when it
     was first claimed, even if the group's max_attempts has changed since; --max-attempts
-    gives it a new one.
+    gives it a new one. A job of a type no group in workers.toml runs is retried all the
+    same (a supervisor elsewhere may run it), with a warning.
     """
     job_id = parse_job_id(job_id)
     max_attempts = parse_int("--max-attempts", max_attempts, 1, 2**31 - 1)
     config = queue_config(config_path)
     with open_queue(config) as queue:
-        queue.retry_job(job_id, max_attempts=max_attempts)
+        type_name = queue.retry_job(job_id, max_attempts=max_attempts)
     click.echo(f"job {job_id} is pending again")
+    if config is not None and type_name not in config.types:
+        # Retried all the same: a supervisor on another host sharing the database may run it.
+        click.echo(f"{config.unknown_type(type_name)}: job {job_id} waits for a supervisor "
+                   "whose workers.toml does", err=True)
 
 
 @main.command(short_help="Cancel a pending job, or stop a running one.")

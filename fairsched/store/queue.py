@@ -235,10 +235,10 @@ class Queue:
 
     # -- manage -------------------------------------------------------------------------------
 
-    def retry_job(self, id: int, *, max_attempts: int | None = None) -> None:
-        """A failed or cancelled job becomes pending again, with its attempts reset. It keeps
-        the max_attempts it was given (at enqueue, or from its worker group at its first
-        claim) unless `max_attempts` gives it a new budget."""
+    def retry_job(self, id: int, *, max_attempts: int | None = None) -> str:
+        """A failed or cancelled job becomes pending again, with its attempts reset; returns
+        its type. It keeps the max_attempts it was given (at enqueue, or from its worker group
+        at its first claim) unless `max_attempts` gives it a new budget."""
         _check_id(id)
         if max_attempts is not None and (not is_int(max_attempts)
                                          or not 1 <= max_attempts <= INT4_MAX):
@@ -261,6 +261,7 @@ class Queue:
                     " max_attempts = coalesce(%s, max_attempts)"
                     " WHERE id = %s RETURNING type", (max_attempts, id)).fetchone()
                 self.conn.execute("SELECT pg_notify('fairsched_jobs', %s)", (type_name,))
+            return type_name
         except psycopg.errors.UniqueViolation:
             holder = self.conn.execute(
                 "SELECT o.id, o.status FROM fairsched_jobs j JOIN fairsched_jobs o"
