@@ -85,6 +85,9 @@ def parse_payload(text: str | None) -> Any:
         where = "standard input" if text == "-" else f"--payload file {text[1:]!r}"
         try:
             if text == "-":
+                if sys.stdin.isatty():  # else the command seems to hang, waiting for it
+                    click.echo("reading the payload's JSON from standard input: end it with "
+                               "Ctrl-D at the start of a line", err=True)
                 data = sys.stdin.buffer.read(MAX_PAYLOAD_INPUT + 1)
             else:
                 with open(text[1:], "rb") as f:
