@@ -186,7 +186,7 @@ def test_log_level_debug_shows_the_queue_at_work(supervisors, db):
     job_id = int(sup.cli("submit", "pdf").stdout)
     sup.wait_log(rf"job {job_id} succeeded")
     assert sup.find(r"^fetched 1 candidates? for (.*, )?pdf \(1 free\)", level="debug")
-    assert sup.find(r"^claimed 1 of 1 jobs$", level="debug")
+    assert sup.find(r"^claimed 1 of 1 job$", level="debug")
 
 
 def test_children_exiting_during_shutdown_leave_stderr_clean(supervisors):

@@ -444,7 +444,8 @@ def test_a_stop_while_the_database_is_out_of_reach_waits_for_it_to_record_outcom
     # It waits (up to its lease) and records the job's success, not leaving the job to be
     # taken for a dead supervisor's and run again.
     with stopped_while_cut_off(db, "lease = 20\n") as (sup, job, proxy):
-        sup.wait_output(r"waiting up to \d+(\.\d)? s for the database to record the outcome of 1 jobs")
+        sup.wait_output(r"waiting up to \d+(\.\d)? s for the database to record the outcome of 1 job "
+                        r"\(a second SIGTERM")
         time.sleep(1)
         proxy.heal()
         assert sup.wait_exit(30) == 0, sup.output()[-3000:]

@@ -285,6 +285,15 @@ def test_simulate_prints_policies_side_by_side(starvation_files):
         "strd: times a job waited although a better slot choice placed it"), lines
 
 
+def test_simulate_of_one_job_on_one_slot_says_so_in_the_singular(tmp_path):
+    (tmp_path / "w.toml").write_text('[[worker]]\nname = "pdf"\ntypes = ["pdf"]\n'
+                                     'handler = "m:f"\n')
+    (tmp_path / "t.jsonl").write_text('{"at": 0, "type": "pdf", "duration": 1}\n')
+    result = fairsched("simulate", "t.jsonl", "--workers", "w.toml", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[0] == "t.jsonl: 1 job on 1 slot; waits in seconds"
+
+
 def test_simulate_json_for_chosen_policies(starvation_files):
     trace_path, workers_path = starvation_files
     result = fairsched("simulate", str(trace_path), "--workers", str(workers_path), "--json",

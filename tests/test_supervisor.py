@@ -240,6 +240,16 @@ max_attempts = 2
     assert "killed by SIGKILL" in sup.output()
 
 
+def test_a_group_with_max_restarts_0_is_fatal_at_its_first_crash(supervisors):
+    sup = supervisors(ECHO.replace('handler = "sup_handlers:echo"',
+                                   'handler = "sup_handlers:echo"\nmax_restarts = 0'))
+    (sup.dir / "crash-at-start").write_text("")
+    sup.start(wait=False)
+    ps = sup.wait_for(lambda ps: ps["slots"][0]["state"] == "fatal", what="fatal")
+    assert ps["slots"][0]["restarts"] == 0
+    assert ps["slots"][0]["fatal_reason"].endswith("; crashed once within 60 s"), ps
+
+
 def test_crash_loop_ends_fatal_and_restart_revives(supervisors):
     sup = supervisors(ECHO.replace('handler = "sup_handlers:echo"',
                                    'handler = "sup_handlers:echo"\nmax_restarts = 2'))
@@ -662,12 +672,16 @@ def test_a_refusal_costs_the_jobs_beside_it_no_attempt(supervisors):
     assert "stopped early" not in out, out
 
 
-def test_a_hello_unlike_the_config_is_said_and_the_config_wins(supervisors):
-    sup = misbehaving(supervisors, "odd", "odd", "slots = 3").start()
+@pytest.mark.parametrize("configured, announced", [(3, "2 slots"), (2, "1 slot")])
+def test_a_hello_unlike_the_config_is_said_and_the_config_wins(supervisors, configured,
+                                                               announced):
+    sup = misbehaving(supervisors, "odd", "odd", f"slots = {configured}").start()
     odd = [s for s in sup.slots() if s["group"] == "odd"]
-    assert [s["slot"] for s in odd] == [0, 1] and odd[0]["types"] == ["odd"], odd
+    assert [s["slot"] for s in odd] == list(range(configured - 1)), odd
+    assert odd[0]["types"] == ["odd"], odd
     out = sup.output()
-    assert "worker odd-1 announced 2 slots, 3 configured: it gets 2" in out, out
+    assert (f"worker odd-1 announced {announced}, {configured} configured: it gets "
+            f"{configured - 1}\n") in out, out
     assert "worker odd-1 announced types odd, extra; it gets jobs of odd only" in out, out
     assert sup.cli("submit", "odd", "--on-demand").returncode == 0
 

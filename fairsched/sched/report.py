@@ -96,7 +96,9 @@ def report_table(trace: Trace, n_slots: int, results: list[PolicyResult]) -> str
         need = len(head[c]) - (sum(widths[c:c + 4]) + 6)
         if need > 0:
             widths[c + 2] += need
-    lines = [f"{trace.path}: {len(trace)} jobs on {n_slots} slots; waits in seconds"]
+    jobs = f"{len(trace)} job{'' if len(trace) == 1 else 's'}"
+    slots = f"{n_slots} slot{'' if n_slots == 1 else 's'}"
+    lines = [f"{trace.path}: {jobs} on {slots}; waits in seconds"]
     for k, row in enumerate(rows):
         cells = []
         c = 0

@@ -244,8 +244,9 @@ class WorkerPipes:
                         ", ".join(hello["types"]), ", ".join(types))
         slots = min(int(hello["slots"]), proc.spec.slots)
         if hello["slots"] != proc.spec.slots:
-            log.warning("worker %s announced %d slots, %d configured: it gets %d", proc.name,
-                        hello["slots"], proc.spec.slots, slots)
+            log.warning("worker %s announced %d slot%s, %d configured: it gets %d", proc.name,
+                        hello["slots"], "" if hello["slots"] == 1 else "s", proc.spec.slots,
+                        slots)
         type_ids = [self.type_ids[t] for t in types]
         proc.types = tuple(types)
         proc.slot_ids = []

@@ -173,9 +173,11 @@ class QueueLink(Heartbeats):
                 deadline, hurried = min(deadline, time.monotonic() + 1.0), True
                 continue
             if not said and not self.connected:
+                waiting = len(self.outbox.job_ids())
                 log.warning("waiting up to %g s for the database to record the outcome of %d "
-                            "jobs (a second SIGTERM or `fairsched stop` stops waiting)",
-                            round(deadline - time.monotonic(), 1), len(self.outbox.job_ids()))
+                            "job%s (a second SIGTERM or `fairsched stop` stops waiting)",
+                            round(deadline - time.monotonic(), 1), waiting,
+                            "" if waiting == 1 else "s")
                 said = True
             self._outbox_wake.set()
             await asyncio.sleep(0.01)
@@ -396,7 +398,8 @@ class QueueLink(Heartbeats):
                     self.sup.on_claimed(claims, {}, contested=False)
                 raise
             if log.isEnabledFor(logging.DEBUG):
-                log.debug("claimed %d of %d jobs", len(won), len(claims))
+                log.debug("claimed %d of %d job%s", len(won), len(claims),
+                          "" if len(claims) == 1 else "s")
             # A fetch wanted goes out before the jobs won are handed to their workers, and is
             # answered meanwhile: the rows just claimed are no longer pending, so it cannot
             # find them, and the lane does not wait for the dispatch of a large claim.

@@ -271,7 +271,8 @@ class WorkerLifecycle:
         recent = proc.record_crash()
         if proc.crash_loop(recent):
             proc.set_state(ProcessState.DOWN)
-            self._make_fatal(proc, f"{how}; crashed {recent} times within "
+            times = "once" if recent == 1 else f"{recent} times"  # max_restarts = 0
+            self._make_fatal(proc, f"{how}; crashed {times} within "
                                    f"{proc.spec.restart_window:g} s")
             return
         delay = restart_delay(recent)
