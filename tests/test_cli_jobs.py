@@ -74,3 +74,26 @@ def test_a_job_with_a_number_too_long_for_python_is_listed_as_its_json_text(db, 
     table = fairsched("jobs", "--status", "failed", *cli, url=db)
     assert (table.returncode, table.stderr) == (0, "")
     assert table.stdout.splitlines()[1].split()[:4] == [str(odd), "pdf", "0", "failed"]
+
+
+def test_age_of_a_retried_job_counts_from_the_retry_not_from_its_submit(db, config):
+    # AGE is how long the job has waited to run, as its score counts it: a job retried a week
+    # after it was queued has waited since the retry.
+    with queue(db) as q:
+        job_id = q.enqueue("pdf")
+        q.conn.execute("UPDATE fairsched_jobs SET created_at = now() - interval '7 days',"
+                       " run_after = now() - interval '7 days' WHERE id = %s", (job_id,))
+        assert q.cancel_job(job_id) == "cancelled"
+
+    def age() -> str:
+        result = fairsched("jobs", "--config", str(config), url=db)
+        assert result.returncode == 0, result.stderr
+        header, row = result.stdout.splitlines()
+        return row[header.index("AGE"):].split()[0]
+
+    assert age() == "7d00h"
+    assert fairsched("retry", str(job_id), "--config", str(config), url=db).returncode == 0
+    assert age() in ("0s", "1s", "2s", "3s")
+    # When it was queued is still there for scripts.
+    (job,) = json.loads(fairsched("jobs", "--json", "--config", str(config), url=db).stdout)
+    assert job["run_after"] > job["created_at"], job

@@ -253,8 +253,9 @@ LEAST_ERROR_COLUMNS = 20
 def jobs_table(rows: list[dict], now: datetime, max_attempts: dict[str, int],
                width: int | None = None) -> str:
     """The human table; a job not yet claimed shows the `max_attempts` it will get (that of
-    its type's worker group, `-` when no worker handles it). With `width`, the terminal's,
-    LAST ERROR is cut at its edge instead of at ERROR_COLUMNS."""
+    its type's worker group, `-` when no worker handles it). AGE counts from when the job
+    last became eligible (run_after: its submit or delay, a retry), as its score does. With
+    `width`, the terminal's, LAST ERROR is cut at its edge instead of at ERROR_COLUMNS."""
     header = ("ID", "TYPE", "PRI", "STATUS", "ATTEMPTS", "AGE", "LAST ERROR")
     lines = [header]
     for row in rows:
@@ -270,7 +271,7 @@ def jobs_table(rows: list[dict], now: datetime, max_attempts: dict[str, int],
             error = f"(an earlier attempt) {error}"  # not why it ended as it did
         lines.append((str(row["id"]), clip(printable(row["type"]), MAX_TYPE_COLUMNS),
                       str(row["priority"]), status, f"{row['attempts']}/{maximum}",
-                      duration((now - row["created_at"]).total_seconds()), error))
+                      duration((now - row["run_after"]).total_seconds()), error))
     # In terminal columns, not characters: a CJK or emoji type takes two per character.
     widths = [max(display_width(line[i]) for line in lines) for i in range(len(header) - 1)]
     room = ERROR_COLUMNS if width is None else max(
