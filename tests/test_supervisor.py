@@ -629,7 +629,9 @@ def test_a_worker_that_closes_its_pipe_but_lives_on_is_killed_and_replaced(super
     pid = sup.slots("quitter")[0]["pid"]
     result = sup.cli("submit", "quitter", "--on-demand", timeout=30)
     assert result.returncode == 1
-    assert "worker quitter-1 closed its pipe" in result.stderr
+    # Its job fails when it is killed, saying why, not as soon as its pipe closed.
+    assert result.stderr == ("fairsched: job od-1 failed: worker quitter-1 killed by SIGKILL "
+                             "from the supervisor (it closed its pipe but kept running)\n")
     row = sup.wait_for(lambda ps: next(s for s in ps["slots"] if s["group"] == "quitter")["pid"]
                        not in (None, pid), what="quitter replaced", timeout=20)
     assert not alive(pid)

@@ -104,12 +104,26 @@ class WorkerPipes:
                             "came)", proc.name, proc.decoder.pending)
             self.killed_by_watchdog(proc)
             if not self.reap_worker(proc):  # exited: its jobs learn how (a signal, a code)
-                self.unregister_worker(proc, f"worker {proc.name} closed its pipe" + (
-                    f" after saying: {proc.said_fatal}" if proc.said_fatal else ""))
-                self.expect_exit(proc)
+                self.pipe_closed(proc)
             return True
         self._take(proc, sock, size)
         return True
+
+    def pipe_closed(self, proc: WorkerProcess) -> None:
+        """The worker's pipe closed and it has not exited yet. Its slots take no more work at
+        once; its running jobs fail when it exits, EXIT_GRACE later at most, with how it
+        ended: a worker whose handler closed its channel still has to find that out, say so
+        in its log and exit, which takes longer than reap_worker waits."""
+        waits = (proc.pid is not None and self.by_pid.get(proc.pid) is proc
+                 and not self.shutting_down)
+        if waits and any(rj.proc is proc for rj in self.running.values()):
+            self.pool.remove_worker(proc.generation)  # its jobs keep their slots' ids
+            self._drop_pipe(proc)
+            self.schedule()
+        else:
+            self.unregister_worker(proc, f"worker {proc.name} closed its pipe" + (
+                f" after saying: {proc.said_fatal}" if proc.said_fatal else ""))
+        self.expect_exit(proc)
 
     def read_last_words(self, proc: WorkerProcess) -> None:
         """Act on all an exited worker wrote before it went, so that a result it sent is its

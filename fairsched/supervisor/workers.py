@@ -352,6 +352,7 @@ class WorkerLifecycle:
         proc.kill_timer = None
         if proc.pid is not None and proc.sock is None:
             log.warning("worker %s closed its pipe but kept running; killing it", proc.name)
+            proc.kill_reason = proc.kill_reason or "it closed its pipe but kept running"
             self.kill_worker(proc, signal.SIGKILL)
 
     def _cancel_timers(self, proc: WorkerProcess) -> None:
@@ -363,14 +364,7 @@ class WorkerLifecycle:
 
     def unregister_worker(self, proc: WorkerProcess, reason: str) -> None:
         """Drop the worker's pipe and slots at once; its running jobs fail this attempt."""
-        if proc.sock is not None:
-            fd = proc.sock.fileno()
-            self.loop.remove_reader(fd)
-            self.loop.remove_writer(fd)
-            proc.sock.close()
-            proc.sock = None
-        proc.writing = False
-        self._unflushed.discard(proc)
+        self._drop_pipe(proc)
         if not proc.slot_ids:
             return
         self.pool.remove_worker(proc.generation)
@@ -382,6 +376,16 @@ class WorkerLifecycle:
             if rj is not None:
                 self.finish_job(rj, "crashed", error=rj.failure or reason)
         self.schedule()
+
+    def _drop_pipe(self, proc: WorkerProcess) -> None:
+        if proc.sock is not None:
+            fd = proc.sock.fileno()
+            self.loop.remove_reader(fd)
+            self.loop.remove_writer(fd)
+            proc.sock.close()
+            proc.sock = None
+        proc.writing = False
+        self._unflushed.discard(proc)
 
     def kill_worker(self, proc: WorkerProcess, sig: int, grace: float | None = None) -> None:
         if proc.pid is None:
