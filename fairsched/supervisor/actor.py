@@ -28,6 +28,7 @@ from fairsched.supervisor.queue_link import QueueLink
 from fairsched.supervisor.running import JobHandling
 from fairsched.supervisor.scheduling import Scheduling
 from fairsched.supervisor.states import IGNORED_SIGNALS, STOP_SIGNALS, ProcessState
+from fairsched.supervisor.stopping import WorkerStopping
 from fairsched.supervisor.templates import TemplateLifecycle
 from fairsched.supervisor.watchdog import Watchdog
 from fairsched.supervisor.workers import STOP_GRACE, WorkerLifecycle
@@ -36,7 +37,8 @@ from fairsched.worker.launch import Template, become_subreaper
 log = logging.getLogger("fairsched.supervisor")
 
 
-class Supervisor(Scheduling, WorkerLifecycle, TemplateLifecycle, WorkerPipes, JobHandling):
+class Supervisor(Scheduling, WorkerLifecycle, WorkerStopping, TemplateLifecycle, WorkerPipes,
+                 JobHandling):
     """The actor. Its state is all set up here; the scheduling cycle (scheduling.py), the
     worker processes (workers.py), the templates that fork them (templates.py), their pipes
     (pipes.py) and the jobs (running.py) are handled by the mixins it is made of."""
