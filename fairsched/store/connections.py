@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from fairsched.store.database import CONNECT_TIMEOUT, connect_timeout_given
+from fairsched.store.database import connect_timeout
 from fairsched.store.schema import CANCEL_CHANNEL, JOBS_CHANNEL
 
 # A statement of the supervisor's that takes longer than this share of its lease is given up:
@@ -43,8 +43,7 @@ async def open_connection(url: str, lease: float, lane: str = "claims") -> psyco
                 "keepalives_interval": 1, "keepalives_count": 3,
                 "tcp_user_timeout": max(1000, round(lease * 1000 / 3)),
                 "fallback_application_name": f"fairsched {lane} (pid {os.getpid()})"}
-    if connect_timeout_given(url) is None:  # a keyword would win over PGCONNECT_TIMEOUT too
-        defaults["connect_timeout"] = CONNECT_TIMEOUT
+    defaults.update(connect_timeout(url)[0])
     conn = await psycopg.AsyncConnection.connect(
         url, autocommit=True,
         **{key: value for key, value in defaults.items() if key not in given})

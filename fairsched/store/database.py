@@ -140,29 +140,31 @@ class Waits:
 waits = Waits()
 
 
-def connect_timeout_given(url: str) -> str | None:
-    """What sets the connect_timeout of `url` other than a keyword argument, which psycopg
-    would let win over both: the connection string itself, or PGCONNECT_TIMEOUT."""
+def connect_timeout(url: str, chosen: float | None = None) -> tuple[dict, str]:
+    """The connect_timeout keyword to give psycopg for `url` (which would win over the URL's
+    and PGCONNECT_TIMEOUT), and what else sets the wait, for messages. The URL's own
+    connect_timeout wins, then `chosen` (FAIRSCHED_DATABASE_TIMEOUT), then PGCONNECT_TIMEOUT,
+    then CONNECT_TIMEOUT. libpq takes whole seconds, and 2 at least."""
     try:
-        if conninfo_to_dict(url).get("connect_timeout") not in (None, ""):
-            return "the URL's connect_timeout"
+        in_url = conninfo_to_dict(url).get("connect_timeout") not in (None, "")
     except psycopg.Error:
-        return None  # connecting says what is wrong with it
-    return "PGCONNECT_TIMEOUT" if os.environ.get("PGCONNECT_TIMEOUT") else None
+        in_url = False  # connecting says what is wrong with the URL
+    if in_url:
+        return {}, "the URL's connect_timeout"
+    if chosen is None and os.environ.get("PGCONNECT_TIMEOUT"):
+        return {}, "PGCONNECT_TIMEOUT"
+    return {"connect_timeout": max(2, math.ceil(chosen or CONNECT_TIMEOUT))}, ""
 
 
 def connect(url: str, **kwargs) -> psycopg.Connection:
     """A psycopg connection, or DatabaseUnavailable with one line naming the server."""
     kwargs.setdefault("autocommit", True)
-    # The URL's own connect_timeout wins, then FAIRSCHED_DATABASE_TIMEOUT (waits.connect), then
-    # PGCONNECT_TIMEOUT, then CONNECT_TIMEOUT. libpq takes whole seconds, and 2 at least.
-    given, hint = connect_timeout_given(url), waits.hint
-    if "connect_timeout" in kwargs:
-        pass
-    elif given == "the URL's connect_timeout" or (given and waits.connect is None):
-        hint = f"; {given} sets how long to wait"
-    else:
-        kwargs["connect_timeout"] = max(2, math.ceil(waits.connect or CONNECT_TIMEOUT))
+    hint = waits.hint
+    if "connect_timeout" not in kwargs:
+        timeout, source = connect_timeout(url, waits.connect)
+        kwargs.update(timeout)
+        if source:
+            hint = f"; {source} sets how long to wait"
     where = f"PostgreSQL at {redact(url)}"
     try:
         if waits.answer is None:
