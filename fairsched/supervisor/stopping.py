@@ -27,7 +27,7 @@ class WorkerStopping:
 
     def _kill_pipeless(self, proc: WorkerProcess) -> None:
         proc.kill_timer = None
-        if proc.pid is not None and proc.sock is None:
+        if proc.pid is not None and proc.sock is None and not self.reap_worker(proc, wait=0):
             log.warning("worker %s closed its pipe but kept running; killing it", proc.name)
             proc.kill_reason = proc.kill_reason or "it closed its pipe but kept running"
             self.kill_worker(proc, signal.SIGKILL)
@@ -48,8 +48,8 @@ class WorkerStopping:
 
     def _kill_after_grace(self, proc: WorkerProcess, grace: float) -> None:
         proc.kill_timer = None
-        if proc.pid is None:
-            return
+        if proc.pid is None or self.reap_worker(proc, wait=0):
+            return  # it exited in time; its SIGCHLD had yet to be heard
         jobs = ", ".join(str(rj.job_id) for rj in self.running.values() if rj.proc is proc)
         if jobs:  # it took the SIGTERM, and waits for handlers that do not check job.cancelled()
             log.warning("worker %s still runs job %s %g s after it was told to stop; killing it",

@@ -175,16 +175,16 @@ class WorkerLifecycle:
             while len(self.early_exits) > 256:
                 self.early_exits.pop(next(iter(self.early_exits)))
 
-    def reap_worker(self, proc: WorkerProcess) -> bool:
-        """Reap `proc`, whose pipe just closed, if it exits within REAP_WAIT; whether it did.
+    def reap_worker(self, proc: WorkerProcess, wait: float = REAP_WAIT) -> bool:
+        """Reap `proc` if it exits within `wait` seconds; whether it did.
 
         A dying process closes its files a moment before it can be reaped: waiting that
-        moment out tells its running jobs how it ended ("killed by SIGKILL, perhaps out of
-        memory") instead of only that its pipe closed.
+        moment out, once its pipe closed, tells its running jobs how it ended ("killed by
+        SIGKILL, perhaps out of memory") instead of only that its pipe closed.
         """
         if proc.pid is None or self.by_pid.get(proc.pid) is not proc:
             return False
-        deadline = time.monotonic() + REAP_WAIT
+        deadline = time.monotonic() + wait
         while True:
             try:
                 pid, status = os.waitpid(proc.pid, os.WNOHANG)
