@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from fairsched.cli.common import display_width
 from tests.test_cli_queue import WORKERS_TOML, fairsched, queue
 
 
@@ -97,3 +98,21 @@ def test_age_of_a_retried_job_counts_from_the_retry_not_from_its_submit(db, conf
     # When it was queued is still there for scripts.
     (job,) = json.loads(fairsched("jobs", "--json", "--config", str(config), url=db).stdout)
     assert job["run_after"] > job["created_at"], job
+
+
+def test_a_listing_of_jobs_with_long_errors_takes_as_long_as_its_rows_not_their_errors(db, config):
+    # A worker that fails with a whole document in its error (non-ASCII, so each character's
+    # width is looked up): the table shows one cut line of it, and must not read every
+    # character of every error to do so, which took a minute for a few hundred jobs.
+    with queue(db) as q:
+        q.conn.execute(
+            "INSERT INTO fairsched_jobs (type, status, attempts, max_attempts, last_error)"
+            " SELECT 'pdf', 'failed', 4, 4, 'déjà vu ' || repeat('错误 x\x1b[31m', 15000)"
+            "   FROM generate_series(1, 300)")
+    result = fairsched("jobs", "--limit", "300", "--config", str(config), url=db, timeout=30)
+    assert (result.returncode, result.stderr) == (0, "")
+    rows = result.stdout.splitlines()[1:]
+    assert len(rows) == 300
+    error = rows[0][rows[0].index("déjà vu"):]
+    assert error.startswith("déjà vu 错误 x\\x1b[31m错误") and error.endswith("…"), error
+    assert display_width(error) <= 60

@@ -56,13 +56,14 @@ def config(tmp_path):
     return path
 
 
-def fairsched(*args: str, url: str | None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+def fairsched(*args: str, url: str | None, cwd: Path | None = None,
+              timeout: float = 60) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items()
            if k not in ("FAIRSCHED_DATABASE_URL", "FAIRSCHED_CONFIG")}
     if url is not None:
         env["FAIRSCHED_DATABASE_URL"] = url
     return subprocess.run([sys.executable, "-m", "fairsched", *args], capture_output=True,
-                          text=True, env=env, cwd=cwd, timeout=60)
+                          text=True, env=env, cwd=cwd, timeout=timeout)
 
 
 @contextlib.contextmanager

@@ -120,14 +120,17 @@ def _char_width(ch: str) -> int:
 
 
 def clip(text: str, columns: int, mark: str = "…") -> str:
-    """`text` cut to at most `columns` terminal columns, ending in `mark` if cut."""
-    if display_width(text) <= columns:
+    """`text` cut to at most `columns` terminal columns, ending in `mark` if cut. Reads no
+    further than the cut: a job's error may be a whole document."""
+    if text.isascii() and len(text) <= columns:
         return text
-    used, room = 0, columns - display_width(mark)
+    used, room, cut = 0, columns - display_width(mark), None
     for i, ch in enumerate(text):
         used += _char_width(ch)
-        if used > room:
-            return text[:i] + mark
+        if cut is None and used > room:
+            cut = i
+        if used > columns:
+            return text[:cut] + mark
     return text
 
 

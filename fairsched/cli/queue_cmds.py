@@ -265,8 +265,7 @@ def jobs_table(rows: list[dict], now: datetime, max_attempts: dict[str, int],
         elif status == "pending" and row["run_after"] > now:
             status += f" (in {duration((row['run_after'] - now).total_seconds())})"
         maximum = row["max_attempts"] or max_attempts.get(row["type"], "-")
-        error = (row["last_error"] or "").strip().splitlines()
-        error = printable(error[0]) if error else ""
+        error = first_line(row["last_error"], width or ERROR_COLUMNS)
         if error and row["status"] in ("succeeded", "cancelled"):
             error = f"(an earlier attempt) {error}"  # not why it ended as it did
         lines.append((str(row["id"]), clip(printable(row["type"]), MAX_TYPE_COLUMNS),
@@ -280,6 +279,18 @@ def jobs_table(rows: list[dict], now: datetime, max_attempts: dict[str, int],
         ("  ".join(pad(cell, w) for cell, w in zip(line, widths, strict=False))
          + "  " + clip(line[-1], room)).rstrip()
         for line in lines)
+
+
+def first_line(error: str | None, columns: int) -> str:
+    """The first line of `error`, printable, and no longer than a LAST ERROR cell of at most
+    `columns` needs: zero-width characters aside, each character takes a column or more."""
+    error = (error or "").strip()
+    head = error[:4 * columns + 256]  # an error may be a whole document: read no more
+    lines = head.splitlines()
+    if not lines:
+        return ""
+    cut = len(lines[0]) == len(head) < len(error)  # the first line goes on past the head
+    return printable(lines[0]) + ("…" if cut else "")
 
 
 # -- retry, cancel ----------------------------------------------------------------------------
