@@ -51,3 +51,15 @@ def test_payload_piped_in_is_read_without_a_word(db, tmp_path):
     assert (result.returncode, result.stderr) == (0, "")
     with queue(db) as q:
         assert q.get_job(int(result.stdout))["payload"] == {"pages": 4}
+
+
+def test_payload_from_a_closed_standard_input_is_one_line_exit_2(db, tmp_path):
+    # As from `fairsched submit pdf --payload - <&-` in a shell, or a service with no stdin.
+    args, env = submit_command(db, tmp_path)
+    result = subprocess.run(args, env=env, capture_output=True, text=True, timeout=60,
+                            preexec_fn=lambda: os.close(0))
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == ("fairsched: --payload - reads standard input, which is closed;"
+                             " give the JSON, or @FILE\n")
+    with queue(db) as q:
+        assert q.list_jobs() == []

@@ -85,6 +85,9 @@ def parse_payload(text: str | None) -> Any:
         where = "standard input" if text == "-" else f"--payload file {text[1:]!r}"
         try:
             if text == "-":
+                if sys.stdin is None:  # closed (`<&-`), so Python made none
+                    raise UsageProblem("--payload - reads standard input, which is closed; "
+                                       "give the JSON, or @FILE")
                 if sys.stdin.isatty():  # else the command seems to hang, waiting for it
                     click.echo("reading the payload's JSON from standard input: end it with "
                                "Ctrl-D at the start of a line", err=True)
