@@ -608,3 +608,24 @@ def test_a_database_timeout_that_is_no_duration_is_one_line_exit_2(db, config, v
                              str(config)], capture_output=True, text=True, env=env, timeout=60)
     line = one_line_error(result, 2)
     assert f"FAIRSCHED_DATABASE_TIMEOUT must be a number of seconds from 0 to 86400, got {value!r}" in line
+
+
+def test_a_submit_whose_id_cannot_be_printed_says_the_job_was_queued(db, config):
+    # Standard output on a full disk, or closed: the job is in the table all the same, and a
+    # bare "No space left on device" would have the user submit it again.
+    env = {k: v for k, v in os.environ.items() if k != "FAIRSCHED_CONFIG"}
+    env["FAIRSCHED_DATABASE_URL"] = db
+    args = [sys.executable, "-m", "fairsched", "submit", "pdf", "--config", str(config)]
+    with open("/dev/full", "w") as full:
+        result = subprocess.run(args, env=env, stdout=full, stderr=subprocess.PIPE, text=True,
+                                timeout=60)
+    closed = subprocess.run(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, timeout=60, preexec_fn=lambda: os.close(1))
+    with queue(db) as q:
+        first, second = sorted(job["id"] for job in q.list_jobs())
+    assert (result.returncode, result.stderr) == (
+        1, f"fairsched: job {first} was queued, but its id could not be printed:"
+           " No space left on device\n")
+    assert (closed.returncode, closed.stderr) == (
+        1, f"fairsched: job {second} was queued, but its id could not be printed:"
+           " standard output is closed\n")

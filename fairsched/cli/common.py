@@ -161,6 +161,21 @@ def fail(message: str, code: int) -> NoReturn:
     sys.exit(code)
 
 
+def print_outcome(line: str, done: str) -> None:
+    """Print `line`, the answer of a change already made in the database; when standard
+    output takes none (a full disk, closed, a reader gone), exit 1 with `done`, which says
+    what was changed, so the user does not do it again."""
+    try:
+        if sys.stdout is None:  # closed when the command started: Python made no stream
+            raise OSError("standard output is closed")
+        click.echo(line)
+        sys.stdout.flush()
+    except OSError as exc:
+        if isinstance(exc, BrokenPipeError):  # nothing more will be read from it
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        fail(f"{done}: {exc.strerror or exc}", 1)
+
+
 def _stdout_gone() -> bool:
     """Whether standard output is a pipe whose reader has closed it."""
     try:

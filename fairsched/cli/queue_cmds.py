@@ -28,6 +28,7 @@ from fairsched.cli.common import (
     fail,
     pad,
     parse_seconds,
+    print_outcome,
     printable,
     reports_errors,
     terminal_columns,
@@ -203,7 +204,7 @@ def submit(type_name, payload, priority, max_attempts, delay, key, on_demand, ti
     check_type(config, type_name)
     job_id = submit_queued(config, type_name, payload, priority=priority,
                            max_attempts=max_attempts, delay=delay, key=key)
-    click.echo(job_id)
+    print_outcome(str(job_id), f"job {job_id} was queued, but its id could not be printed")
 
 
 # -- jobs -------------------------------------------------------------------------------------
@@ -324,7 +325,8 @@ def retry(job_id, max_attempts, config_path):
     config = queue_config(config_path)
     with open_queue(config) as queue:
         type_name = queue.retry_job(job_id, max_attempts=max_attempts)
-    click.echo(f"job {job_id} is pending again")
+    print_outcome(f"job {job_id} is pending again",
+                  f"job {job_id} is pending again, but this could not be printed")
     if config is not None and type_name not in config.types:
         # Retried all the same: a supervisor on another host sharing the database may run it.
         click.echo(f"{config.unknown_type(type_name)}: job {job_id} waits for a supervisor "
@@ -341,7 +343,6 @@ def cancel(job_id, config_path):
     config = queue_config(config_path)
     with open_queue(config) as queue:
         status = queue.cancel_job(job_id)
-    if status == "cancelled":
-        click.echo(f"job {job_id} cancelled")
-    else:
-        click.echo(f"job {job_id} is running: cancel requested")
+    said = (f"job {job_id} cancelled" if status == "cancelled"
+            else f"job {job_id} is running: cancel requested")
+    print_outcome(said, f"{said}, but this could not be printed")
