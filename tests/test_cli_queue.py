@@ -242,6 +242,11 @@ def test_config_comes_from_fairsched_config_or_the_current_folder(db, config):
     (["retry", "\u0661"], "ID must be an integer"),
     (["submit", "pdf", "--priority", "0_5"], "--priority must be an integer from 0 to 10"),
     (["cancel", "od-4"], "od-4 is an on-demand job: it is in no table"),
+    # Only od-N is an on-demand id; anything else after "od-" (a typo, an escape sequence
+    # that would clear the terminal) is no id at all.
+    (["cancel", "od-x"], "ID must be an integer from 1 to 9223372036854775807, got 'od-x'"),
+    (["retry", "od-\x1b[2J"],
+     "ID must be an integer from 1 to 9223372036854775807, got 'od-\\x1b[2J'"),
     (["submit", "pdf", "--payload", "@/nonexistent/p.json"],
      "cannot read --payload file '/nonexistent/p.json': No such file or directory"),
 ])

@@ -300,7 +300,7 @@ def first_line(error: str | None, columns: int) -> str:
 # -- retry, cancel ----------------------------------------------------------------------------
 
 def parse_job_id(text: str) -> int:
-    if text.startswith("od-"):
+    if re.fullmatch(r"od-[0-9]+", text):
         raise UsageProblem(f"{text} is an on-demand job: it is in no table, and it ends when its"
                            " caller stops waiting (Ctrl-C on `fairsched submit --on-demand`)")
     return parse_int("ID", text, 1, 2**63 - 1)
