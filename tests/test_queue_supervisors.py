@@ -205,6 +205,27 @@ def test_killed_supervisor_jobs_are_finished_by_another(supervisors, db, tmp_pat
     assert time.monotonic() - began < 30
 
 
+def test_a_rescue_says_which_jobs_it_returned_and_which_it_cancelled(supervisors, db, tmp_path):
+    workers = RECORD.format(processes=1, slots=2)
+    settings = "lease = 2\nheartbeat_interval = 0.5\n"
+    first = supervisors(workers, supervisor=settings).start()
+    enqueue(db, [{"type": "rec", "payload": {"log": str(tmp_path / "runs.log"), "seconds": 3}}
+                 for _ in range(2)])
+    ps = first.wait_for(lambda ps: sum(s["state"] == "busy" for s in ps["slots"]) == 2,
+                        what="2 running")
+    running = sorted(s["job_id"] for s in ps["slots"])
+    first.proc.kill()
+    first.proc.wait()
+    # Cancelled while its supervisor is dead: the rescue ends it, and does not queue it again.
+    assert first.cli("cancel", str(running[0])).returncode == 0
+    second = supervisors(workers, supervisor=settings).start()
+    wait_all_finished(db, 2, timeout=60, sups=[second])
+    assert {row[0]: row[1] for row in job_rows(db, set(running))} == {
+        running[0]: "cancelled", running[1]: "succeeded"}
+    assert ("took back 2 running jobs of dead supervisors: 1 returned to the queue, "
+            "1 cancelled, as asked") in second.output(), second.output()
+
+
 def test_a_jump_of_the_database_clock_makes_no_live_supervisor_look_dead(
         supervisors, db, tmp_path):
     # Every heartbeat in the table suddenly an hour old: what a server clock that jumped

@@ -50,9 +50,9 @@ async def test_rescue_returns_a_dead_supervisors_jobs(db):
         notifications = await alive.listen()
         expire(db, dead)
         expire(db, alive)  # its own stale lease is not a reason to rescue itself
-        assert await alive.rescue_expired() == 3
+        assert await alive.rescue_expired() == {"pending": 1, "failed": 1, "cancelled": 1}
         assert await asyncio.wait_for(anext(notifications), 5) == ("jobs", "pdf")
-        assert await alive.rescue_expired() == 0
+        assert await alive.rescue_expired() == {}
         # The dead supervisor comes back: its old claims are fenced off.
         assert await dead.complete([(retried, 1, None), (exhausted, 1, None)]) == []
         assert await dead.heartbeat() is False
@@ -76,9 +76,9 @@ async def test_a_rescue_takes_only_those_whose_watched_heartbeat_stood_still(db)
         ((_, watched, _),) = await rescuer.peers()
         await victim.heartbeat()  # alive after all: a newer beat than the one watched,
         expire(db, victim)  # which a server clock that jumped ahead makes look old as well
-        assert await rescuer.rescue_expired([(victim.supervisor_id, watched)]) == 0
+        assert await rescuer.rescue_expired([(victim.supervisor_id, watched)]) == {}
         ((_, watched, _),) = await rescuer.peers()
-        assert await rescuer.rescue_expired([(victim.supervisor_id, watched)]) == 1
+        assert await rescuer.rescue_expired([(victim.supervisor_id, watched)]) == {"pending": 1}
     assert job(db, job_id)["status"] == "pending"
 
 
@@ -91,7 +91,7 @@ async def test_a_supervisor_that_left_with_jobs_running_is_a_suspect_at_once(db)
         await leaving.close()  # its row stays, its heartbeat at -infinity
         ((peer_id, beat, _),) = await rescuer.peers()  # readable, though no date
         assert (peer_id, beat) == (leaving.supervisor_id, -math.inf)
-        assert await rescuer.rescue_expired([(peer_id, beat)]) == 1
+        assert await rescuer.rescue_expired([(peer_id, beat)]) == {"pending": 1}
     assert job(db, job_id)["status"] == "pending"
 
 
@@ -102,7 +102,7 @@ async def test_deregistering_with_jobs_left_running_hands_them_back(db):
         leaving = await AsyncStore.connect(db)
         await leaving.claim(ids[:1], {"pdf": 3})
         await leaving.close()
-        assert await other.rescue_expired() == 1
+        assert await other.rescue_expired() == {"pending": 1}
         idle = await AsyncStore.connect(db)
         await idle.close()
         assert sql(db, "SELECT id FROM fairsched_supervisors") == [(other.supervisor_id,)]
@@ -115,9 +115,9 @@ async def test_orphaned_running_jobs_are_rescued_once_old_enough(db):
     async with stores(db, 2) as (gone, rescuer):
         await gone.claim([job_id], {"pdf": 3})
         sql(db, "DELETE FROM fairsched_supervisors WHERE id = %s", (gone.supervisor_id,))
-        assert await rescuer.rescue_expired() == 0  # might belong to a supervisor just starting
+        assert await rescuer.rescue_expired() == {}  # might belong to a supervisor just starting
         sql(db, "UPDATE fairsched_jobs SET started_at = now() - interval '5 minutes'")
-        assert await rescuer.rescue_expired() == 1
+        assert await rescuer.rescue_expired() == {"pending": 1}
     assert job(db, job_id)["status"] == "pending"
 
 

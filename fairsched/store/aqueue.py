@@ -136,8 +136,11 @@ class AsyncStore:
             " FROM fairsched_supervisors WHERE id <> %s", (self.supervisor_id,))
         return await cur.fetchall()
 
-    async def rescue_expired(self, suspects: Iterable[tuple[int, float]] | None = None) -> int:
-        """Hand back the running jobs of supervisors whose lease expired; return how many.
+    async def rescue_expired(self, suspects: Iterable[tuple[int, float]] | None = None
+                             ) -> dict[str, int]:
+        """Hand back the running jobs of supervisors whose lease expired; return how many by
+        the status each took: 'pending' (back in the queue), 'cancelled' (a cancel had been
+        asked) or 'failed' (no attempts left).
 
         With `suspects`, (id, heartbeat_at epoch) pairs the caller has watched stand still for a
         whole lease on its own clock, only those, and only while their heartbeat is still
@@ -162,8 +165,7 @@ class AsyncStore:
             dead = [row[0] for row in await cur.fetchall()]
             cur = await self.conn.execute(RESCUE_SQL, {
                 "dead": dead, "me": self.supervisor_id, "orphan_age": ORPHAN_AGE})
-            (moved, _) = await cur.fetchone()
-        return moved
+            return {status: count for status, count, _ in await cur.fetchall()}
 
     async def fetch(self, free_by_type: Mapping[str, int],
                     priority_per_second: float) -> list[Candidate]:

@@ -156,7 +156,7 @@ WITH rescued AS (
     SELECT pg_notify('fairsched_jobs', type)
       FROM (SELECT DISTINCT type FROM rescued WHERE status = 'pending') AS t
 )
-SELECT (SELECT count(*) FROM rescued), (SELECT count(*) FROM notified)
+SELECT status, count(*), (SELECT count(*) FROM notified) FROM rescued GROUP BY status
 """
 ORPHAN_AGE = 60.0
 

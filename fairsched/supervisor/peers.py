@@ -33,8 +33,7 @@ class Heartbeats:
         if now - self._in_touch_since >= self.settings.lease:  # (and orphaned jobs)
             rescued = await store.rescue_expired(suspects)
             if rescued:
-                log.warning("returned %d running job%s of dead supervisors to the queue",
-                            rescued, "" if rescued == 1 else "s")
+                log.warning(_rescued_line(rescued))
                 self.fetch_wanted = True
         await self._reconcile()
         self._next_heartbeat = now + self.settings.heartbeat_interval
@@ -111,3 +110,16 @@ class Heartbeats:
         log.error("this supervisor's lease had expired and its running jobs were given "
                   "back to the queue; their results here will not be recorded")
         self.sup.lease.expired(lost)
+
+
+def _rescued_line(rescued: dict[str, int]) -> str:
+    """What a rescue did: 'returned 2 running jobs of dead supervisors to the queue', or
+    how many of them ended cancelled (as asked meanwhile) or failed (no attempts left)."""
+    total = sum(rescued.values())
+    jobs = f"{total} running job{'' if total == 1 else 's'} of dead supervisors"
+    if set(rescued) == {"pending"}:
+        return f"returned {jobs} to the queue"
+    parts = [f"{count} {words}" for status, words in (
+        ("pending", "returned to the queue"), ("cancelled", "cancelled, as asked"),
+        ("failed", "failed, with no attempts left")) if (count := rescued.get(status))]
+    return f"took back {jobs}: {', '.join(parts)}"
