@@ -16,6 +16,7 @@ import time
 import pytest
 
 from fairsched.cli.common import display_width
+from tests.supervisor_harness import wait_until
 
 ECHO = """
 [[worker]]
@@ -271,3 +272,43 @@ handler = "sup_handlers:slow"
     assert code == 1, drawn
     assert b"od-1:   0.0% started\x1b[K" in drawn, drawn
     assert b"\r\x1b[Kfairsched: job od-1: no result within 1 s" in drawn, drawn
+
+
+def test_ps_watch_waits_through_a_restart_of_the_supervisor(supervisors, tmp_path):
+    sup = supervisors(ECHO).start()
+    files = {name: tmp_path / name for name in ("text", "text.err", "json", "json.err")}
+    for kind, extra in (("text", []), ("json", ["--json"])):
+        with open(files[kind], "wb") as out, open(files[f"{kind}.err"], "wb") as err:
+            sup.children.append(subprocess.Popen(
+                [sys.executable, "-m", "fairsched", "ps", "--watch", *extra], env=sup.env,
+                stdout=out, stderr=err))
+    watchers = sup.children[-2:]
+
+    def text_seen():
+        return files["text"].read_text()
+
+    sup.wait_for(lambda ps: "pdf-1 " in text_seen() and files["json"].read_text(),
+                 what="a first refresh")
+    assert sup.cli("stop").returncode == 0
+    assert sup.wait_exit() == 0
+    wait_until(lambda: "waiting for it since" in text_seen(), what="the watch waiting",
+               timeout=10)
+    assert all(w.poll() is None for w in watchers)
+    sup.start()
+    wait_until(lambda: "pdf-1 " in text_seen().rpartition("waiting for it since")[2],
+               what="a table after the restart", timeout=20)
+    json_lines = files["json"].read_text().splitlines()
+    wait_until(lambda: len(files["json"].read_text().splitlines()) > len(json_lines) + 1,
+               what="JSON after the restart", timeout=10)
+    for watcher in watchers:
+        watcher.send_signal(signal.SIGINT)
+        assert watcher.wait(timeout=10) == 0
+    text = text_seen()
+    assert "\n\nno supervisor is running on " in text, text
+    assert text.count("waiting for it since") >= 1, text
+    assert files["text.err"].read_text() == ""
+    pids = {json.loads(line)["supervisor"]["pid"] for line in files["json"].read_text().splitlines()}
+    assert len(pids) == 2, pids  # before the stop, and after the start
+    (said,) = files["json.err"].read_text().splitlines()
+    assert said.startswith("fairsched: no supervisor is running on ") and said.endswith(
+        "; waiting for it"), said

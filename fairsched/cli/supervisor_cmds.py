@@ -29,7 +29,7 @@ from fairsched.cli.common import (
     terminal_columns,
 )
 from fairsched.config import control_socket_of, load_config, resolve_config_path
-from fairsched.control_client import ControlClient
+from fairsched.control_client import ControlClient, NoAnswer, NotRunning
 from fairsched.logs import one_line
 
 ANSWER_WITHIN = 30.0  # seconds a supervisor has to answer a command (not to carry it out)
@@ -82,8 +82,9 @@ def supervise(config_path, log_format, log_level):
 @socket_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 @click.option("--watch", is_flag=True,
-              help="Redraw every second until Ctrl-C (not a terminal, or TERM=dumb: print each "
-                   "refresh after a blank line).")
+              help="Redraw every second until Ctrl-C, waiting through the supervisor's stops "
+                   "and restarts (not a terminal, or TERM=dumb: print each refresh after a "
+                   "blank line).")
 @reports_errors
 def ps(config_path, socket_path, as_json, watch):
     """One row per slot: worker, pid, slot, types, state, job, age, progress, restarts, uptime,
@@ -94,25 +95,45 @@ def ps(config_path, socket_path, as_json, watch):
         # background job of a shell script.
         signal.signal(signal.SIGINT, signal.default_int_handler)
     redraw = watch and can_redraw(sys.stdout)
+    away = None  # while watching: why the supervisor does not answer, and since when
     try:
         for refresh in itertools.count():
-            data = add_process_figures(client.ps())
-            if as_json:
-                click.echo(json.dumps(data, indent=None if watch else 2))
+            if refresh:
+                time.sleep(1.0)
+            try:
+                data = add_process_figures(client.ps())
+            except (NotRunning, NoAnswer) as exc:
+                if not refresh:
+                    raise
+                # Stopped or restarted (systemctl restart, say): the watch waits for it.
+                if away is None:
+                    away = (str(exc), time.strftime("%H:%M:%S"))
+                    if as_json:
+                        click.echo(f"fairsched: {exc}; waiting for it", err=True)
+                text = f"{away[0]}\nwaiting for it since {away[1]} (Ctrl-C to leave)\n"
             else:
-                text = render_ps(data, terminal_columns(sys.stdout))
-                if redraw:
-                    # Drawn over the last table, each line erased only to its end, and what is
-                    # left below it after: clearing the screen first made it flicker.
-                    text = "\x1b[H" + text.replace("\n", "\x1b[K\n") + "\x1b[J"
-                elif refresh:  # a pipe, a log, a dumb terminal: one table after another
-                    text = "\n" + text
-                click.echo(text, nl=False)
+                away = None
+                if as_json:
+                    click.echo(json.dumps(data, indent=None if watch else 2))
+                else:
+                    text = render_ps(data, terminal_columns(sys.stdout))
+            if not as_json:
+                _draw(text, redraw, refresh)
             if not watch:
                 return
-            time.sleep(1.0)
     except KeyboardInterrupt:
-        click.echo("")
+        if sys.stdout.isatty():  # the line the terminal's ^C began ends
+            click.echo("")
+
+
+def _draw(text: str, redraw: bool, refresh: int) -> None:
+    if redraw:
+        # Drawn over the last table, each line erased only to its end, and what is left
+        # below it after: clearing the screen first made it flicker.
+        text = "\x1b[H" + text.replace("\n", "\x1b[K\n") + "\x1b[J"
+    elif refresh:  # a pipe, a log, a dumb terminal: one table after another
+        text = "\n" + text
+    click.echo(text, nl=False)
 
 
 @main.command(short_help="Restart a worker group or process, fatal ones included.")
