@@ -9,8 +9,10 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import textwrap
 import time
+from pathlib import Path
 
 from tests.supervisor_harness import wait_until
 
@@ -242,3 +244,30 @@ def test_a_slot_freed_on_a_worker_stopped_from_elsewhere_shows_as_stopping(super
     table = sup.cli("ps").stdout
     assert re.search(rf"^pdf-1 +{pid} +\d +pdf +stopping ", table, re.M), table
     stubborn.kill()
+
+
+def _chatty(supervisors):
+    script = Path(__file__).parent / "handlers" / "garbage_worker.py"
+    return supervisors(f"""
+[[worker]]
+name = "chat"
+types = ["chat"]
+command = ["{sys.executable}", "{script}", "chatty"]
+""").start()
+
+
+def test_messages_for_jobs_a_worker_does_not_run_are_logged_once_per_process(supervisors):
+    # Progress after its result, results for jobs it was never given: each one is ignored,
+    # and a worker that sends hundreds of them gets one warning, not hundreds of log lines.
+    sup = _chatty(supervisors)
+    pid = sup.slots("chat")[0]["pid"]
+    for _ in range(2):
+        result = sup.cli("submit", "chat", "--on-demand", timeout=30)
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout) == {"pid": pid}  # the same worker: not killed for it
+    # Frames arrive in order: the second job's result came after the first job's 600 frames.
+    warnings = re.findall(r"worker chat-1 sent \w+ for job .*; ignored \(said once per "
+                          r"process\)", sup.output())
+    assert len(warnings) == 1, sup.output()[-2000:]
+    assert "which is not running there" in warnings[0]
+    assert sup.slots("chat")[0]["pid"] == pid

@@ -200,7 +200,8 @@ class WorkerPipes:
             self.finish_job(rj, "refused", error=f"refused by {proc.name}: {msg.get('reason')}")
 
     def _not_running_there(self, proc: WorkerProcess, msg: dict, rj) -> None:
-        """A message for a job its slot is not running. A late progress is let go; an outcome
+        """A message for a job its slot is not running. A late progress is let go (with one
+        warning per process, however many come); an outcome
         for another job than the one running there means the worker is out of step (the job
         would keep its slot forever): a protocol error."""
         kind, job_id, slot = msg["t"], msg["job_id"], msg["slot"]
@@ -208,9 +209,12 @@ class WorkerPipes:
         if rj is not None and str(job_id) == str(rj.job_id):
             hint = " (a job id goes back exactly as it came: a number as a number, a string as a string)"
         if rj is None or kind == "progress":
+            if proc.warned_stale:  # a worker that keeps at it must not flood the log
+                return
+            proc.warned_stale = True
             running = "which is not running there" if rj is None else f"which runs job {rj.job_id!r}"
-            log.warning("worker %s sent %s for job %r on slot %s, %s%s; ignored", proc.name,
-                        kind, job_id, slot, running, hint)
+            log.warning("worker %s sent %s for job %r on slot %s, %s%s; ignored (said once per "
+                        "process)", proc.name, kind, job_id, slot, running, hint)
             return
         raise ProtocolError(f"{kind} for job {job_id!r} on slot {slot}, which runs job "
                             f"{rj.job_id!r}{hint}")

@@ -65,6 +65,7 @@ class WorkerProcess:
     said_fatal: str | None = None  # the error of the 'fatal' message it sent
     incompatible: str | None = None  # its hello spoke another protocol version: why
     warned_progress: bool = False  # it was told once that its progress fields are ignored
+    warned_stale: bool = False  # told once that messages for jobs not running there are ignored
     oom_kills_at_start: int | None = None  # the kernel's OOM kill count when it started
 
     @property

@@ -12,7 +12,8 @@ jobs whose payload has "refuse": true, fails for good those with an "error", say
 those with "stop": true at once (as if told to stop, yet running on), runs the others
 for payload["seconds"], and answers
 `stop` with a stopped result for each job it runs) or `deep` (answers each job with a result
-nested payload["depth"] levels deep)."""
+nested payload["depth"] levels deep) or `chatty` (answers each job with a result, then sends
+300 progress frames for it and 300 results for a job it was never given)."""
 
 import json
 import os
@@ -67,7 +68,7 @@ send({"t": "hello", "protocol": 2 if mode == "future" else 1, "pid": os.getpid()
       "types": os.environ["FAIRSCHED_TYPES"].split(",") + (["extra"] if mode == "odd" else [])})
 if mode == "future":
     time.sleep(600)
-if mode in ("refuse", "picky", "odd", "deep"):
+if mode in ("refuse", "picky", "odd", "deep", "chatty"):
     inbox = messages()
     next(inbox)
     running = {}  # slot: (job id, when it ends)
@@ -93,6 +94,13 @@ if mode in ("refuse", "picky", "odd", "deep"):
                         f'"job_id":{json.dumps(msg["job"]["id"])},'
                         f'"result":{"[" * depth + "]" * depth}}}')
                 sock.sendall(struct.pack(">I", len(body)) + body.encode())
+            elif mode == "chatty":
+                send({"t": "result", "slot": msg["slot"], "job_id": msg["job"]["id"],
+                      "result": {"pid": os.getpid()}})
+                for _ in range(300):
+                    send({"t": "progress", "slot": msg["slot"], "job_id": msg["job"]["id"],
+                          "fraction": 0.5})
+                    send({"t": "result", "slot": msg["slot"], "job_id": "ghost", "result": None})
             elif mode == "refuse" or payload.get("refuse"):
                 send({"t": "refused", "slot": msg["slot"], "job_id": msg["job"]["id"],
                       "reason": "not today"})
