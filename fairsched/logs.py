@@ -22,6 +22,19 @@ def tail_lines(path, size: int = 4096) -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip()]
 
 
+# Characters of a worker's own words (a job's error, a refusal's reason, a fatal message) that
+# a log line or `fairsched ps` quotes: a worker may send a frame's worth (1 MiB) of them.
+QUOTE_MAX = 1000
+
+
+def quoted(text: str | None, limit: int = QUOTE_MAX) -> str | None:
+    """`text`, a worker's words, as a log line quotes it: the first `limit` characters and how
+    many there are in all (the job table keeps a job's error whole)."""
+    if text is None or len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text)} characters in all)"
+
+
 def one_line(text: str) -> str:
     """`text` on one line: line breaks and NUL spelled out (a worker's error may hold both)."""
     if "\n" in text or "\r" in text or "\0" in text:

@@ -14,6 +14,7 @@ import textwrap
 import time
 from pathlib import Path
 
+from fairsched.store.aqueue import MAX_ERROR
 from tests.supervisor_harness import wait_until
 
 SLOW = """
@@ -271,3 +272,38 @@ def test_messages_for_jobs_a_worker_does_not_run_are_logged_once_per_process(sup
     assert len(warnings) == 1, sup.output()[-2000:]
     assert "which is not running there" in warnings[0]
     assert sup.slots("chat")[0]["pid"] == pid
+
+
+def _misbehaving(supervisors, mode: str, settings: str = ""):
+    script = Path(__file__).parent / "handlers" / "garbage_worker.py"
+    return supervisors(f"""
+[[worker]]
+name = "odd"
+types = ["odd"]
+command = ["{sys.executable}", "{script}", "{mode}"]
+max_attempts = 1
+{settings}""")
+
+
+def test_a_long_error_from_a_worker_is_quoted_short_in_the_log_and_kept_in_the_table(supervisors):
+    # A worker may send a frame's worth (1 MiB) of error: the log quotes a line's worth of it
+    # and says how long it is; the job table keeps much more (MAX_ERROR characters).
+    sup = _misbehaving(supervisors, "picky").start()
+    error = "disk full; " * 40_000 + "giving up"
+    job_id = sup.cli("submit", "odd", "--payload", "-",
+                     input=json.dumps({"error": error})).stdout.strip()
+    line = sup.wait_output(rf"job {job_id} failed for good: .*").group()
+    assert line.endswith(f": {error[:1000]}... (440009 characters in all)"), line[:300]
+    assert len(sup.output()) < 20_000
+    jobs = json.loads(sup.cli("jobs", "--json").stdout)
+    assert jobs[0]["last_error"] == error[:MAX_ERROR]
+
+
+def test_a_long_fatal_message_is_quoted_short_in_the_log_and_in_ps(supervisors):
+    why = "no licence: " + "x" * 100_000
+    sup = _misbehaving(supervisors, "fatal", f'env = {{ FATAL_ERROR = "{why}" }}').start()
+    row = sup.wait_for(lambda ps: ps["slots"][0]["state"] == "fatal", what="odd fatal")["slots"][0]
+    assert row["fatal_reason"] == f"could not start ({why[:1000]}... (100012 characters in all))"
+    assert f"worker odd-1 cannot start: {why[:1000]}... (100012 characters in all)\n" in sup.output()
+    assert len(sup.output()) < 20_000
+    assert len(sup.cli("ps").stdout) < 5_000

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import signal
 
-from fairsched.logs import fields
+from fairsched.logs import fields, quoted
 from fairsched.protocol import IncompatibleProtocol, ProtocolError, encode, validate
 from fairsched.supervisor.process import WorkerProcess
 from fairsched.supervisor.states import ProcessState
@@ -166,9 +166,9 @@ class WorkerPipes:
             self.register_worker(proc, msg)
             return
         if kind == "fatal":
-            proc.said_fatal = msg["error"]
+            proc.said_fatal = quoted(msg["error"])
             log.error("worker %s %s: %s", proc.name,
-                      "gave up" if proc.slot_ids else "cannot start", msg["error"])
+                      "gave up" if proc.slot_ids else "cannot start", proc.said_fatal)
             return
         if not proc.slot_ids:
             raise ProtocolError(f"{kind!r} before hello")
@@ -189,7 +189,8 @@ class WorkerPipes:
             error = msg["error"].strip() or f"worker {proc.name} reported an error without a message"
             self.finish_job(rj, "failed", error=error, permanent=bool(msg.get("permanent")))
         elif kind == "refused":
-            log.error("worker %s refused job %s: %s", proc.name, rj.job_id, msg.get("reason"))
+            reason = quoted(msg["reason"])
+            log.error("worker %s refused job %s: %s", proc.name, rj.job_id, reason)
             if proc.state is not ProcessState.STOPPING and not self.shutting_down:
                 # Stopping (told so by someone else) or out of step with us: either way its
                 # slots must take no more work, or the job would bounce back and forth.
@@ -197,26 +198,26 @@ class WorkerPipes:
                 proc.refused_work = True  # counted as a crash: a worker that always refuses
                 self.spare_jobs_beside(rj)  # backs off and ends fatal; its other jobs are
                 self.stop_worker(proc)      # not to pay for it
-            self.finish_job(rj, "refused", error=f"refused by {proc.name}: {msg.get('reason')}")
+            self.finish_job(rj, "refused", error=f"refused by {proc.name}: {reason}")
 
     def _not_running_there(self, proc: WorkerProcess, msg: dict, rj) -> None:
         """A message for a job its slot is not running. A late progress is let go (with one
-        warning per process, however many come); an outcome
-        for another job than the one running there means the worker is out of step (the job
-        would keep its slot forever): a protocol error."""
-        kind, job_id, slot = msg["t"], msg["job_id"], msg["slot"]
+        warning per process, however many come); an outcome for another job than the one
+        running there means the worker is out of step (the job would keep its slot forever):
+        a protocol error."""
+        kind, job_id, slot = msg["t"], quoted(repr(msg["job_id"]), 100), msg["slot"]
         hint = ""
-        if rj is not None and str(job_id) == str(rj.job_id):
+        if rj is not None and str(msg["job_id"]) == str(rj.job_id):
             hint = " (a job id goes back exactly as it came: a number as a number, a string as a string)"
         if rj is None or kind == "progress":
             if proc.warned_stale:  # a worker that keeps at it must not flood the log
                 return
             proc.warned_stale = True
             running = "which is not running there" if rj is None else f"which runs job {rj.job_id!r}"
-            log.warning("worker %s sent %s for job %r on slot %s, %s%s; ignored (said once per "
+            log.warning("worker %s sent %s for job %s on slot %s, %s%s; ignored (said once per "
                         "process)", proc.name, kind, job_id, slot, running, hint)
             return
-        raise ProtocolError(f"{kind} for job {job_id!r} on slot {slot}, which runs job "
+        raise ProtocolError(f"{kind} for job {job_id} on slot {slot}, which runs job "
                             f"{rj.job_id!r}{hint}")
 
     def _progress_fields(self, proc: WorkerProcess, msg: dict) -> tuple[float | None, str]:
@@ -245,7 +246,7 @@ class WorkerPipes:
         if proc.slot_ids:
             raise ProtocolError("a second hello")
         if hello.get("incarnation") != proc.incarnation:
-            raise ProtocolError(f"hello for incarnation {hello.get('incarnation')!r}, "
+            raise ProtocolError(f"hello for incarnation {quoted(repr(hello['incarnation']), 100)}, "
                                 f"expected {proc.incarnation!r}")
         if proc.pid is None:  # the template's answer is still on its way
             self._learn_pid(proc, int(hello["pid"]))
@@ -254,12 +255,13 @@ class WorkerPipes:
         if proc.state is not ProcessState.STARTING:  # told to stop before it was ready
             return
         types = [t for t in proc.spec.types if t in set(hello["types"])]
+        announced = quoted(", ".join(hello["types"]))
         if not types:
-            raise ProtocolError(f"hello announces types {', '.join(hello['types'])}, none of "
+            raise ProtocolError(f"hello announces types {announced}, none of "
                                 f"those configured for it ({', '.join(proc.spec.types)})")
         if set(hello["types"]) != set(types):
             log.warning("worker %s announced types %s; it gets jobs of %s only", proc.name,
-                        ", ".join(hello["types"]), ", ".join(types))
+                        announced, ", ".join(types))
         slots = min(int(hello["slots"]), proc.spec.slots)
         if hello["slots"] != proc.spec.slots:
             log.warning("worker %s announced %d slot%s, %d configured: it gets %d", proc.name,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import time
 
-from fairsched.logs import fields
+from fairsched.logs import fields, quoted
 from fairsched.protocol import ProtocolError, encode_run
 from fairsched.store.aqueue import retry_delay
 from fairsched.store.jobs import encode_json
@@ -167,13 +167,14 @@ class JobHandling:
             last = permanent or rj.attempt >= rj.max_attempts
             delay = 0.0 if last else retry_delay(rj.attempt, base=rj.proc.spec.retry_backoff)
             self._record(rj, "failed" if last else "retried", duration)
+            said = quoted(error)
             if last:
                 log.warning("job %s failed for good: %s, %.3f s: %s", rj.job_id, where(rj),
-                            duration, error, extra=job_fields(rj, "failed", duration, error=error))
+                            duration, said, extra=job_fields(rj, "failed", duration, error=said))
             else:
                 log.warning("job %s failed: %s, %.3f s: %s; retry in %.1f s", rj.job_id, where(rj),
-                            duration, error, delay,
-                            extra=job_fields(rj, "retried", duration, error=error,
+                            duration, said, delay,
+                            extra=job_fields(rj, "retried", duration, error=said,
                                              retry_in=round(delay, 3)))
             self.queue.fail(Failure(rj.job_id, rj.claim, error or outcome, permanent, delay),
                             counted=(rj.type, "failed" if last else "retried"))
@@ -223,13 +224,14 @@ class JobHandling:
         if permanent or req.attempts >= req.max_attempts or self.shutting_down:
             self._record(rj, "failed", duration)
             log.warning("job %s failed for good: %s, %.3f s: %s", rj.job_id, where(rj), duration,
-                        error, extra=job_fields(rj, "failed", duration, error=error))
+                        quoted(error), extra=job_fields(rj, "failed", duration, error=quoted(error)))
             self._finish_request(req, {"event": "error", "job_id": req.job_id, "error": error,
                                        "attempts": req.attempts})
             return
         self._record(rj, "retried", duration)
         log.warning("job %s failed: %s, %.3f s: %s; retrying now", rj.job_id, where(rj), duration,
-                    error, extra=job_fields(rj, "retried", duration, error=error, retry_in=0.0))
+                    quoted(error), extra=job_fields(rj, "retried", duration, error=quoted(error),
+                                                    retry_in=0.0))
         if req.notify is not None:
             req.notify({"event": "retry", "job_id": req.job_id, "error": error,
                         "attempt": req.attempts})

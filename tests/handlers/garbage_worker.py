@@ -2,7 +2,7 @@
 `hangup` (closes its pipe when given work, then lives on), `mute` (never says hello) or
 `refuse` (refuses every job it is given, exits 0 when told to stop) or `deaf` (starts a
 `sleep` for its first job, writes "<its pid> <the sleep's pid>" to the job's payload["pids"],
-and never reads its pipe again), `fatal` (says it cannot start, exits 78), `stranger` (answers
+and never reads its pipe again), `fatal` (says it cannot start, exits 78; why: $FATAL_ERROR, or no licence file), `stranger` (answers
 its first job with a result for another job), `texted` (answers its first job with a progress and
 a result that give its id as a string), `scribble` (reports progress with fields of the
 wrong type or range, then succeeds), `cut` (writes half a frame and exits), `early` (says why on
@@ -39,7 +39,7 @@ if mode == "early":
     print("licence server unreachable", file=sys.stderr)
     sys.exit(1)
 if mode == "fatal":
-    send({"t": "fatal", "error": "no licence file in /etc/render"})
+    send({"t": "fatal", "error": os.environ.get("FATAL_ERROR", "no licence file in /etc/render")})
     sys.exit(78)
 
 
