@@ -35,7 +35,12 @@ _dumps_utf8 = json.JSONEncoder(separators=(",", ":"), allow_nan=False, ensure_as
 
 
 class ProtocolError(ValueError):
-    """A frame or message breaks the protocol; the peer that sent it is dropped."""
+    """A frame or message breaks the protocol; the peer that sent it is dropped. From
+    FrameDecoder.feed, `before` holds the whole messages that came ahead of the bad frame: they
+    were sent in good order, and count (a result written just before a stray frame, in one
+    write or in two, is the same result)."""
+
+    before: list[dict] | tuple = ()
 
 
 class IncompatibleProtocol(ProtocolError):
@@ -231,6 +236,7 @@ class FrameDecoder:
         except ProtocolError as exc:
             self._error = exc
             buf.clear()
+            exc.before = out
             raise
         if pos:
             del buf[:pos]

@@ -307,3 +307,17 @@ def test_a_long_fatal_message_is_quoted_short_in_the_log_and_in_ps(supervisors):
     assert f"worker odd-1 cannot start: {why[:1000]}... (100012 characters in all)\n" in sup.output()
     assert len(sup.output()) < 20_000
     assert len(sup.cli("ps").stdout) < 5_000
+
+
+def test_a_result_ahead_of_a_bad_frame_in_one_write_is_the_jobs_outcome(supervisors):
+    # The result came in good order before the stray frame: the job succeeded, whether the two
+    # reach the supervisor in one read or in two; the worker is killed for the bad frame.
+    sup = _misbehaving(supervisors, "trailing").start()
+    pid = sup.slots("odd")[0]["pid"]
+    job_id = sup.cli("submit", "odd").stdout.strip()
+    sup.wait_output(r"worker odd-1 sent a bad frame: frame is not valid JSON")
+    job = wait_until(lambda: next((j for j in json.loads(sup.cli("jobs", "--json").stdout)
+                                   if j["status"] != "running"), None), what="job ended")
+    assert (job["id"], job["status"], job["result"]) == (int(job_id), "succeeded", {"ok": 1}), job
+    assert f"job {job_id} succeeded" in sup.output()
+    sup.wait_for(lambda ps: ps["slots"][0]["pid"] not in (None, pid), what="odd replaced")

@@ -142,12 +142,18 @@ class WorkerPipes:
     def _take(self, proc: WorkerProcess, sock, size: int) -> None:
         """Decode and act on `size` bytes read from the worker's socket `sock`."""
         try:
-            messages = proc.decoder.feed(self.read_buffer[:size])
+            broken = None
+            try:
+                messages = proc.decoder.feed(self.read_buffer[:size])
+            except ProtocolError as exc:  # what came ahead of the bad frame counts first
+                messages, broken = exc.before, exc
             for msg in messages:
                 validate(msg)
                 self.handle_message(proc, msg)
                 if proc.sock is not sock:  # dropped, perhaps restarted: the rest was its own
                     return
+            if broken is not None:
+                raise broken
         except IncompatibleProtocol as exc:  # no restart will change it: fatal once it exits
             log.error("worker %s cannot work with this supervisor: %s; killing it", proc.name, exc)
             proc.incompatible = str(exc)

@@ -4,7 +4,8 @@
 `sleep` for its first job, writes "<its pid> <the sleep's pid>" to the job's payload["pids"],
 and never reads its pipe again), `fatal` (says it cannot start, exits 78; why: $FATAL_ERROR, or no licence file), `stranger` (answers
 its first job with a result for another job), `texted` (answers its first job with a progress and
-a result that give its id as a string), `scribble` (reports progress with fields of the
+a result that give its id as a string), `trailing` (answers its first job with a result and, in the same write, a bad frame),
+`scribble` (reports progress with fields of the
 wrong type or range, then succeeds), `cut` (writes half a frame and exits), `early` (says why on
 stderr and exits 1 before its hello), `future` (says hello in protocol 2), `odd` (announces one slot
 fewer than configured and a type more, then runs as `picky`) or `picky` (refuses the
@@ -136,6 +137,9 @@ elif mode == "scribble":
     send({"t": "progress", "slot": slot, "job_id": job_id, "fraction": 10**400})  # no double's
     send({"t": "progress", "slot": slot, "job_id": job_id, "fraction": None, "message": []})
     send({"t": "result", "slot": slot, "job_id": job_id, "result": {"scribbled": True}})
+elif mode == "trailing":
+    body = json.dumps({"t": "result", "slot": slot, "job_id": job_id, "result": {"ok": 1}})
+    sock.sendall(struct.pack(">I", len(body)) + body.encode() + b"\x00\x00\x00\x05hello")
 elif mode == "cut":
     sock.sendall(struct.pack(">I", 50) + b'{"t": "res')
     sys.exit(0)
