@@ -321,3 +321,14 @@ def test_a_result_ahead_of_a_bad_frame_in_one_write_is_the_jobs_outcome(supervis
     assert (job["id"], job["status"], job["result"]) == (int(job_id), "succeeded", {"ok": 1}), job
     assert f"job {job_id} succeeded" in sup.output()
     sup.wait_for(lambda ps: ps["slots"][0]["pid"] not in (None, pid), what="odd replaced")
+
+
+def test_a_long_progress_message_is_quoted_short_in_ps_and_to_the_caller(supervisors):
+    sup = _misbehaving(supervisors, "verbose").start()
+    caller = sup.spawn_cli("submit", "odd", "--on-demand", "--timeout", "60")
+    sup.wait_for(lambda ps: sup.slots("odd")[0]["progress"], what="its progress")
+    (row,) = sup.slots("odd")
+    assert row["message"] == "M" * 1000 + "... (1000000 characters in all)", row["message"][-99:]
+    assert len(sup.cli("ps", "--json").stdout) < 20_000
+    caller.kill()
+    caller.wait()

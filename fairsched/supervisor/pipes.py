@@ -240,13 +240,13 @@ class WorkerPipes:
             # valid JSON) cannot be.
             fraction = float(min(1, max(0, fraction)))
         if not isinstance(message, str):
-            wrong.append(f"'message' is {message!r}, not a string")
+            wrong.append(f"'message' is {quoted(repr(message), 100)}, not a string")
             message = ""
         if wrong and not proc.warned_progress:
             proc.warned_progress = True
             log.warning("worker %s sent progress with %s; ignored (said once per process)",
                         proc.name, " and ".join(wrong))
-        return fraction, message
+        return fraction, quoted(message)  # shown in ps, sent to the caller: a line, not a book
 
     def register_worker(self, proc: WorkerProcess, hello: dict) -> None:
         if proc.slot_ids:

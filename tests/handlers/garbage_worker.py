@@ -14,7 +14,8 @@ those with "stop": true at once (as if told to stop, yet running on), runs the o
 for payload["seconds"], and answers
 `stop` with a stopped result for each job it runs) or `deep` (answers each job with a result
 nested payload["depth"] levels deep) or `chatty` (answers each job with a result, then sends
-300 progress frames for it and 300 results for a job it was never given)."""
+300 progress frames for it and 300 results for a job it was never given) or `verbose` (reports
+progress on its first job with a message of a million characters, then never answers)."""
 
 import json
 import os
@@ -137,6 +138,9 @@ elif mode == "scribble":
     send({"t": "progress", "slot": slot, "job_id": job_id, "fraction": 10**400})  # no double's
     send({"t": "progress", "slot": slot, "job_id": job_id, "fraction": None, "message": []})
     send({"t": "result", "slot": slot, "job_id": job_id, "result": {"scribbled": True}})
+elif mode == "verbose":
+    send({"t": "progress", "slot": slot, "job_id": job_id, "fraction": 0.5,
+          "message": "M" * 1_000_000})
 elif mode == "trailing":
     body = json.dumps({"t": "result", "slot": slot, "job_id": job_id, "result": {"ok": 1}})
     sock.sendall(struct.pack(">I", len(body)) + body.encode() + b"\x00\x00\x00\x05hello")
