@@ -27,6 +27,7 @@ MAX_LEASE = 86400
 # Seconds: the shortest heartbeat_interval and poll_interval. Shorter, a supervisor spends its
 # time on heartbeats or fetches (a database round trip each) and gains nothing for it.
 MIN_INTERVAL = 0.1
+LONG_INTEGER = 10**20  # and longer: a message gives its number of digits, not the digits
 MAX_LEVEL_SECONDS = 1e12  # priority_weight / age_weight: the wait one priority level is worth
 NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.]*")
 TYPE_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:/-]*")
@@ -165,7 +166,10 @@ class _Section:
         elif kind == "number":
             if isinstance(value, bool) or not isinstance(value, int | float):
                 self.fail(key, f"must be a number, got {_kind(value)}")
-            value = float(value)
+            try:
+                value = float(value)
+            except OverflowError:  # an integer past 1.8e308
+                self.fail(key, f"must be a finite number, got {_kind(value)}")
             if not math.isfinite(value):  # TOML has nan and inf; no setting means either
                 self.fail(key, f"must be a finite number, got {value!r}")
         elif kind == "str":
@@ -191,11 +195,11 @@ class _Section:
                 if not name or "=" in name or "\0" in name or "\0" in text:
                     self.fail(key, f"has an entry no environment can hold: {name!r}")
         if minimum is not None and value < minimum:
-            self.fail(key, f"must be >= {_bound(minimum)}, got {value!r}")
+            self.fail(key, f"must be >= {_bound(minimum)}, got {_number(value)}")
         if above is not None and value <= above:
-            self.fail(key, f"must be > {_bound(above)}, got {value!r}")
+            self.fail(key, f"must be > {_bound(above)}, got {_number(value)}")
         if maximum is not None and value > maximum:
-            self.fail(key, f"must be <= {_bound(maximum)}, got {value!r}")
+            self.fail(key, f"must be <= {_bound(maximum)}, got {_number(value)}")
         return value
 
     def finish(self):
@@ -209,11 +213,20 @@ def _bound(limit: float) -> str:
     return str(limit) if isinstance(limit, int) else f"{limit:g}"
 
 
+def _number(value: float) -> str:
+    """A number as a message shows it: an integer too long to read at a glance by its length."""
+    if isinstance(value, int) and abs(value) >= LONG_INTEGER:
+        return f"an integer of {len(str(abs(value)))} digits"
+    return repr(value)
+
+
 def _kind(value: Any) -> str:
     if isinstance(value, bool):
         return f"boolean {str(value).lower()}"
     if isinstance(value, str):
         return f"string {value!r}"
+    if isinstance(value, int) and abs(value) >= LONG_INTEGER:
+        return _number(value)
     if isinstance(value, int | float):
         return f"number {value!r}"
     if isinstance(value, list):
@@ -238,7 +251,8 @@ def control_socket_of(path: str | os.PathLike) -> Path:
     try:
         raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
         state_dir = raw.get("supervisor", {}).get("state_dir", DEFAULT_STATE_DIR)
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, AttributeError):
+    except (OSError, ValueError, AttributeError):  # ValueError: TOMLDecodeError, an unreadable
+        # integer, a file that is not UTF-8
         raise error from None
     if not isinstance(state_dir, str) or not state_dir:
         raise error
@@ -265,6 +279,9 @@ def load_config(path: str | os.PathLike) -> Config:
         raise ConfigError(f"{file}: cannot read: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{file}: invalid TOML: {exc}") from None
+    except ValueError as exc:  # an integer longer than Python reads (4300 digits)
+        raise ConfigError(f"{file}: invalid TOML: an integer too long to read "
+                          f"({str(exc).split(';')[0]})") from None
     base = path.resolve().parent
 
     top = _Section(file, "top level", raw)
@@ -383,8 +400,8 @@ def _load_worker(sec: _Section, base: Path) -> WorkerSpec:
         cwd=cwd,
     )
     if spec.processes > 1000:
-        sec.fail("processes", f"must be <= 1000, got {spec.processes}")
+        sec.fail("processes", f"must be <= 1000, got {_number(spec.processes)}")
     if spec.slots > 1000:
-        sec.fail("slots", f"must be <= 1000, got {spec.slots}")
+        sec.fail("slots", f"must be <= 1000, got {_number(spec.slots)}")
     sec.finish()
     return spec

@@ -147,6 +147,13 @@ BAD = [
      "key 'handler' must look like 'package.module:function', got 'handlers:render_pdf\\n'"),
     ("weight too large", GOOD.replace("age_weight = 32", "age_weight = 32\nrarity_weight = 1e300"),
      "[scoring] key 'rarity_weight' must be <= 1e+12, got 1e+300"),
+    ("seconds as an integer past any float",
+     GOOD.replace("shutdown_timeout = 3", "shutdown_timeout = 1" + "0" * 400),
+     "[supervisor] key 'shutdown_timeout' must be a finite number, got an integer of 401 digits"),
+    ("processes as a long integer", GOOD.replace("processes = 2", "processes = 1" + "0" * 30),
+     "[[worker]] 'pdf' key 'processes' must be <= 1000, got an integer of 31 digits"),
+    ("an integer longer than can be read", GOOD.replace("slots = 3", "slots = 1" + "0" * 5000),
+     "invalid TOML: an integer too long to read (Exceeds the limit (4300 digits)"),
 ]
 
 
