@@ -148,7 +148,7 @@ class _Section:
         self.seen: set[str] = set()
 
     def fail(self, key: str | None, problem: str):
-        place = f"{self.where} key '{key}'" if key else self.where
+        place = f"{self.where} key {_key_name(key)}" if key else self.where
         raise ConfigError(f"{self.file}: {place} {problem}")
 
     def get(self, key: str, kind: str, default: Any = None, *, required: bool = False,
@@ -206,6 +206,12 @@ class _Section:
         unknown = sorted(set(self.table) - self.seen)
         if unknown:
             self.fail(unknown[0], "is not a known setting")
+
+
+def _key_name(key: str) -> str:
+    """A key as the message shows it: quoted, with a line break or other control character in
+    it spelled out (\\n), so that the message stays one line."""
+    return f"'{key}'" if key.isprintable() else repr(key)
 
 
 def _bound(limit: float) -> str:

@@ -152,6 +152,9 @@ BAD = [
      "[supervisor] key 'shutdown_timeout' must be a finite number, got an integer of 401 digits"),
     ("processes as a long integer", GOOD.replace("processes = 2", "processes = 1" + "0" * 30),
      "[[worker]] 'pdf' key 'processes' must be <= 1000, got an integer of 31 digits"),
+    ("unknown key holding a line break",
+     GOOD.replace("shutdown_timeout = 3", 'shutdown_timeout = 3\n"a\\nb" = 1'),
+     "[supervisor] key 'a\\nb' is not a known setting"),
     ("an integer longer than can be read", GOOD.replace("slots = 3", "slots = 1" + "0" * 5000),
      "invalid TOML: an integer too long to read (Exceeds the limit (4300 digits)"),
 ]
