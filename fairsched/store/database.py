@@ -250,6 +250,9 @@ class _EmbeddedServer:
             self.release()
 
     def ensure_running(self) -> str:
+        if not self.state_dir.is_dir():  # deleted since: nowhere to start the server again
+            raise DatabaseUnavailable(f"cannot start the embedded PostgreSQL in {self.pgdata}: "
+                                      f"{self.state_dir} is gone (restart the supervisor)")
         with self._locked() as state:
             postmaster = _running_postmaster(self.pgdata)
             if postmaster is None:

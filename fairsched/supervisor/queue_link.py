@@ -20,6 +20,7 @@ import psycopg
 from fairsched.store.aqueue import AsyncStore
 from fairsched.store.connections import ANSWER_WITHIN
 from fairsched.store.database import first_line, open_database
+from fairsched.store.errors import DatabaseUnavailable
 from fairsched.supervisor.locked_rows import LockedRows
 from fairsched.supervisor.outbox import Failure, Outbox
 from fairsched.supervisor.peers import Heartbeats
@@ -34,7 +35,8 @@ OUTCOME_LINGER = 0.005
 # A database that takes no writes (a standby, as a failover can leave one) is as good as lost:
 # reconnecting is how the supervisor finds the primary again, wherever the URL now leads.
 READ_ONLY = psycopg.errors.ReadOnlySqlTransaction
-DB_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError, READ_ONLY)
+# DatabaseUnavailable: an embedded server that cannot be started again.
+DB_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError, READ_ONLY, DatabaseUnavailable)
 # A lane's round trips (a few statements) that take longer than ANSWER_WITHIN of the lease are
 # taken for a lost connection, whatever the transport (over a Unix socket nothing else would
 # notice). A slow round delays the next heartbeat, due at most `lease / 3` after the last one:
@@ -58,6 +60,7 @@ class QueueLink(Heartbeats):
         self.fetch_wanted = False
         self.connected = False
         self._refused_writes = False  # said that the database takes no writes
+        self._unavailable: str | None = None  # the last DatabaseUnavailable said, said once
         self.closing = False
         self._wake = asyncio.Event()
         self._outbox_wake = asyncio.Event()
@@ -260,6 +263,9 @@ class QueueLink(Heartbeats):
                               str(exc).strip().splitlines()[0] if str(exc).strip() else exc,
                               "" if self.sup.shutting_down else " (workers keep running)")
                     lost = True
+                elif isinstance(exc, DatabaseUnavailable) and str(exc) != self._unavailable:
+                    log.error("%s; trying again", exc)  # once, not at every attempt
+                self._unavailable = str(exc) if isinstance(exc, DatabaseUnavailable) else None
                 self.connected = False
                 # A cycle may have waited for a fetch that will not come: it plans now with
                 # what is known, and waiting on-demand requests run without the database.
