@@ -1,8 +1,12 @@
 """The supervisor's own life as an operator meets it: its state_dir and embedded database
 pulled from under it, its stop while callers wait."""
 
+import json
+import os
 import shutil
 import signal
+import subprocess
+import sys
 import time
 
 ECHO = """
@@ -28,3 +32,20 @@ def test_a_state_dir_deleted_under_a_running_supervisor_is_told_without_tracebac
     sup.signal(signal.SIGTERM)
     assert sup.wait_exit(timeout=30) in (0, 1), sup.output()[-3000:]
     assert "Traceback" not in sup.output(), sup.output()[-3000:]
+
+
+def test_a_supervisor_started_with_its_standard_streams_closed_fills_them_with_dev_null(
+        supervisors):
+    # Else the first files it opens (its lock file, a worker's socket) would take those
+    # numbers, and whatever is written to standard error would land in them.
+    sup = supervisors(ECHO)
+    sup.proc = subprocess.Popen(
+        ["sh", "-c", 'exec "$0" -m fairsched supervise --config "$1" <&- >&- 2>&-',
+         sys.executable, str(sup.config)], env=sup.env)
+    sup.wait_for(lambda ps: all(s["state"] == "free" for s in ps["slots"]), what="ready")
+    assert [os.readlink(f"/proc/{sup.proc.pid}/fd/{fd}") for fd in (0, 1, 2)] == [
+        os.devnull] * 3
+    result = sup.cli("submit", "pdf", "--on-demand", "--payload", '{"n": 1}')
+    assert result.returncode == 0 and json.loads(result.stdout)["payload"] == {"n": 1}, result
+    assert sup.cli("stop").returncode == 0
+    assert sup.wait_exit() == 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import os
 import signal
 import sys
 import time
@@ -62,6 +63,7 @@ def supervise(config_path, log_format, log_level):
     from fairsched.supervisor.control import AlreadyRunning
     from fairsched.supervisor.main import run_supervisor
 
+    standard_streams_open()
     setup_logging(log_format, log_level)  # first: a bad config is told in the log's format
     config = load_config(resolve_config_path(config_path))
     try:
@@ -75,6 +77,17 @@ def supervise(config_path, log_format, log_level):
         logging.getLogger("fairsched").exception("the supervisor failed: %s", exc)
         sys.exit(1)
     sys.exit(code)
+
+
+def standard_streams_open() -> None:
+    """Open /dev/null as any standard stream (0, 1, 2) the supervisor was started without,
+    before anything else takes its number: its lock file or a worker's socket as standard
+    error would take whatever is written there."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            os.open(os.devnull, os.O_RDWR)  # the lowest number free: this one
 
 
 @main.command(short_help="One row per slot: its worker, state, job and progress.")
