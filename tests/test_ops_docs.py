@@ -319,3 +319,54 @@ def test_readme_map_names_existing_files_and_every_supervisor_module():
     unnamed = sorted(f.name for f in supervisor.glob("*.py")
                      if f.name != "__init__.py" and f.resolve() not in named)
     assert not unnamed, f"supervisor modules missing from README's map: {unnamed}"
+
+
+PLACEHOLDER = r"%[-+ #0]*\d*(?:\.\d+)?[sdgfr]"
+# Values in the docs' example lines (types, worker and job ids, the core, the database);
+# the code has a placeholder there.
+EXAMPLE_VALUES = {"pdf", "excel", "office", "index", "od", "c", "external", "postgresql",
+                  "RuntimeError"}
+
+
+def message_text(package: Path) -> str:
+    """Every string literal of the package, split at its %-placeholders and f-string fields
+    (a plural's 's' kept: 'job%s' reads 'jobs')."""
+    pieces = []
+    for module in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(module.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                pieces += re.split(PLACEHOLDER, re.sub(r"(?<=[a-z])%s", "s", node.value))
+            elif isinstance(node, ast.JoinedStr):
+                pieces.append("".join(
+                    v.value if isinstance(v, ast.Constant)
+                    else "s" if "'s'" in ast.unparse(v.value) else "\n" for v in node.values))
+    return "\n".join(pieces)
+
+
+def wording_not_in(line: str, text: str) -> list[str]:
+    """The stretches of wording of a documented log line (between its values and its '...')
+    that no string of the code holds, whole or clause by clause."""
+    phrases, current = [], []
+    for token in re.findall(r"[A-Za-z_']+|\d+(?:\.\d+)?|\.\.\.|\W", line) + ["..."]:
+        if token == "..." or token in EXAMPLE_VALUES or token[0].isdigit():
+            phrases.append("".join(current).strip(" -/.:"))
+            current = []
+        else:
+            current.append(token)
+    missing = []
+    for phrase in phrases:
+        if re.search("[A-Za-z]", phrase) and phrase not in text:
+            clauses = (c.strip(" -/.") for c in re.split(r"[;:,()]", phrase))
+            missing += [c for c in clauses if re.search("[A-Za-z]", c) and c not in text]
+    return missing
+
+
+def test_every_line_in_the_log_table_is_worded_as_the_code_logs_it():
+    text = message_text(Path(fairsched.config.__file__).parent)
+    rows = table_after(section(operations(), "## Logs"), "| line | level |")
+    lines = [a or b for row in rows for a, b in re.findall(r"``(.+?)``|`([^`]+)`", row[0])]
+    assert len(lines) >= 30 and "database connection restored" in lines
+    assert wording_not_in("worker pdf-1 exited with code 1; restart in 0.4 s", text) == [
+        "restart in"]
+    wrong = {line: missing for line in lines if (missing := wording_not_in(line, text))}
+    assert not wrong, f"log lines in docs/operations.md, Logs, that the code never writes: {wrong}"
