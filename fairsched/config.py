@@ -364,8 +364,8 @@ def load_config(path: str | os.PathLike) -> Config:
 def _load_worker(sec: _Section, base: Path) -> WorkerSpec:
     name = sec.get("name", "str", required=True)
     if not NAME_RE.fullmatch(name):  # not match(): "$" also matches before a final "\n"
-        sec.fail("name", f"must use letters, digits, '_' and '.' ('-' is for process names"
-                 f" such as pdf-1), got {name!r}")
+        sec.fail("name", f"must use letters, digits, '_' and '.', not starting with '.' ('-' "
+                 f"is for process names such as pdf-1), got {name!r}")
     types = sec.get("types", "strlist", required=True)
     if not types:
         sec.fail("types", "must not be empty")

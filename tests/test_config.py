@@ -85,7 +85,11 @@ BAD = [
      "key 'types' must be a list of non-empty strings"),
     ("unknown scoring key", GOOD.replace("age_weight = 32", "aging = 32"), "key 'aging' is not a known setting"),
     ("name like a process name", GOOD.replace('name = "tool"', 'name = "pdf-2"'),
-     "key 'name' must use letters, digits, '_' and '.' ('-' is for process names"),
+     "key 'name' must use letters, digits, '_' and '.', not starting with '.' ('-' is for "
+     "process names"),
+    ("name starting with a dot", GOOD.replace('name = "tool"', 'name = ".tool"'),
+     "key 'name' must use letters, digits, '_' and '.', not starting with '.' ('-' is for "
+     "process names such as pdf-1), got '.tool'"),
     ("zero start_timeout", GOOD.replace("timeout = 5", "timeout = 5\nstart_timeout = 0"),
      "key 'start_timeout' must be > 0"),
     ("state_dir too deep for a socket", GOOD.replace('state_dir = "state"', 'state_dir = "' + "d" * 120 + '"'),
@@ -138,8 +142,8 @@ BAD = [
     ("age weight too small to count", GOOD.replace("age_weight = 32", "age_weight = 1e-320"),
      "[scoring] key 'age_weight' is too small beside priority_weight"),
     ("name ending in a line break", GOOD.replace('name = "tool"', 'name = "tool\\n"'),
-     "key 'name' must use letters, digits, '_' and '.' ('-' is for process names such as "
-     "pdf-1), got 'tool\\n'"),
+     "key 'name' must use letters, digits, '_' and '.', not starting with '.' ('-' is for "
+     "process names such as pdf-1), got 'tool\\n'"),
     ("type ending in a line break", GOOD.replace('["pdf", "excel"]', '["pdf", "excel\\n"]'),
      "key 'types' has an invalid type name 'excel\\n'"),
     ("handler ending in a line break",
