@@ -144,7 +144,7 @@ def test_job_and_worker_lines_are_json(supervisors):
     assert sup.wait_exit() == 0
     assert sup.find(r"^supervisor stopped$")
     entries = sup.entries()  # after the last line: every one of them parses
-    assert sup.find(r"^supervisor \d+ started \(pid \d+, core (c|python), database external, "
+    assert sup.find(r"^supervisor \d+ started \(pid \d+, fairsched [0-9.]+, core (c|python), database external, "
                     r"3 workers\)$", level="info")
     assert {e["logger"] for e in entries} <= {"fairsched.supervisor", "fairsched.queue",
                                              "fairsched.control", "fairsched.metrics"}

@@ -1192,6 +1192,11 @@ def test_ps_human_table_and_progress(supervisors):
     assert "busy" in table[2] and "od-1" in table[2]
     caller.communicate(timeout=30)
     assert caller.returncode == 0
+    # Which fairsched runs: in ps --json and in the line the supervisor started with.
+    version = sup.cli("--version").stdout.split()[-1]
+    assert sup.ps()["supervisor"]["version"] == version
+    assert re.search(rf"supervisor \d+ started \(pid \d+, fairsched {re.escape(version)}, core c",
+                     sup.output()), sup.output()
 
 
 def test_ps_shows_a_cancel_waiting_for_its_answer(supervisors):

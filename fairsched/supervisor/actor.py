@@ -16,7 +16,7 @@ import os
 import signal
 import time
 
-from fairsched import core
+from fairsched import __version__, core
 from fairsched.config import Config
 from fairsched.protocol import READ_SIZE
 from fairsched.supervisor.hooks import Observer
@@ -145,8 +145,8 @@ class Supervisor(Scheduling, WorkerLifecycle, WorkerStopping, TemplateLifecycle,
                      "worker started", self.queue.supervisor_id, os.getpid())
             self.request_shutdown(*self._stop_when_started)
             return
-        log.info("supervisor %s started (pid %d, core %s, database %s, %d worker%s)",
-                 self.queue.supervisor_id, os.getpid(), core.__impl__, self.queue.kind,
+        log.info("supervisor %s started (pid %d, fairsched %s, core %s, database %s, %d worker%s)",
+                 self.queue.supervisor_id, os.getpid(), __version__, core.__impl__, self.queue.kind,
                  len(self.procs), "" if len(self.procs) == 1 else "s")
         if self.queue.kind == "embedded":
             url = self.queue.database.url

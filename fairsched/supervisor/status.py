@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 
-from fairsched import core
+from fairsched import __version__, core
 from fairsched.supervisor.states import SLOT_STATE, ProcessState
 
 
@@ -31,6 +31,7 @@ def snapshot(sup) -> dict:
     supervisor = {
         "pid": os.getpid(),
         "id": sup.queue.supervisor_id,
+        "version": __version__,
         "uptime": round(now - sup.started, 3),
         "started_at": sup.started,
         "config": str(sup.config.path),
