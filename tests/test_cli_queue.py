@@ -212,7 +212,7 @@ def test_config_comes_from_fairsched_config_or_the_current_folder(db, config):
     (["submit", "pdf", "--max-attempts", "-0"],
      "--max-attempts must be an integer from 1 to 2147483647, got '-0'"),
     (["submit", "pdf", "--on-demand", "--timeout", "-0"],
-     "--timeout must be a number of seconds > 0, got '-0'"),
+     "--timeout must be a number of seconds > 0 and at most 315360000, got '-0'"),
     (["jobs", "--limit", "-0"], "--limit must be an integer from 1 to 1000000, got '-0'"),
     (["submit", "pdf", "--priority", "-1"], "--priority must be an integer from 0 to 10, got '-1'"),
     (["submit", "pdf", "--delay", "-0.5"],
@@ -223,13 +223,18 @@ def test_config_comes_from_fairsched_config_or_the_current_folder(db, config):
     (["submit", "pdf", "--delay", "1_000"],
      "--delay must be a number of seconds from 0 to 315360000, got '1_000'"),
     (["submit", "pdf", "--on-demand", "--timeout", "1_0"],
-     "--timeout must be a number of seconds > 0, got '1_0'"),
+     "--timeout must be a number of seconds > 0 and at most 315360000, got '1_0'"),
     (["submit", "pdf", "--delay", "inf"],
      "--delay must be a number of seconds from 0 to 315360000, got 'inf'"),
     (["submit", "pdf", "--delay", "1e12"],
      "--delay must be a number of seconds from 0 to 315360000, got '1e12'"),
     (["submit", "pdf", "--on-demand", "--timeout", "0"],
-     "--timeout must be a number of seconds > 0, got '0'"),
+     "--timeout must be a number of seconds > 0 and at most 315360000, got '0'"),
+    # A wait no socket can time was a traceback (OverflowError).
+    (["submit", "pdf", "--on-demand", "--timeout", "1e308"],
+     "--timeout must be a number of seconds > 0 and at most 315360000, got '1e308'"),
+    (["submit", "pdf", "--on-demand", "--timeout", "99999999999999999999"],
+     "--timeout must be a number of seconds > 0 and at most 315360000, got '9999"),
     (["stop", "--timeout", "inf"], "--timeout must be a number of seconds >= 0, got 'inf'"),
     (["stop", "--timeout", "nan"], "--timeout must be a number of seconds >= 0, got 'nan'"),
     (["jobs", "--status", "done"], "--status must be one of"),
@@ -612,7 +617,8 @@ def test_a_database_timeout_that_is_no_duration_is_one_line_exit_2(db, config, v
     result = subprocess.run([sys.executable, "-m", "fairsched", "jobs", "--config",
                              str(config)], capture_output=True, text=True, env=env, timeout=60)
     line = one_line_error(result, 2)
-    assert f"FAIRSCHED_DATABASE_TIMEOUT must be a number of seconds from 0 to 86400, got {value!r}" in line
+    assert (f"FAIRSCHED_DATABASE_TIMEOUT must be a number of seconds > 0 and at most 86400, "
+            f"got {value!r}") in line
 
 
 def test_a_submit_whose_id_cannot_be_printed_says_the_job_was_queued(db, config):

@@ -44,7 +44,8 @@ def parse_seconds(option: str, text: str | None, *, positive: bool = False,
             or (maximum is not None and value > maximum)):
         bound = "> 0" if positive else ">= 0"
         if maximum is not None:
-            bound = f"from 0 to {maximum:.0f}"
+            bound = (f"> 0 and at most {maximum:.0f}" if positive
+                     else f"from 0 to {maximum:.0f}")
         raise UsageProblem(f"{option} must be a number of seconds {bound}, got {text!r}")
     return value if value else 0.0  # -0.0 is said as 0
 

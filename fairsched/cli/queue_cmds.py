@@ -190,7 +190,8 @@ def submit(type_name, payload, priority, max_attempts, delay, key, on_demand, ti
         if max_attempts is not None or delay is not None or key is not None:
             raise UsageProblem("--max-attempts, --delay and --key apply to queued jobs, "
                                "not to --on-demand")
-        seconds = (parse_seconds("--timeout", timeout, positive=True)
+        # Bounded as --delay is: a wait past it (1e308) is no wait a socket can time.
+        seconds = (parse_seconds("--timeout", timeout, positive=True, maximum=MAX_DELAY)
                    if timeout is not None else None)
         sys.exit(submit_on_demand(config_path, socket_path, type_name, payload, priority,
                                   seconds))
