@@ -274,6 +274,38 @@ handler = "sup_handlers:slow"
     assert b"\r\x1b[Kfairsched: job od-1: no result within 1 s" in drawn, drawn
 
 
+def test_an_on_demand_job_tried_again_after_a_crash_says_so_and_how_many_times_it_ran(
+        supervisors):
+    """The caller saw only the last attempt's error, as if the job had run once, and on a
+    terminal the failed attempt's progress stayed drawn while the next one ran."""
+    sup = supervisors("""
+[[worker]]
+name = "ex"
+types = ["ex"]
+handler = "sup_handlers:exits"
+max_restarts = 10
+
+[[worker]]
+name = "bad"
+types = ["bad"]
+handler = "sup_handlers:fail_permanently"
+""").start()
+    args = ["submit", "ex", "--on-demand", "--payload", '{"code": 5}']
+    piped = sup.cli(*args)
+    assert (piped.returncode, piped.stdout) == (1, ""), piped
+    assert piped.stderr == ("fairsched: job od-1 failed after 3 attempts: worker ex-1 exited "
+                            "with code 5\n"), piped.stderr
+    drawn, code = on_a_terminal(sup, args, "xterm-256color", stream="stderr")
+    assert code == 1, drawn
+    for attempt in (1, 2):
+        assert (f"\rod-2: attempt {attempt} failed (worker ex-1 exited with code 5); trying "
+                "again\x1b[K").encode() in drawn, drawn
+    assert drawn.endswith(b"\r\x1b[Kfairsched: job od-2 failed after 3 attempts: worker ex-1 "
+                          b"exited with code 5\r\n"), drawn
+    once = sup.cli("submit", "bad", "--on-demand")  # not tried again: nothing more to say
+    assert once.stderr == "fairsched: job od-3 failed: PermanentError: this input can never work\n"
+
+
 def test_ps_watch_waits_through_a_restart_of_the_supervisor(supervisors, tmp_path):
     sup = supervisors(ECHO).start()
     files = {name: tmp_path / name for name in ("text", "text.err", "json", "json.err")}

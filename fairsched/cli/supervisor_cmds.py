@@ -256,6 +256,16 @@ def _clear_progress(show_progress: bool) -> None:
         click.echo("\r\x1b[K", err=True, nl=False)
 
 
+def _draw_progress(line: str) -> None:
+    """Draw `line` over the progress line drawn so far."""
+    # A line wider than the terminal wraps, and a carriage return goes back to the start of
+    # its last row only: each redraw would leave the rows above it on the screen.
+    columns = terminal_columns(sys.stderr)
+    if columns is not None:
+        line = clip(line, max(columns - 1, 1))
+    click.echo(f"\r{line}\x1b[K", err=True, nl=False)
+
+
 def _on_demand_event(event: dict, show_progress: bool) -> int | None:
     """Show one event of an on-demand request: its exit code once it is the last one."""
     kind = event.get("event")
@@ -267,18 +277,19 @@ def _on_demand_event(event: dict, show_progress: bool) -> int | None:
         fraction = event.get("fraction")
         pct = f"{fraction * 100:5.1f}% " if isinstance(fraction, int | float) else ""
         message = printable(str(event.get("message") or ""))[:200]  # one line, redrawn
-        line = f"{event['job_id']}: {pct}{message}"
-        # A line wider than the terminal wraps, and a carriage return goes back to the start
-        # of its last row only: each redraw would leave the rows above it on the screen.
-        columns = terminal_columns(sys.stderr)
-        if columns is not None:
-            line = clip(line, max(columns - 1, 1))
-        click.echo(f"\r{line}\x1b[K", err=True, nl=False)
+        _draw_progress(f"{event['job_id']}: {pct}{message}")
+    elif kind == "retry" and show_progress:  # else the failed attempt's progress stays drawn
+        error = printable(one_line(str(event.get("error"))))[:200]
+        _draw_progress(f"{event['job_id']}: attempt {event.get('attempt')} failed ({error}); "
+                       "trying again")
     elif kind == "result":
         click.echo(json.dumps(event.get("result")))
         return 0
     elif kind == "error":
-        fail(f"job {event.get('job_id')} failed: "
+        attempts = event.get("attempts")
+        after = (f" after {attempts} attempts" if isinstance(attempts, int)
+                 and not isinstance(attempts, bool) and attempts > 1 else "")
+        fail(f"job {event.get('job_id')} failed{after}: "
              f"{printable(one_line(str(event.get('error'))))}", 1)
     elif kind == "timeout":
         fail(f"job {event.get('job_id')}: {event.get('error')}", 1)
