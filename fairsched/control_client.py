@@ -75,6 +75,17 @@ class ControlClient:
             try:
                 sock.connect(str(self.path))
                 return sock
+            except BlockingIOError:
+                # Its backlog of connections not yet accepted is full (a burst of callers, a
+                # supervisor busy a moment): a socket with a timeout is told so at once,
+                # where a blocking one would wait its turn. Wait likewise.
+                sock.close()
+                if time.monotonic() >= deadline:
+                    raise NotRunning(f"the supervisor on {self.path} has accepted no "
+                                     f"connection within {self.starting_within:g} s: too "
+                                     "busy, or stalled; try again") from None
+                time.sleep(0.05)
+                continue
             except (FileNotFoundError, ConnectionRefusedError):
                 sock.close()
             except PermissionError:

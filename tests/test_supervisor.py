@@ -901,6 +901,41 @@ def test_waiting_on_demand_callers_leave_room_for_the_operator(supervisors):
             s.close()
 
 
+def test_ps_and_stop_wait_their_turn_behind_a_full_backlog_of_callers(supervisors):
+    """A burst of callers the supervisor has not accepted yet filled its listen backlog:
+    `ps` and `stop` said 'Resource temporarily unavailable' and gave up."""
+    _room_for(300)
+    sup = supervisors(ECHO).start()
+    path = sup.config.parent / "state" / "control" / "sock"
+    queued = []
+    sup.signal(signal.SIGSTOP)  # busy: it accepts nothing for a while
+    try:
+        while True:
+            s = socket.socket(socket.AF_UNIX)
+            s.setblocking(False)
+            try:
+                s.connect(str(path))
+            except BlockingIOError:  # the backlog is full
+                s.close()
+                break
+            queued.append(s)
+        ps = sup.spawn_cli("ps", "--json")
+        time.sleep(1)
+        sup.signal(signal.SIGCONT)
+        time.sleep(0.5)
+        for s in queued:  # the burst's callers leave without a request
+            s.close()
+        out, err = ps.communicate(timeout=60)
+        assert (ps.returncode, err) == (0, ""), err
+        assert json.loads(out)["slots"][0]["state"] == "free"
+    finally:
+        sup.signal(signal.SIGCONT)
+        for s in queued:
+            s.close()
+    stop = sup.cli("stop")
+    assert stop.returncode == 0, stop.stderr
+
+
 def test_an_on_demand_job_that_finishes_through_a_restart_keeps_its_result(supervisors):
     sup = supervisors(SLOW_PDF).start()
     pid = sup.slots("pdf")[0]["pid"]
