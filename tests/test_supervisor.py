@@ -331,6 +331,9 @@ def test_a_caller_that_times_out_learns_what_became_of_its_job(supervisors):
     waiting = sup.cli("submit", "pdf", "--on-demand", "--timeout", "0.3")
     assert waiting.returncode == 1
     assert waiting.stderr.strip().endswith("no result within 0.3 s; withdrawn before it started")
+    job_id = re.search(r"job (od-\d+)", waiting.stderr).group(1)
+    sup.wait_output(rf"job {job_id} withdrawn before it started: its caller gave up \(a timeout, "
+                    r"or it left\)")
     _, err = stubborn.communicate(timeout=30)
     assert stubborn.returncode == 1
     assert ("no result within 1 s; its handler on worker pdf-1 was asked to stop (one that does "

@@ -307,8 +307,9 @@ class JobHandling:
         req.cancelled = True
         if self.requests.pop(req.number, None) is not None:
             req.done = True
-            return ("withdrawn before its next attempt" if req.attempts
-                    else "withdrawn before it started")
+            what = "withdrawn before its next attempt" if req.attempts else "withdrawn before it started"
+            log.info("job %s %s: its caller gave up (a timeout, or it left)", req.job_id, what)
+            return what
         rj = self.running_by_job.get(req.job_id)
         if rj is None:
             return "it had just finished"
