@@ -1584,3 +1584,27 @@ def test_a_caller_that_hangs_up_is_no_warning_and_a_bad_request_is_one(superviso
     sup.wait_output("control connection dropped: bad or oversized request", timeout=10)
     assert sup.output().count("control connection dropped") == 1, sup.output()[-3000:]
     assert sup.cli("ps").returncode == 0
+
+
+def test_a_job_that_crashes_every_worker_spends_its_attempts_not_the_groups_restarts(
+        supervisors):
+    # Two requests whose input kills the worker (3 attempts each): 6 crashes, but only the
+    # first of each job counts toward max_restarts, and the group lives on for the others.
+    sup = supervisors("""
+[[worker]]
+name = "ex"
+types = ["ex"]
+handler = "sup_handlers:exits"
+max_restarts = 2
+""").start()
+    for _ in range(2):
+        poison = sup.cli("submit", "ex", "--on-demand", "--payload", '{"code": 5}', timeout=60)
+        assert poison.returncode == 1, poison.stderr
+        assert "exited with code 5" in poison.stderr, poison.stderr
+    fine = sup.cli("submit", "ex", "--on-demand", timeout=60)
+    assert fine.returncode == 0, fine.stderr
+    (row,) = sup.slots("ex")
+    assert row["state"] == "free" and row["restarts"] == 6, row
+    out = sup.output()
+    assert out.count("(not counted toward max_restarts: job od-1 crashed a worker before)") == 2
+    assert out.count("(not counted toward max_restarts: job od-2 crashed a worker before)") == 2

@@ -80,6 +80,7 @@ class Supervisor(Scheduling, WorkerLifecycle, WorkerStopping, TemplateLifecycle,
         self.template_timers: dict[str, asyncio.TimerHandle] = {}  # replacements due
         self.pending_spawns: dict[str, collections.deque] = {}
         self.early_exits: dict[int, int] = {}
+        self.crashed_jobs: dict[int | str, None] = {}  # jobs that crashed a worker, oldest first
         self.shutting_down = False
         self.stopped = asyncio.Event()
         self.changed = asyncio.Event()

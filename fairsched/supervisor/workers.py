@@ -32,6 +32,7 @@ log = logging.getLogger("fairsched.supervisor")
 
 STOP_GRACE = 2.0  # SIGTERM to SIGKILL for a worker that is stopped or timed out
 EXIT_GRACE = 2.0  # a worker that closed its pipe gets this long to exit before SIGKILL
+CRASHED_JOBS_KEPT = 1024  # jobs remembered for having crashed a worker (_job_to_blame)
 REAP_WAIT = 0.002  # seconds the loop waits, at most, for a worker whose pipe closed to exit
 # wait4's flag (linux/wait.h) to wait for the calling thread's children only.
 _WNOTHREAD = 0x20000000 if sys.platform.startswith("linux") else 0
@@ -227,6 +228,7 @@ class WorkerLifecycle:
             how += (f"{' before its hello' if before_hello else ''} (its log ends: "
                     f"{self._last_log_line(proc)[:300]})")
         proc.last_exit = how
+        jobs = [rj.job_id for rj in self.running.values() if rj.proc is proc]
         self.unregister_worker(proc, f"worker {proc.name} {how}")
         self._cancel_timers(proc)
         proc.pid = None
@@ -269,7 +271,8 @@ class WorkerLifecycle:
                 why = line.partition(' could not start: ')[2] or line
             self._make_fatal(proc, f"could not start ({why})")
             return
-        recent = proc.record_crash()
+        blamed = self._job_to_blame(jobs)
+        recent = len(proc.crash_times) if blamed is not None else proc.record_crash()
         if proc.crash_loop(recent):
             proc.set_state(ProcessState.DOWN)
             times = "once" if recent == 1 else f"{recent} times"  # max_restarts = 0
@@ -278,13 +281,28 @@ class WorkerLifecycle:
             return
         delay = restart_delay(recent)
         proc.set_state(ProcessState.DOWN)
-        log.warning("worker %s %s; restarting in %g s", proc.name, how, delay,
+        spared = ("" if blamed is None else
+                  f" (not counted toward max_restarts: job {blamed} crashed a worker before)")
+        log.warning("worker %s %s; restarting in %g s%s", proc.name, how, delay, spared,
                     extra=fields(event="worker_exited", worker=proc.name, group=proc.group,
                                  exit=how, restart_in=delay))
         if delay <= 0:
             self._respawn(proc)
         else:
             proc.restart_timer = self.loop.call_later(delay, self._respawn, proc)
+
+    def _job_to_blame(self, jobs: list) -> int | str | None:
+        """The first of `jobs`, those a crashed worker ran, that crashed a worker before. A job
+        that crashes every worker it runs on (a PDF that makes the renderer segfault, say)
+        spends its own attempts, not its group's max_restarts: two such requests would
+        otherwise leave the group fatal for everyone. Remembers them all, the latest
+        CRASHED_JOBS_KEPT."""
+        blamed = next((job_id for job_id in jobs if job_id in self.crashed_jobs), None)
+        for job_id in jobs:
+            self.crashed_jobs[job_id] = None
+        while len(self.crashed_jobs) > CRASHED_JOBS_KEPT:
+            del self.crashed_jobs[next(iter(self.crashed_jobs))]
+        return blamed
 
     def killed_by_watchdog(self, proc: WorkerProcess) -> bool:
         """Whether the lease watchdog killed `proc` because this supervisor stalled past its

@@ -171,8 +171,11 @@ def leaves_orphans(job: fairsched.Job):
 
 
 def exits(job: fairsched.Job):
-    """Ends its worker process with status payload['code'], mid-job."""
-    os._exit(int(job.payload["code"]))
+    """Ends its worker process with status payload['code'], mid-job; without one, returns its
+    pid."""
+    if job.payload and "code" in job.payload:
+        os._exit(int(job.payload["code"]))
+    return {"pid": os.getpid()}
 
 
 def fail_later(job: fairsched.Job):
