@@ -593,7 +593,7 @@ def test_a_database_that_stops_answering_is_one_line_exit_1_after_the_timeout(db
 def test_a_server_that_never_takes_the_connection_is_one_line_exit_1(config, tmp_path):
     import socket
 
-    folder = Path(tempfile.mkdtemp(prefix="fs-hB-", dir="/tmp"))
+    folder = Path(tempfile.mkdtemp(prefix="fs-", dir="/tmp"))
     listener = socket.socket(socket.AF_UNIX)
     try:
         listener.bind(str(folder / ".s.PGSQL.5432"))

@@ -154,16 +154,16 @@ def load_or_one_line(path: Path) -> Config | None:
     return config
 
 
-@settings(max_examples=int(os.environ.get("N", 300)), suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
 @given(documents())
 def test_a_mutated_config_loads_or_is_refused_in_one_line(doc):
-    with tempfile.TemporaryDirectory(prefix="fs-hC-") as folder:
+    with tempfile.TemporaryDirectory(prefix="fs-") as folder:
         path = Path(folder) / "workers.toml"
         path.write_text(toml_document(doc), encoding="utf-8")
         load_or_one_line(path)
 
 
-@settings(max_examples=int(os.environ.get("NS", 6)), suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=6, suppress_health_check=[HealthCheck.too_slow])
 @given(documents())
 def test_supervise_on_a_mutated_config_exits_2_with_one_line(doc):
     # No database can be reached at a URL that is not one: a config that loads exits 2 too,

@@ -23,7 +23,7 @@ from fairsched.store.connections import open_connection
 @contextlib.contextmanager
 def silent_server():
     """The folder of a PostgreSQL socket that queues connections and never answers them."""
-    folder = Path(tempfile.mkdtemp(prefix="fs-hD-", dir="/tmp"))
+    folder = Path(tempfile.mkdtemp(prefix="fs-", dir="/tmp"))
     listener = socket.socket(socket.AF_UNIX)
     try:
         listener.bind(str(folder / ".s.PGSQL.5432"))

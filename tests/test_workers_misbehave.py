@@ -247,20 +247,21 @@ def test_a_slot_freed_on_a_worker_stopped_from_elsewhere_shows_as_stopping(super
     stubborn.kill()
 
 
-def _chatty(supervisors):
+def _misbehaving(supervisors, mode: str, settings: str = "", name: str = "odd"):
     script = Path(__file__).parent / "handlers" / "garbage_worker.py"
     return supervisors(f"""
 [[worker]]
-name = "chat"
-types = ["chat"]
-command = ["{sys.executable}", "{script}", "chatty"]
-""").start()
+name = "{name}"
+types = ["{name}"]
+command = ["{sys.executable}", "{script}", "{mode}"]
+max_attempts = 1
+{settings}""")
 
 
 def test_messages_for_jobs_a_worker_does_not_run_are_logged_once_per_process(supervisors):
     # Progress after its result, results for jobs it was never given: each one is ignored,
     # and a worker that sends hundreds of them gets one warning, not hundreds of log lines.
-    sup = _chatty(supervisors)
+    sup = _misbehaving(supervisors, "chatty", name="chat").start()
     pid = sup.slots("chat")[0]["pid"]
     for _ in range(2):
         result = sup.cli("submit", "chat", "--on-demand", timeout=30)
@@ -272,17 +273,6 @@ def test_messages_for_jobs_a_worker_does_not_run_are_logged_once_per_process(sup
     assert len(warnings) == 1, sup.output()[-2000:]
     assert "which is not running there" in warnings[0]
     assert sup.slots("chat")[0]["pid"] == pid
-
-
-def _misbehaving(supervisors, mode: str, settings: str = ""):
-    script = Path(__file__).parent / "handlers" / "garbage_worker.py"
-    return supervisors(f"""
-[[worker]]
-name = "odd"
-types = ["odd"]
-command = ["{sys.executable}", "{script}", "{mode}"]
-max_attempts = 1
-{settings}""")
 
 
 def test_a_long_error_from_a_worker_is_quoted_short_in_the_log_and_kept_in_the_table(supervisors):
