@@ -100,3 +100,16 @@ def test_a_plot_named_without_a_suffix_is_written_under_that_name(tmp_path, star
         assert result.stdout.splitlines()[-1].endswith(f"drawn to {name}")
         assert (tmp_path / name).read_bytes()[:8] == PNG_MAGIC
         assert not (tmp_path / f"{name}.png").exists()
+
+
+def test_an_empty_plot_name_is_bad_usage_not_a_silent_skip(tmp_path, starvation_files):
+    # `--plot "$OUT"` with OUT unset: the command drew nothing and exited 0.
+    trace_path, workers_path = starvation_files
+    for args in (["explain", "--plot", ""],
+                 ["simulate", str(trace_path), "--workers", str(workers_path), "--plot", ""]):
+        result = run(*args, cwd=tmp_path)
+        assert result.returncode == 2, (args, result.stdout)
+        assert result.stderr.startswith("fairsched: Invalid value for --plot: must be a file "
+                                         "name, got ''"), result.stderr
+        assert result.stderr.count("\n") == 1
+        assert result.stdout == ""
