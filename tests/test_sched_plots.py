@@ -113,3 +113,22 @@ def test_an_empty_plot_name_is_bad_usage_not_a_silent_skip(tmp_path, starvation_
                                          "name, got ''"), result.stderr
         assert result.stderr.count("\n") == 1
         assert result.stdout == ""
+
+
+def test_a_plot_that_cannot_be_written_is_said_before_the_work_it_would_show(tmp_path):
+    # A bad line at the end of a long trace, or one that replays for a minute, would be read
+    # first, and the missing folder found only once everything else was done.
+    workers = tmp_path / "workers.toml"
+    workers.write_text('[[worker]]\nname = "pdf"\ntypes = ["pdf"]\nhandler = "m:f"\n')
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"at": 0, "type": "pdf", "duration": 1}\n{"at": -1}\n')
+    installed = importlib.util.find_spec("matplotlib") is not None
+    (tmp_path / "file").write_text("")
+    for plot, problem in ((tmp_path / "missing" / "w.png", f"no folder {tmp_path / 'missing'}"),
+                          (tmp_path / "file" / "w.png", f"{tmp_path / 'file'} is not a folder"),
+                          (tmp_path, f"{tmp_path} is a folder")):
+        result = run("simulate", str(trace), "--workers", str(workers), "--plot", str(plot),
+                     code=None if installed else WITHOUT_MATPLOTLIB, cwd=tmp_path)
+        assert result.returncode == 1, result.stderr
+        assert result.stderr.strip() == (f"fairsched: cannot write plot {plot}: {problem}"
+                                         if installed else HINT)

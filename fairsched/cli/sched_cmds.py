@@ -148,12 +148,13 @@ def simulate(trace_path, policies, config_path, tick, as_json, plot_path):
 
 def _plots_for(plot_path):
     """The plots module when a plot is asked for, checked first to be able to draw (matplotlib
-    installed): a missing extra is said before any work is done. None otherwise."""
+    installed, a folder to write to): a missing extra or folder is said before any work is
+    done. None otherwise."""
     if plot_path is None:
         return None
     if not plot_path:  # `--plot "$OUT"` with OUT unset: no file to draw to, not "no plot"
         raise click.BadParameter("must be a file name, got ''", param_hint="--plot")
     from fairsched.sched import plots
 
-    plots.require()
+    plots.require(plot_path)
     return plots

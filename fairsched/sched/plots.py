@@ -7,6 +7,7 @@ only when a plot is asked for.
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 from fairsched import core
@@ -20,9 +21,21 @@ class PlotUnavailable(FairschedError):
     """matplotlib is not installed."""
 
 
-def require() -> None:
-    """PlotUnavailable now, before the work a plot would show is done, if it cannot be drawn."""
+def require(path: str | Path) -> None:
+    """PlotUnavailable now, before the work a plot would show is done, if it cannot be drawn;
+    FairschedError if `path` is a folder or in a folder that is missing or not writable."""
     _pyplot()
+    path = Path(path)
+    folder = path.parent
+    if path.is_dir():
+        problem = f"{path} is a folder"
+    elif not folder.is_dir():
+        problem = f"no folder {folder}" if not folder.exists() else f"{folder} is not a folder"
+    elif not os.access(folder, os.W_OK | os.X_OK):
+        problem = f"folder {folder} is not writable"
+    else:
+        return
+    raise FairschedError(f"cannot write plot {path}: {problem}")
 
 
 def _pyplot():
