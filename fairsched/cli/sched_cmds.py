@@ -112,7 +112,8 @@ def explain(config_path, job_id, as_json, plot_path):
 @click.option("--plot", "plot_path", metavar="PNG", help="Also draw waits over time to a file.")
 @reports_errors
 def simulate(trace_path, policies, config_path, tick, as_json, plot_path):
-    """Replay a JSON-lines job TRACE against the configured slots, policy by policy."""
+    """Replay a JSON-lines job TRACE ('-': standard input) against the configured slots,
+    policy by policy."""
     from fairsched.sched import report, traces
     from fairsched.sched import simulate as sim
 

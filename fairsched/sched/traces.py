@@ -12,9 +12,11 @@ the jobs and the worker layout they were designed for, written as a workers.toml
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import random
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,15 +70,21 @@ def _json_kind(value) -> str:
 
 
 def read_trace(path: str | Path, type_ids: Mapping[str, int]) -> Trace:
-    """Load a JSON-lines trace; any bad line raises TraceError naming the file and the line."""
-    path = Path(path)
+    """Load a JSON-lines trace ("-": standard input, named `stdin`); any bad line raises
+    TraceError naming the file and the line."""
     names = sorted(type_ids, key=type_ids.__getitem__)
     rows = []
-    try:
-        f = open(path, "rb")
-    except OSError as exc:
-        raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    with f:
+    if str(path) == "-":
+        if sys.stdin is None:
+            raise TraceError("stdin: cannot read: standard input is closed")
+        path, f = "stdin", contextlib.nullcontext(sys.stdin.buffer)  # left open: not ours
+    else:
+        path = Path(path)
+        try:
+            f = open(path, "rb")
+        except OSError as exc:
+            raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    with f as f:
         try:
             for number, raw in enumerate(f, 1):
                 try:
