@@ -281,3 +281,27 @@ def test_explain_command_job_of_a_type_with_control_characters(db, tmp_path, no_
     first = result.stdout.splitlines()[0]
     assert first.startswith(f"job {job_id}: type new\\nline\\x1b[2J, priority 0, pending"), first
     assert "\x1b" not in result.stdout
+
+
+def test_explain_command_job_table_shows_small_and_huge_weights_points(db, tmp_path,
+                                                                       no_env_database):
+    # With weights of a few hundredths every component read 0.0 beside a total of 0.1; with
+    # 1e12 they overflowed the column.
+    path = write_config(tmp_path, db, scoring="priority_weight = 0.01\nage_weight = 0.001\n"
+                                              "rarity_weight = 0.03")
+    job_id = enqueue(db, "index", 3, 40.0)  # one configured index slot, counted as free
+    lines = fairsched("explain", "--config", str(path), "--job", str(job_id)).stdout.splitlines()
+    assert "  priority         0.03  3 x 0.01" in lines, lines
+    assert "  rarity           0.03  0.03 / 1 free compatible slots" in lines, lines
+    age_row = next(line for line in lines if line.startswith("  age "))
+    age_points = float(age_row.split()[1])
+    assert 0.04 <= age_points < 0.06, lines  # 40-odd s x 0.001
+    total = float(next(line for line in lines if line.startswith("  total ")).split()[1])
+    assert total == pytest.approx(0.03 + age_points + 0.03, abs=0.0011), lines
+
+    path = write_config(tmp_path, db, scoring="priority_weight = 1e12\nage_weight = 1e3\n"
+                                              "rarity_weight = 1e12")
+    lines = fairsched("explain", "--config", str(path), "--job", str(job_id)).stdout.splitlines()
+    assert "  priority        3e+12  3 x 1e+12" in lines, lines
+    assert "  rarity          1e+12  1e+12 / 1 free compatible slots" in lines, lines
+    assert "  total           4e+12" in lines, lines

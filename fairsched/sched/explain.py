@@ -114,6 +114,15 @@ def _points(value: float) -> str:
     return _number(value)
 
 
+def _cell(value: float) -> str:
+    """Points in the job table: one decimal (3072.0, 62.5) where that is exact; otherwise up
+    to three, or three significant digits, so that a small weight's points do not read 0.0
+    and a huge one's stay in the column."""
+    if value == 0 or (abs(value) < 1e9 and round(value, 1) == value):
+        return f"{value:.1f}"
+    return _number(value)
+
+
 def weights_report(weights: core.Weights, source: str) -> str:
     """The weights in effect and their meaning in time, as a human-readable text."""
     w = weights
@@ -250,7 +259,7 @@ def job_report(ex: JobExplanation, weights: core.Weights) -> str:
     if ex.eligible_in > 0:
         lines.append("  no candidate until then: the score below is the one it starts with")
     lines.append("  COMPONENT      POINTS  FROM")
-    lines += [f"  {name:<10} {points:>10.1f}  {source}" for name, points, source in rows]
-    lines.append(f"  {'total':<10} {b.total:>10.1f}")
+    lines += [f"  {name:<10} {_cell(points):>10}  {source}" for name, points, source in rows]
+    lines.append(f"  {'total':<10} {_cell(b.total):>10}")
     lines.append(f"  free slots: {ex.free_source}")
     return "\n".join(lines)
