@@ -497,6 +497,10 @@ def test_stop_when_idle_exits_0_at_once(start):
     ("worker_handlers:no_arguments",
      "could not start: handler 'worker_handlers:no_arguments' must take one argument, the job; "
      "its signature is ()"),
+    ("lazy_attributes:handle",
+     "could not start: cannot import handler 'lazy_attributes:handle': getting 'handle' from "
+     "module 'lazy_attributes' raised RuntimeError: the model behind 'handle' could not be "
+     "loaded"),
 ])
 def test_handler_import_failure_exits_78_with_one_clear_line(start, handler, line):
     peer = start(handler=handler)
@@ -505,6 +509,13 @@ def test_handler_import_failure_exits_78_with_one_clear_line(start, handler, lin
     assert peer.wait_exit() == 78
     last = peer.log().strip().splitlines()[-1]
     assert last == f"fairsched worker w-1 {line}"
+
+
+def test_a_handler_inspect_cannot_describe_still_gets_its_jobs(start):
+    peer = start(handler="worker_handlers:no_signature")
+    peer.hello()
+    peer.run(3)
+    assert peer.expect("result")["result"] == {"called": 3}
 
 
 def test_bad_environment_exits_78_naming_the_variable():

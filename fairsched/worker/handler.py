@@ -59,6 +59,10 @@ def load_handler(ref: str | None) -> Handler:
     except AttributeError:
         raise StartupError(f"cannot import handler {ref!r}: module {module_name!r} has no "
                            f"attribute {func_name!r}") from None
+    except BaseException as exc:  # a module __getattr__ (a lazy attribute) that failed
+        traceback.print_exc()
+        raise StartupError(f"cannot import handler {ref!r}: getting {func_name!r} from module "
+                           f"{module_name!r} raised {describe_exception(exc)}") from None
     if not callable(handler):
         raise StartupError(f"handler {ref!r} is a {type(handler).__name__}, not a function")
     # Shapes that would fail every job they get, said once here instead.
@@ -66,12 +70,15 @@ def load_handler(ref: str | None) -> Handler:
         raise StartupError(f"handler {ref!r} is a generator function: it must return its "
                            "result (or be an `async def` that returns it)")
     try:
-        inspect.signature(handler).bind(None)
-    except TypeError:
-        raise StartupError(f"handler {ref!r} must take one argument, the job; its signature "
-                           f"is {inspect.signature(handler)}") from None
-    except ValueError:  # no signature to be had (some builtins): let the jobs tell
-        pass
+        signature = inspect.signature(handler)
+    except Exception:  # no signature to be had (some builtins, proxies): let the jobs tell
+        signature = None
+    if signature is not None:
+        try:
+            signature.bind(None)
+        except TypeError:
+            raise StartupError(f"handler {ref!r} must take one argument, the job; its "
+                               f"signature is {signature}") from None
     if inspect.iscoroutinefunction(handler) or (  # an `async def` (a partial of one too),
             not inspect.isroutine(handler)         # or an object whose __call__ is one
             and inspect.iscoroutinefunction(type(handler).__call__)):

@@ -273,3 +273,17 @@ async def leaves_a_thread(job: fairsched.Job):
 
     asyncio.get_running_loop().run_in_executor(None, time.sleep, 60)
     raise ValueError("gave up")
+
+
+class _NoSignature:
+    """A callable that inspect cannot describe (as some proxies and wrappers are)."""
+
+    @property
+    def __signature__(self):
+        raise RuntimeError("no signature here")
+
+    def __call__(self, job: fairsched.Job):
+        return {"called": job.id}
+
+
+no_signature = _NoSignature()
