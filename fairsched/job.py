@@ -4,11 +4,20 @@ from __future__ import annotations
 
 import math
 import numbers
+import operator
 from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
 MAX_MESSAGE = 4096  # characters of a progress message; longer ones are cut
+
+
+def _fixed(name: str) -> property:
+    """A field that says which job (and which run of it) this is: the worker reports the job's
+    outcome and frees its slot by them, so a handler may read it but not change it."""
+    def refuse(job: Job, value: Any) -> None:
+        raise AttributeError(f"a job's {name} cannot be changed (it says which job this is)")
+    return property(operator.attrgetter("_" + name), refuse)
 
 
 class Job:
@@ -18,19 +27,26 @@ class Job:
     cancelled unless `_cancel()` is called.
     """
 
-    __slots__ = ("id", "type", "payload", "priority", "attempt", "on_demand",
-                 "slot", "_send", "_cancel_requested", "_done", "_stopped")
+    __slots__ = ("_id", "_type", "payload", "_priority", "_attempt", "_on_demand",
+                 "_slot", "_send", "_cancel_requested", "_done", "_stopped")
+
+    id = _fixed("id")
+    type = _fixed("type")
+    priority = _fixed("priority")
+    attempt = _fixed("attempt")
+    on_demand = _fixed("on_demand")
+    slot = _fixed("slot")
 
     def __init__(self, id: int | str, type: str, payload: Any = None, priority: int = 0,
                  attempt: int = 1, on_demand: bool = False, *, slot: int = 0,
                  send: Callable[[dict], None] | None = None):
-        self.id = id
-        self.type = type
+        self._id = id
+        self._type = type
         self.payload = payload
-        self.priority = priority
-        self.attempt = attempt
-        self.on_demand = on_demand
-        self.slot = slot
+        self._priority = priority
+        self._attempt = attempt
+        self._on_demand = on_demand
+        self._slot = slot
         self._send = send
         self._cancel_requested = False  # set by the worker's loop thread; a plain flag will do
         self._done = False

@@ -78,3 +78,20 @@ def test_a_handler_that_closes_the_workers_channel_ends_it_saying_so(supervisors
                         what="w-1's exit")["slots"][0]
     assert slot["last_exit"].startswith(said) and slot["last_exit"].endswith(why), slot
     assert re.search(rf"worker w-1 {re.escape(said)}.*{re.escape(why)}", sup.output())
+
+
+@pytest.mark.parametrize(("field", "value"), [("slot", 3), ("id", "renamed"), ("type", "other")])
+def test_a_handler_that_assigns_its_jobs_fields_fails_that_job_and_its_worker_runs_on(
+        supervisors, field, value):
+    sup = supervisors(worker("rewrites_its_job", "slots = 2")).start()
+    pid = sup.slots("w")[0]["pid"]
+    failed = sup.cli("submit", "t", "--on-demand", "--timeout", "10", "--payload",
+                     json.dumps({"field": field, "value": value}))
+    assert failed.returncode == 1, failed.stdout
+    assert failed.stderr.strip().endswith(
+        f"failed: AttributeError: a job's {field} cannot be changed (it says which job this is)"
+    ), failed.stderr
+    for _ in range(3):  # both slots free again, on the same worker
+        ok = sup.cli("submit", "t", "--on-demand", "--timeout", "10")
+        assert ok.returncode == 0 and json.loads(ok.stdout) == {"pid": pid}, ok.stderr
+    assert "not running" not in sup.output() and "ignored" not in sup.output()

@@ -218,3 +218,13 @@ def closes_its_channel(job: fairsched.Job):
     descriptor above 2 does."""
     os.close(int(os.environ["FAIRSCHED_FD"]))
     return {}
+
+
+def rewrites_its_job(job: fairsched.Job):
+    """Assigns payload['field'] of its job (as `job.id = str(job.id)` would), or, with no
+    payload, returns its pid; then reports progress and returns."""
+    if not job.payload:
+        return {"pid": os.getpid()}
+    setattr(job, job.payload["field"], job.payload["value"])
+    job.progress(0.5, "rewrote it")
+    return {"done": True}
