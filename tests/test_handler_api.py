@@ -95,3 +95,17 @@ def test_a_handler_that_assigns_its_jobs_fields_fails_that_job_and_its_worker_ru
         ok = sup.cli("submit", "t", "--on-demand", "--timeout", "10")
         assert ok.returncode == 0 and json.loads(ok.stdout) == {"pid": pid}, ok.stderr
     assert "not running" not in sup.output() and "ignored" not in sup.output()
+
+
+def test_standard_streams_a_handler_closed_are_back_on_the_log_for_the_next_job(supervisors):
+    sup = supervisors(worker("closes_standard_streams")).start()
+    closed = sup.cli("submit", "t", "--on-demand", "--payload", '{"close": true}')
+    assert closed.returncode == 0, closed.stderr
+    data = sup.dir / "data.txt"
+    failed = sup.cli("submit", "t", "--on-demand", "--payload", json.dumps({"file": str(data)}))
+    assert failed.stderr.strip().endswith("failed: ValueError: failed after opening a file")
+    assert data.read_text() == "data\n"  # neither the handler's print nor the traceback
+    log = (sup.dir / "state" / "logs" / "w-1.log").read_text()
+    assert "job od-1 (t) closed fd 0, 1, 2; opened again (0 on /dev/null, 1 and 2 on this log)" \
+        in log, log
+    assert "said by the handler" in log and "ValueError: failed after opening a file" in log

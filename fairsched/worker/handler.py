@@ -270,6 +270,53 @@ def _result_frame(job: Job, head: dict, value: Any) -> bytes:
     return encode({"t": "error", **head, "error": error, "permanent": True})
 
 
+def keep_log() -> int | None:
+    """A descriptor of the worker's log (its standard error) of the worker's own, to put the
+    standard streams back on should a handler close them."""
+    try:
+        return os.dup(2)  # not inherited by what a handler runs (PEP 446)
+    except OSError:
+        return None
+
+
+def reopen_standard_streams(log: int | None) -> dict[int, str]:
+    """Open again what of fds 0-2 a handler closed: 0 on /dev/null, 1 and 2 on the log. Left
+    closed, the next file anyone opens would take its number, and what the worker and the next
+    job print (a traceback, say) would go into it. Returns {fd: where it went} for those."""
+    reopened = {}
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+            continue
+        except OSError:
+            pass
+        try:
+            if fd == 0 or log is None:
+                raise OSError
+            os.dup2(log, fd)
+            reopened[fd] = "this log"
+        except OSError:
+            try:
+                null = os.open(os.devnull, os.O_RDONLY if fd == 0 else os.O_WRONLY)
+            except OSError:  # out of descriptors, say: better left closed than a job lost
+                continue
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+            reopened[fd] = os.devnull
+    return reopened
+
+
+def note_reopened(job: Job, reopened: dict[int, str]) -> None:
+    """Say in the log which standard streams `job` closed and where they are now."""
+    places = {}
+    for fd, place in reopened.items():
+        places.setdefault(place, []).append(str(fd))
+    where = ", ".join(f"{' and '.join(fds)} on {place}" for place, fds in places.items())
+    note(f"job {job.id} ({job.type}) closed fd {', '.join(map(str, reopened))}; opened again "
+         f"({where})")
+
+
 def note_traceback() -> None:
     """The traceback of the exception being handled, to the log, as note() writes lines."""
     try:

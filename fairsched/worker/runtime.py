@@ -38,8 +38,11 @@ from fairsched.worker.handler import (
     Handler,
     StartupError,
     answer,
+    keep_log,
     load_handler,
     note,
+    note_reopened,
+    reopen_standard_streams,
 )
 
 EXIT_CANNOT_START = 78  # EX_CONFIG: the handler or the environment is wrong; do not restart
@@ -151,6 +154,7 @@ class Worker:
         # in its next write: one system call (and one wakeup of the supervisor) per burst.
         self._results: list[bytes] = []
         self._flushing = False
+        self._log = keep_log()
 
     # -- output ---------------------------------------------------------------------------------
 
@@ -353,11 +357,16 @@ class Worker:
         with self._state_lock:
             job._done = True
             self.jobs[job.slot] = None  # from here the slot may get its next job...
+            # With no job running, no handler is opening files that could take the numbers.
+            reopened = {} if any(self.jobs) else reopen_standard_streams(self._log)
             self._returning += 1  # ...which this thread takes unless another one is free
             self._results.append(data)
-            if self._flushing:
-                return  # the thread writing now sends this one with its next batch
+            writing = self._flushing  # if so, that thread sends this one with its next batch
             self._flushing = True
+        if reopened:
+            note_reopened(job, reopened)
+        if writing:
+            return
         while True:
             with self._state_lock:
                 batch, self._results = self._results, []

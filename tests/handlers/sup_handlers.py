@@ -228,3 +228,21 @@ def rewrites_its_job(job: fairsched.Job):
     setattr(job, job.payload["field"], job.payload["value"])
     job.progress(0.5, "rewrote it")
     return {"done": True}
+
+
+_kept = []
+
+
+def closes_standard_streams(job: fairsched.Job):
+    """With payload['close'], closes fds 0-2 (as a careless daemonising library does); with
+    payload['file'], opens that file, keeps it open, writes a line to it and raises."""
+    if job.payload.get("close"):
+        for fd in (0, 1, 2):
+            os.close(fd)
+        return {"closed": True}
+    data = open(job.payload["file"], "w")  # noqa: SIM115 (kept open, as a handler's cache is)
+    _kept.append(data)
+    data.write("data\n")
+    data.flush()
+    print("said by the handler")
+    raise ValueError("failed after opening a file")
