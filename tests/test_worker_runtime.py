@@ -634,6 +634,16 @@ def test_a_handler_that_breaks_fd_3_ends_its_worker_saying_so(start, handler):
     assert "fd 3, the channel to the supervisor, failed" in last and "handler" in last, last
 
 
+def test_a_handler_that_closes_the_workers_signal_pipe_ends_it_naming_that_pipe(start):
+    peer = start(handler="channel_handlers:keep_only_the_channel")
+    peer.hello()
+    peer.run(1)
+    assert peer.wait_exit() == 70
+    last = peer.log().splitlines()[-1]
+    assert re.search(r"w-1: fd \d+, the pipe that brings the worker its signals, failed: Bad "
+                     r"file descriptor \(closed or reused by a handler\?\)$", last), last
+
+
 def test_a_signal_the_handlers_module_handles_itself_does_not_stop_the_worker(start):
     """Only SIGTERM and SIGINT stop a worker: a signal its handler's module set a handler of
     its own for (SIGUSR2 here, to reload settings, say) reaches that handler, and the worker

@@ -169,18 +169,20 @@ class Worker:
             except OSError as exc:
                 self.channel_failed(exc)
 
-    def channel_failed(self, exc: OSError) -> NoReturn:
-        """fd 3 failed. EPIPE or ECONNRESET: the supervisor is gone, and so is this worker.
-        Anything else (EBADF, ENOTSOCK) is no news of the supervisor: a handler closed fd 3,
-        or gave its number to a file of its own; the worker cannot go on, and says why."""
+    def channel_failed(self, exc: OSError, what: str | None = None) -> NoReturn:
+        """fd 3 failed (or `what`, another descriptor the loop needs). EPIPE or ECONNRESET:
+        the supervisor is gone, and so is this worker. Anything else (EBADF, ENOTSOCK) is no
+        news of the supervisor: a handler closed fd 3, or gave its number to a file of its
+        own; the worker cannot go on, and says why."""
         # The loop and a job's thread can both find it at once: the first says it and exits
         # the process, the other waits for that (two lines written together would mix).
         if not self._failing.acquire(blocking=False):
             self._failing.acquire()
         if exc.errno in (errno.EPIPE, errno.ECONNRESET):
             exit_now(0)
-        note(f"fairsched worker {self.settings.name}: fd {self.settings.fd}, the channel to "
-             f"the supervisor, failed: {exc.strerror or exc} (closed or reused by a handler?)")
+        what = what or f"fd {self.settings.fd}, the channel to the supervisor"
+        note(f"fairsched worker {self.settings.name}: {what}, failed: {exc.strerror or exc} "
+             "(closed or reused by a handler?)")
         exit_now(EXIT_SOFTWARE)
 
     def send(self, msg: dict) -> None:
@@ -225,7 +227,8 @@ class Worker:
                 try:
                     signals = os.read(wake_r, 512)
                 except OSError as exc:  # EBADF: a handler closed it
-                    self.channel_failed(exc)
+                    self.channel_failed(exc, f"fd {wake_r}, the pipe that brings the worker "
+                                             "its signals")
                 if _STOP_SIGNALS.intersection(signals):
                     self.stop()
             if fd not in ready:
