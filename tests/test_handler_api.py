@@ -109,3 +109,17 @@ def test_standard_streams_a_handler_closed_are_back_on_the_log_for_the_next_job(
     assert "job od-1 (t) closed fd 0, 1, 2; opened again (0 on /dev/null, 1 and 2 on this log)" \
         in log, log
     assert "said by the handler" in log and "ValueError: failed after opening a file" in log
+
+
+def test_programs_a_handler_runs_do_not_inherit_the_workers_channel(supervisors):
+    # A script that writes to fd 3 when it is open (a status channel, say) wrote into the
+    # worker's frames, and the worker was killed for a bad frame.
+    sup = supervisors(worker("runs_a_shell")).start()
+    pid = sup.slots("w")[0]["pid"]
+    for command in ["printf garbage >&3 2>/dev/null", "test -e /proc/self/fd/3"]:
+        done = sup.cli("submit", "t", "--on-demand", "--payload",
+                       json.dumps({"command": command}))
+        assert done.returncode == 0, done.stderr
+        result = json.loads(done.stdout)
+        assert result["status"] != 0 and result["pid"] == pid, (command, result)  # no fd 3
+    assert "bad frame" not in sup.output()

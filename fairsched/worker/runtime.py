@@ -412,6 +412,9 @@ def serve(settings: Settings, handler: Handler, sock: socket.socket) -> NoReturn
         sys.stdout.reconfigure(line_buffering=True)
     except (AttributeError, ValueError):
         pass
+    # Only this process speaks on the channel: a program a handler runs (os.system passes on
+    # every inheritable descriptor) must not write into its frames, nor hold it open.
+    os.set_inheritable(sock.fileno(), False)
     try:
         Worker(sock, settings, handler).serve()
     except BaseException:

@@ -246,3 +246,8 @@ def closes_standard_streams(job: fairsched.Job):
     data.flush()
     print("said by the handler")
     raise ValueError("failed after opening a file")
+
+
+def runs_a_shell(job: fairsched.Job):
+    """Runs payload['command'] with os.system, which passes on every inheritable descriptor."""
+    return {"status": os.system(job.payload["command"]), "pid": os.getpid()}
