@@ -123,3 +123,26 @@ def test_programs_a_handler_runs_do_not_inherit_the_workers_channel(supervisors)
         result = json.loads(done.stdout)
         assert result["status"] != 0 and result["pid"] == pid, (command, result)  # no fd 3
     assert "bad frame" not in sup.output()
+
+
+def test_output_a_handler_left_redirected_to_a_closed_file_goes_to_the_log_again(supervisors):
+    sup = supervisors(worker("redirects_its_output")).start()
+    pid = sup.slots("w")[0]["pid"]
+    redirected = sup.cli("submit", "t", "--on-demand", "--payload",
+                         json.dumps({"file": str(sup.dir / "out.txt")}))
+    assert redirected.returncode == 0, redirected.stderr
+    after = sup.cli("submit", "t", "--on-demand")
+    assert after.returncode == 0 and json.loads(after.stdout) == {"pid": pid}, after.stderr
+    log = (sup.dir / "state" / "logs" / "w-1.log").read_text()
+    assert "job od-1 (t) left sys.stdout, sys.stderr closed; put back on fd 1, 2" in log, log
+    assert "said by the next job" in log and "warned by the next job" in log, log
+
+
+def test_a_stream_a_handler_left_that_cannot_say_if_it_is_closed_is_left_alone(supervisors):
+    sup = supervisors(worker("redirects_its_output")).start()
+    pid = sup.slots("w")[0]["pid"]
+    for payload in ['{"odd": true}', "{}", "{}"]:
+        done = sup.cli("submit", "t", "--on-demand", "--timeout", "10", "--payload", payload)
+        assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"pid": pid}
+    assert "said by the next job" in (sup.dir / "state" / "logs" / "w-1.log").read_text()

@@ -307,14 +307,46 @@ def reopen_standard_streams(log: int | None) -> dict[int, str]:
     return reopened
 
 
-def note_reopened(job: Job, reopened: dict[int, str]) -> None:
-    """Say in the log which standard streams `job` closed and where they are now."""
-    places = {}
-    for fd, place in reopened.items():
-        places.setdefault(place, []).append(str(fd))
-    where = ", ".join(f"{' and '.join(fds)} on {place}" for place, fds in places.items())
-    note(f"job {job.id} ({job.type}) closed fd {', '.join(map(str, reopened))}; opened again "
-         f"({where})")
+def reopen_print_streams() -> dict[str, int]:
+    """Put sys.stdout and sys.stderr back on fds 1 and 2 where a handler left them closed (or
+    None): a redirection into a file, never undone, would fail every later print. Returns
+    {name: fd} for those put back."""
+    put_back = {}
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        try:
+            if not _closed(getattr(sys, name)):
+                continue
+            original = getattr(sys, f"__{name}__")
+            if _closed(original):
+                original = open(fd, "w", buffering=1, errors="backslashreplace",  # noqa: SIM115
+                                closefd=False)
+        except Exception:  # a stream of the handler's that cannot even say: left as it is
+            continue
+        setattr(sys, name, original)
+        put_back[f"sys.{name}"] = fd
+    return put_back
+
+
+def _closed(stream) -> bool:
+    return stream is None or getattr(stream, "closed", False) is True
+
+
+def restore_streams(log: int | None) -> list[str]:
+    """The standard streams a handler closed, opened again; what was done, said as the end
+    of a log line that starts with the job."""
+    said = []
+    reopened = reopen_standard_streams(log)
+    if reopened:
+        places: dict[str, list[str]] = {}
+        for fd, place in reopened.items():
+            places.setdefault(place, []).append(str(fd))
+        where = ", ".join(f"{' and '.join(fds)} on {place}" for place, fds in places.items())
+        said.append(f"closed fd {', '.join(map(str, reopened))}; opened again ({where})")
+    put_back = reopen_print_streams()
+    if put_back:
+        said.append(f"left {', '.join(put_back)} closed; put back on fd "
+                    f"{', '.join(map(str, put_back.values()))}")
+    return said
 
 
 def note_traceback() -> None:

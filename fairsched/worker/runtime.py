@@ -41,8 +41,7 @@ from fairsched.worker.handler import (
     keep_log,
     load_handler,
     note,
-    note_reopened,
-    reopen_standard_streams,
+    restore_streams,
 )
 
 EXIT_CANNOT_START = 78  # EX_CONFIG: the handler or the environment is wrong; do not restart
@@ -360,14 +359,14 @@ class Worker:
         with self._state_lock:
             job._done = True
             self.jobs[job.slot] = None  # from here the slot may get its next job...
-            # With no job running, no handler is opening files that could take the numbers.
-            reopened = {} if any(self.jobs) else reopen_standard_streams(self._log)
             self._returning += 1  # ...which this thread takes unless another one is free
             self._results.append(data)
             writing = self._flushing  # if so, that thread sends this one with its next batch
             self._flushing = True
-        if reopened:
-            note_reopened(job, reopened)
+            # With no job running, no handler is opening files that could take the numbers.
+            restored = [] if any(self.jobs) else restore_streams(self._log)
+        for what in restored:
+            note(f"job {job.id} ({job.type}) {what}")
         if writing:
             return
         while True:

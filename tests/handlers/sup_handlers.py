@@ -251,3 +251,34 @@ def closes_standard_streams(job: fairsched.Job):
 def runs_a_shell(job: fairsched.Job):
     """Runs payload['command'] with os.system, which passes on every inheritable descriptor."""
     return {"status": os.system(job.payload["command"]), "pid": os.getpid()}
+
+
+class _Unclosable:
+    """A stream whose `closed` cannot be read, writing to the worker's standard output."""
+
+    @property
+    def closed(self):
+        raise RuntimeError("no such thing here")
+
+    def write(self, text):
+        return sys.__stdout__.write(text)
+
+    def flush(self):
+        sys.__stdout__.flush()
+
+
+def redirects_its_output(job: fairsched.Job):
+    """With payload['file'], prints into that file through sys.stdout and sys.stderr, and
+    leaves them on it once closed (a redirection never undone); with payload['odd'], puts
+    in sys.stdout a stream that cannot say whether it is closed; else prints and returns."""
+    if job.payload and job.payload.get("odd"):
+        sys.stdout = _Unclosable()
+        return {"replaced": True}
+    if job.payload and "file" in job.payload:
+        with open(job.payload["file"], "w") as sys.stdout:
+            sys.stderr = sys.stdout
+            print("into the file")
+        return {"redirected": True}
+    print("said by the next job")
+    print("warned by the next job", file=sys.stderr)
+    return {"pid": os.getpid()}
