@@ -91,6 +91,17 @@ class Job:
     def _cancel(self) -> None:
         self._cancel_requested = True
 
+    def __reduce__(self):
+        """A job given to another process (a process pool's task, say) arrives as a copy with
+        the same fields that, like a Job built directly, reports progress nowhere and is never
+        cancelled: only the worker speaks to the supervisor."""
+        return (_copy, (self.id, self.type, self.payload, self.priority, self.attempt,
+                        self.on_demand, self.slot))
+
     def __repr__(self) -> str:
         return (f"Job(id={self.id!r}, type={self.type!r}, priority={self.priority}, "
                 f"attempt={self.attempt}, on_demand={self.on_demand})")
+
+
+def _copy(id, type, payload, priority, attempt, on_demand, slot) -> Job:
+    return Job(id, type, payload, priority, attempt, on_demand, slot=slot)

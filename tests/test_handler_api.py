@@ -146,3 +146,11 @@ def test_a_stream_a_handler_left_that_cannot_say_if_it_is_closed_is_left_alone(s
         assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"pid": pid}
     assert "said by the next job" in (sup.dir / "state" / "logs" / "w-1.log").read_text()
+
+
+@pytest.mark.parametrize("start", ["fork", "spawn"])
+def test_a_job_given_to_a_process_pool_arrives_there_as_a_copy(supervisors, start):
+    sup = supervisors(worker("hands_its_job_to_a_pool")).start()
+    done = sup.cli("submit", "t", "--on-demand", "--payload", json.dumps({"n": 21, "start": start}))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"doubled": 42, "id": "od-1", "cancelled": False}

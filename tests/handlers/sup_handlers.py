@@ -282,3 +282,18 @@ def redirects_its_output(job: fairsched.Job):
     print("said by the next job")
     print("warned by the next job", file=sys.stderr)
     return {"pid": os.getpid()}
+
+
+def _double(job: fairsched.Job):
+    job.progress(0.5, "from a pool process")  # goes nowhere: only the worker reports
+    return {"doubled": job.payload["n"] * 2, "id": job.id, "cancelled": job.cancelled()}
+
+
+def hands_its_job_to_a_pool(job: fairsched.Job):
+    """Gives the job itself to a process pool's task, which reads its fields."""
+    import concurrent.futures
+    import multiprocessing
+
+    context = multiprocessing.get_context(job.payload["start"])
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=context) as pool:
+        return pool.submit(_double, job).result()
