@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-import os
 import signal
 import sys
 import time
@@ -62,8 +61,10 @@ def supervise(config_path, log_format, log_level):
     from fairsched.logs import setup_logging
     from fairsched.supervisor.control import AlreadyRunning
     from fairsched.supervisor.main import run_supervisor
+    from fairsched.worker._linux import reopen_standard_streams
 
-    standard_streams_open()
+    # Any of fds 0-2 it was started without, before its lock file or a socket takes the number.
+    reopen_standard_streams()
     setup_logging(log_format, log_level)  # first: a bad config is told in the log's format
     config = load_config(resolve_config_path(config_path))
     try:
@@ -77,17 +78,6 @@ def supervise(config_path, log_format, log_level):
         logging.getLogger("fairsched").exception("the supervisor failed: %s", exc)
         sys.exit(1)
     sys.exit(code)
-
-
-def standard_streams_open() -> None:
-    """Open /dev/null as any standard stream (0, 1, 2) the supervisor was started without,
-    before anything else takes its number: its lock file or a worker's socket as standard
-    error would take whatever is written there."""
-    for fd in (0, 1, 2):
-        try:
-            os.fstat(fd)
-        except OSError:
-            os.open(os.devnull, os.O_RDWR)  # the lowest number free: this one
 
 
 @main.command(short_help="One row per slot: its worker, state, job and progress.")

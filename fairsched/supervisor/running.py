@@ -221,17 +221,17 @@ class JobHandling:
             log.info("job %s runs again (refused by its worker): %s", rj.job_id, where(rj),
                      extra=job_fields(rj, "returned", duration))
             return
+        said = quoted(error)
         if permanent or req.attempts >= req.max_attempts or self.shutting_down:
             self._record(rj, "failed", duration)
             log.warning("job %s failed for good: %s, %.3f s: %s", rj.job_id, where(rj), duration,
-                        quoted(error), extra=job_fields(rj, "failed", duration, error=quoted(error)))
+                        said, extra=job_fields(rj, "failed", duration, error=said))
             self._finish_request(req, {"event": "error", "job_id": req.job_id, "error": error,
                                        "attempts": req.attempts})
             return
         self._record(rj, "retried", duration)
         log.warning("job %s failed: %s, %.3f s: %s; retrying now", rj.job_id, where(rj), duration,
-                    quoted(error), extra=job_fields(rj, "retried", duration, error=quoted(error),
-                                                    retry_in=0.0))
+                    said, extra=job_fields(rj, "retried", duration, error=said, retry_in=0.0))
         if req.notify is not None:
             req.notify({"event": "retry", "job_id": req.job_id, "error": error,
                         "attempt": req.attempts})

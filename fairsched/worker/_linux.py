@@ -1,5 +1,5 @@
 """prctl(2) through ctypes: parent-death signals for workers, child subreaping for the supervisor;
-and whole datagrams from a template's control socket."""
+whole datagrams from a template's control socket; standard streams opened again."""
 
 from __future__ import annotations
 
@@ -55,3 +55,33 @@ def datagram_size(sock: socket.socket) -> int:
     (Linux gives the whole length for MSG_TRUNC); 0 at EOF. Blocks, or raises, as a recv on
     `sock` would. A recv of a smaller buffer would cut the datagram and drop the rest."""
     return sock.recv_into(bytearray(1), 1, socket.MSG_PEEK | socket.MSG_TRUNC)
+
+
+def reopen_standard_streams(log: int | None = None) -> dict[int, str]:
+    """Open again what of fds 0-2 is closed: 0 on /dev/null, 1 and 2 on the descriptor `log`
+    (else /dev/null too). Left closed, the next file opened would take its number, and what is
+    printed (a traceback, say) would go into it: a lock file, a worker's socket. Returns {fd:
+    where it went} for those opened."""
+    reopened = {}
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+            continue
+        except OSError:
+            pass
+        if fd != 0 and log is not None:
+            try:
+                os.dup2(log, fd)
+                reopened[fd] = "this log"
+                continue
+            except OSError:
+                pass
+        try:
+            null = os.open(os.devnull, os.O_RDONLY if fd == 0 else os.O_WRONLY)
+        except OSError:  # out of descriptors, say: better left closed than a job lost
+            continue
+        if null != fd:
+            os.dup2(null, fd)
+            os.close(null)
+        reopened[fd] = os.devnull
+    return reopened

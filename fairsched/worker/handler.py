@@ -21,6 +21,7 @@ from typing import Any
 from fairsched.errors import PermanentError
 from fairsched.job import Job
 from fairsched.protocol import MAX_DEPTH, ProtocolError, encode, json_depth
+from fairsched.worker._linux import reopen_standard_streams
 
 MAX_ERROR = 65536  # characters of an error text sent back; the log keeps the whole traceback
 
@@ -277,34 +278,6 @@ def keep_log() -> int | None:
         return os.dup(2)  # not inherited by what a handler runs (PEP 446)
     except OSError:
         return None
-
-
-def reopen_standard_streams(log: int | None) -> dict[int, str]:
-    """Open again what of fds 0-2 a handler closed: 0 on /dev/null, 1 and 2 on the log. Left
-    closed, the next file anyone opens would take its number, and what the worker and the next
-    job print (a traceback, say) would go into it. Returns {fd: where it went} for those."""
-    reopened = {}
-    for fd in (0, 1, 2):
-        try:
-            os.fstat(fd)
-            continue
-        except OSError:
-            pass
-        try:
-            if fd == 0 or log is None:
-                raise OSError
-            os.dup2(log, fd)
-            reopened[fd] = "this log"
-        except OSError:
-            try:
-                null = os.open(os.devnull, os.O_RDONLY if fd == 0 else os.O_WRONLY)
-            except OSError:  # out of descriptors, say: better left closed than a job lost
-                continue
-            if null != fd:
-                os.dup2(null, fd)
-                os.close(null)
-            reopened[fd] = os.devnull
-    return reopened
 
 
 def reopen_print_streams() -> dict[str, int]:
