@@ -6,11 +6,9 @@ import asyncio
 import contextlib
 import functools
 import json
-import re
 
 import psycopg
 import pytest
-from psycopg import sql as pgsql
 
 from fairsched.store.aqueue import DEFAULT_MAX_ATTEMPTS, AsyncStore, _keyed_by_id
 from fairsched.store.queue import Queue
@@ -299,30 +297,6 @@ async def test_a_result_jsonb_cannot_hold_fails_only_its_own_job(db):
         assert row["last_error"].startswith("the result could not be stored: result")
 
 
-def explain_prepared(conn, statement: str, params: dict, plan_mode: str) -> dict:
-    """EXPLAIN ANALYZE a statement the way the supervisor runs it: prepared (psycopg prepares
-    it after a few executions), which under force_generic_plan is planned once for any
-    parameters. An EXPLAIN of the statement's text would plan it for these values each time."""
-    names = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", statement)))
-    numbered = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", statement)
-    args = pgsql.SQL(", ").join(pgsql.Literal(params[name]) for name in names)
-    with conn.transaction(force_rollback=True):
-        conn.execute(f"SET LOCAL plan_cache_mode = {plan_mode}")
-        # The parameter types psycopg gives them; it deallocates what it prepared once the
-        # block is rolled back, so the statement is prepared again by hand, with those types.
-        with conn.transaction(force_rollback=True):
-            conn.execute(statement, params, prepare=True)
-            (types,) = conn.execute("SELECT parameter_types::text[] FROM pg_prepared_statements"
-                                    " ORDER BY prepare_time DESC LIMIT 1").fetchone()
-        conn.execute(f"PREPARE explained ({', '.join(types)}) AS {numbered}")
-        try:
-            (doc,) = conn.execute(pgsql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE explained({})")
-                                  .format(args)).fetchone()
-        finally:
-            conn.execute("DEALLOCATE explained")
-    return doc[0]["Plan"]
-
-
 @pytest.mark.parametrize("batch", [32, 512, 1024])
 @pytest.mark.parametrize("plan_mode", ["force_custom_plan", "force_generic_plan"])
 def test_claims_and_outcomes_find_their_rows_by_primary_key(db, plan_mode, batch):
@@ -330,7 +304,7 @@ def test_claims_and_outcomes_find_their_rows_by_primary_key(db, plan_mode, batch
     lead the planner into walking a partial index, dead entries and all, for each batch, nor
     into comparing every row of the table (or of the batch) with every row of the batch: a
     generic plan that joined a claim's rows to the rows it locked took 100 ms for 1,024 jobs."""
-    from tests.test_store_fetch import plan_nodes
+    from tests.test_store_fetch import explain_prepared, plan_nodes
 
     with psycopg.connect(db, autocommit=True) as conn:
         conn.execute("INSERT INTO fairsched_jobs (type) SELECT 'noop' FROM generate_series(1, 60000)")
