@@ -294,6 +294,23 @@ def test_simulate_of_one_job_on_one_slot_says_so_in_the_singular(tmp_path):
     assert result.stdout.splitlines()[0] == "t.jsonl: 1 job on 1 slot; waits in seconds"
 
 
+def test_simulate_of_jobs_that_take_no_time_shows_no_throughput(tmp_path):
+    # Arrivals and ends at one instant: the makespan is 0, and jobs per second is no number.
+    (tmp_path / "w.toml").write_text('[[worker]]\nname = "pdf"\ntypes = ["pdf"]\n'
+                                     'handler = "m:f"\n')
+    (tmp_path / "t.jsonl").write_text('{"at": 3, "type": "pdf", "duration": 0}\n' * 2)
+    result = fairsched("simulate", "t.jsonl", "--workers", "w.toml", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    head = lines.index(next(line for line in lines if line.startswith("POLICY ")))
+    jobs_end = lines[head].index("JOBS/S") + len("JOBS/S")
+    for line in lines[head + 1:]:
+        assert line.split()[2:4] == ["0.0", "-"], lines
+        assert line.index("-") == jobs_end - 1, lines
+    result = fairsched("simulate", "t.jsonl", "--workers", "w.toml", "--json", cwd=tmp_path)
+    assert {p["throughput"] for p in json.loads(result.stdout)["policies"].values()} == {None}
+
+
 def test_simulate_json_for_chosen_policies(starvation_files):
     trace_path, workers_path = starvation_files
     result = fairsched("simulate", str(trace_path), "--workers", str(workers_path), "--json",
