@@ -356,6 +356,31 @@ def test_simulate_bad_trace_line_exits_2_with_one_line(tmp_path, starvation_file
     assert "bad.jsonl line 4: 'duration' must be a number of seconds from 0" in result.stderr
 
 
+LONG = "x" * 50000
+
+
+@pytest.mark.parametrize(("job", "message"), [
+    ({"type": LONG}, f"no worker handles type '{LONG[:100]}'... (50000 characters in all) ("),
+    ({LONG: 1}, f"unknown key '{LONG[:100]}'... (50000 characters in all) (known: "),
+    ({"priority": LONG}, f'\'priority\' must be an integer from 0 to 10, got "{LONG[:100]}"... '
+                         "(50000 characters in all)"),
+    ({"type": [LONG]}, f"'type' must be a non-empty string, got [\"{LONG[:98]}... "
+                       "(50004 characters in all)"),
+])
+def test_simulate_quotes_a_bad_trace_line_on_one_short_line(tmp_path, starvation_files, job,
+                                                             message):
+    _, workers_path = starvation_files
+    bad = tmp_path / "my\ntrace.jsonl"  # a line break in the name, as a careless script made it
+    bad.write_text(json.dumps({"at": 0, "type": "pdf", "duration": 1} | job) + "\n")
+    result = fairsched("simulate", str(bad), "--workers", str(workers_path))
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and len(result.stderr) < 400, result.stderr[:1000]
+    assert result.stderr.startswith(f"fairsched: {str(bad)!r} line 1: {message}"), result.stderr
+    bad.unlink()
+    result = fairsched("simulate", str(bad), "--workers", str(workers_path))
+    assert result.stderr == f"fairsched: {str(bad)!r}: cannot read: No such file or directory\n"
+
+
 def test_simulate_bad_workers_file_exits_2(tmp_path, starvation_files):
     trace_path, _ = starvation_files
     (tmp_path / "w.toml").write_text(textwrap.dedent("""

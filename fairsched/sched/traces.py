@@ -21,12 +21,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fairsched.logs import quoted
 from fairsched.sched import TraceError
 from fairsched.store.schema import MAX_PRIORITY
 
 TRACE_KEYS = frozenset({"at", "type", "priority", "on_demand", "duration"})
 MAX_SECONDS = 1e9  # about 32 years: a trace's times and durations, and sums of them, stay exact
 MIN_TICK = 0.001
+QUOTE_MAX = 100  # characters of a trace's own words (a type name, a key) an error quotes
 
 
 # -- reading a trace ----------------------------------------------------------------------------
@@ -66,7 +68,32 @@ def _json_kind(value) -> str:
     if value is None or isinstance(value, bool):
         return json.dumps(value)
     kind = {dict: "an object", list: "an array", str: "a string"}.get(type(value))
-    return kind or json.dumps(value)
+    return kind or _json(value)
+
+
+def _json(value) -> str:
+    """A value of the trace's as JSON writes it, for messages: cut short, as a line may hold a
+    50 KB string or 4000 digits."""
+    return _cut(value, json.dumps)
+
+
+def _name(text: str) -> str:
+    """A key or a type of the trace's, as a message quotes it: on one line and cut short."""
+    return _cut(text, repr)
+
+
+def _cut(value, spell) -> str:
+    if isinstance(value, str) and len(value) > QUOTE_MAX:  # counted as written, not spelled
+        return f"{spell(value[:QUOTE_MAX])}... ({len(value)} characters in all)"
+    return quoted(spell(value), QUOTE_MAX)
+
+
+def _path_name(path) -> str:
+    """A trace's path as a message starts with it: as it is, or, with a line break or other
+    control character in it, as Python spells it ('a\\nb.jsonl'), so the message stays one
+    line."""
+    text = str(path)
+    return text if text.isprintable() else repr(text)
 
 
 def read_trace(path: str | Path, type_ids: Mapping[str, int]) -> Trace:
@@ -83,7 +110,8 @@ def read_trace(path: str | Path, type_ids: Mapping[str, int]) -> Trace:
         try:
             f = open(path, "rb")
         except OSError as exc:
-            raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from None
+            raise TraceError(f"{_path_name(path)}: cannot read: {exc.strerror or exc}") from None
+    name = _path_name(path)
     with f as f:
         try:
             for number, raw in enumerate(f, 1):
@@ -91,14 +119,14 @@ def read_trace(path: str | Path, type_ids: Mapping[str, int]) -> Trace:
                     # A byte order mark, as some editors write, only opens a file.
                     text = raw.decode("utf-8-sig" if number == 1 else "utf-8")
                 except UnicodeDecodeError as exc:
-                    raise TraceError(f"{path} line {number}: not UTF-8 text ({exc.reason} at "
+                    raise TraceError(f"{name} line {number}: not UTF-8 text ({exc.reason} at "
                                      f"byte {exc.start + 1})") from None
                 if text.strip():
-                    rows.append(_parse_line(text, f"{path} line {number}", type_ids) + (number,))
+                    rows.append(_parse_line(text, f"{name} line {number}", type_ids) + (number,))
         except OSError as exc:  # a folder, a file gone unreadable
-            raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from None
+            raise TraceError(f"{name}: cannot read: {exc.strerror or exc}") from None
     if not rows:
-        raise TraceError(f"{path}: no jobs in the trace")
+        raise TraceError(f"{name}: no jobs in the trace")
     rows.sort(key=lambda row: row[0])  # stable: ties keep file order
     trace = Trace(str(path), names)
     (trace.at, trace.types, trace.priorities, trace.on_demand, trace.durations,
@@ -123,7 +151,7 @@ def _parse_line(text: str, where: str, type_ids: Mapping[str, int]) -> tuple:
         json.loads(text, object_pairs_hook=lambda pairs: _no_repeated_key(pairs, where))
     unknown = sorted(set(job) - TRACE_KEYS)
     if unknown:
-        raise TraceError(f"{where}: unknown key {unknown[0]!r} "
+        raise TraceError(f"{where}: unknown key {_name(unknown[0])} "
                          f"(known: {', '.join(sorted(TRACE_KEYS))})")
     for key in ("at", "type", "duration"):
         if key not in job:
@@ -132,19 +160,19 @@ def _parse_line(text: str, where: str, type_ids: Mapping[str, int]) -> tuple:
     duration = _number(job["duration"], "duration", where)
     type_name = job["type"]
     if not isinstance(type_name, str) or not type_name:
-        raise TraceError(f"{where}: 'type' must be a non-empty string, got {json.dumps(type_name)}")
+        raise TraceError(f"{where}: 'type' must be a non-empty string, got {_json(type_name)}")
     type_id = type_ids.get(type_name)
     if type_id is None:
         known = ", ".join(sorted(type_ids))
-        raise TraceError(f"{where}: no worker handles type {type_name!r} (configured: {known})")
+        raise TraceError(f"{where}: no worker handles type {_name(type_name)} (configured: {known})")
     priority = job.get("priority", 0)
     if isinstance(priority, bool) or not isinstance(priority, int) \
             or not 0 <= priority <= MAX_PRIORITY:
         raise TraceError(f"{where}: 'priority' must be an integer from 0 to {MAX_PRIORITY}, "
-                         f"got {json.dumps(priority)}")
+                         f"got {_json(priority)}")
     on_demand = job.get("on_demand", False)
     if not isinstance(on_demand, bool):
-        raise TraceError(f"{where}: 'on_demand' must be true or false, got {json.dumps(on_demand)}")
+        raise TraceError(f"{where}: 'on_demand' must be true or false, got {_json(on_demand)}")
     return at, type_id, priority, on_demand, duration
 
 
@@ -152,7 +180,7 @@ def _no_repeated_key(pairs: list[tuple], where: str) -> dict:
     seen = set()
     for key, _ in pairs:
         if key in seen:
-            raise TraceError(f"{where}: key {key!r} is given twice")
+            raise TraceError(f"{where}: key {_name(key)} is given twice")
         seen.add(key)
     return dict(pairs)
 
