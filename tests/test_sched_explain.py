@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -269,6 +270,24 @@ def test_a_delayed_job_is_said_to_be_no_candidate_yet():
         "job 7: type pdf, priority 0, pending, eligible in 71 s",
         "  no candidate until then: the score below is the one it starts with"]
     assert max(map(len, text.splitlines())) <= 80, text
+
+
+@pytest.mark.parametrize(("eligible_in", "said"), [(9.96, "10 s"), (4.26, "4.3 s"),
+                                                  (0.4, "0.4 s"), (0.02, "less than 0.1 s")])
+def test_a_job_delayed_by_seconds_or_less_says_how_long_in_tenths(eligible_in, said):
+    b = ex.score_breakdown(W, priority=0, age=0.0, free_slots=2, on_demand=False)
+    text = ex.job_report(ex.JobExplanation(7, "pdf", "pending", eligible_in, b, "test"), W)
+    assert text.splitlines()[0] == f"job 7: type pdf, priority 0, pending, eligible in {said}"
+
+
+def test_explain_command_job_delayed_by_a_few_seconds(db, tmp_path, no_env_database):
+    path = write_config(tmp_path, db)
+    job_id = enqueue(db, "pdf", 0, -3.0)  # eligible 3 s from now
+    result = fairsched("explain", "--config", str(path), "--job", str(job_id))
+    assert result.returncode == 0, result.stderr
+    first = result.stdout.splitlines()[0]
+    assert re.fullmatch(rf"job {job_id}: type pdf, priority 0, pending, eligible in [0-2]\.\d s",
+                        first), first
 
 
 def test_explain_command_job_of_a_type_with_control_characters(db, tmp_path, no_env_database):

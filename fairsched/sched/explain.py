@@ -239,10 +239,18 @@ def explain_job(config: Config | None, job_id: int) -> JobExplanation:
                           free_source=source)
 
 
+def _delay(seconds: float) -> str:
+    """Time until a delayed job is eligible: whole seconds, tenths under 10 s, and never 0 (it
+    is not eligible yet)."""
+    if round(seconds, 1) >= 10:
+        return f"{seconds:.0f} s"
+    return f"{seconds:.1f} s" if seconds >= 0.05 else "less than 0.1 s"
+
+
 def job_report(ex: JobExplanation, weights: core.Weights) -> str:
     """An sprio-like table: each component's points and where they come from."""
     b = ex.breakdown
-    when = (f"eligible in {ex.eligible_in:.0f} s" if ex.eligible_in > 0
+    when = (f"eligible in {_delay(ex.eligible_in)}" if ex.eligible_in > 0
             else f"waiting {b.age:.1f} s")
     rarity_from = (f"{_points(weights.rarity)} / {b.free_slots} free compatible slots"
                    if b.free_slots else "no free compatible slot")
