@@ -621,6 +621,30 @@ def test_a_database_timeout_that_is_no_duration_is_one_line_exit_2(db, config, v
             f"got {value!r}") in line
 
 
+@pytest.mark.parametrize("args", [["jobs"], ["jobs", "--json"], ["explain"],
+                                  ["simulate", "trace.jsonl"], ["ps"],
+                                  ["submit", "pdf", "--on-demand"]])
+def test_a_command_whose_output_cannot_be_written_says_so(db, config, args):
+    # Standard output closed (`>&-`): the command ended at once, said nothing, exit 0; on a
+    # full disk it said a bare "No space left on device". Said before the supervisor is asked.
+    (config.parent / "trace.jsonl").write_text('{"at": 0, "type": "pdf", "duration": 1}\n')
+    env = {k: v for k, v in os.environ.items() if k != "FAIRSCHED_CONFIG"}
+    env["FAIRSCHED_DATABASE_URL"] = db
+    command = [sys.executable, "-m", "fairsched", *args, "--config", str(config)]
+    closed = subprocess.run(command, env=env, cwd=config.parent, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, timeout=60,
+                            preexec_fn=lambda: os.close(1))
+    assert (closed.returncode, closed.stderr) == (
+        1, "fairsched: cannot write to standard output: Bad file descriptor\n")
+    if args[0] in ("ps", "submit"):  # no supervisor runs: nothing more to write
+        return
+    with open("/dev/full", "w") as full:
+        result = subprocess.run(command, env=env, cwd=config.parent, stdout=full,
+                                stderr=subprocess.PIPE, text=True, timeout=60)
+    assert (result.returncode, result.stderr) == (
+        1, "fairsched: cannot write to standard output: No space left on device\n")
+
+
 def test_a_submit_whose_id_cannot_be_printed_says_the_job_was_queued(db, config):
     # Standard output on a full disk, or closed: the job is in the table all the same, and a
     # bare "No space left on device" would have the user submit it again.

@@ -3,6 +3,7 @@ codes."""
 
 from __future__ import annotations
 
+import errno
 import functools
 import logging
 import math
@@ -160,6 +161,31 @@ def fail(message: str, code: int) -> NoReturn:
     else:
         click.echo(f"fairsched: {message}", err=True)
     sys.exit(code)
+
+
+def require_stdout() -> None:
+    """Exit 1 with one line, before any work, when standard output is closed (`>&-`) for a
+    command whose output is its point: click would drop the output silently, exit 0."""
+    if sys.stdout is None:  # closed when the command started: Python made no stream
+        _cannot_write(OSError(errno.EBADF, os.strerror(errno.EBADF)))
+
+
+def output(text: str, nl: bool = True) -> None:
+    """Print `text`, a command's output; standard output that takes none (closed, opened
+    read-only, a full disk) is one line naming it, exit 1. A reader gone (BrokenPipeError) is
+    left to reports_errors."""
+    try:
+        if sys.stdout is None:
+            raise OSError(errno.EBADF, os.strerror(errno.EBADF))
+        click.echo(text, nl=nl)
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        _cannot_write(exc)
+
+
+def _cannot_write(exc: OSError) -> NoReturn:
+    fail(f"cannot write to standard output: {exc.strerror or exc}", 1)
 
 
 def print_outcome(line: str, done: str) -> None:

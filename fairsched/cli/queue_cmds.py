@@ -26,11 +26,13 @@ from fairsched.cli.common import (
     display_width,
     duration,
     fail,
+    output,
     pad,
     parse_seconds,
     print_outcome,
     printable,
     reports_errors,
+    require_stdout,
     terminal_columns,
 )
 from fairsched.config import Config, load_config, resolve_config_path
@@ -185,6 +187,7 @@ def submit(type_name, payload, priority, max_attempts, delay, key, on_demand, ti
     payload = parse_payload(payload)
     priority = parse_int("--priority", priority, 0, MAX_PRIORITY) or 0
     if on_demand:
+        require_stdout()  # before the job runs: its result is printed, nowhere else
         from fairsched.cli.supervisor_cmds import submit_on_demand
 
         if max_attempts is not None or delay is not None or key is not None:
@@ -223,6 +226,7 @@ MAX_TYPE_COLUMNS = 24  # a longer type is cut short, so one does not widen every
 @reports_errors
 def jobs(status, type_name, limit, as_json, config_path):
     """List jobs, newest first."""
+    require_stdout()
     if status is not None and status not in STATUSES:
         raise UsageProblem(f"--status must be one of {', '.join(STATUSES)}, got {status!r}")
     limit = parse_int("--limit", limit, 1, 1_000_000) or 100
@@ -233,9 +237,9 @@ def jobs(status, type_name, limit, as_json, config_path):
         # host's may be off, and a due job would read as delayed (or the reverse).
         now = queue.server_time()
     if as_json:
-        click.echo(json.dumps([job_json(row) for row in rows], indent=2, ensure_ascii=False))
+        output(json.dumps([job_json(row) for row in rows], indent=2, ensure_ascii=False))
     else:
-        click.echo(jobs_table(rows, now, config.max_attempts_by_type() if config else {},
+        output(jobs_table(rows, now, config.max_attempts_by_type() if config else {},
                               terminal_columns(sys.stdout)))
     if not rows and type_name is not None and config is not None \
             and type_name not in config.types:

@@ -17,7 +17,12 @@ import click
 
 from fairsched import core
 from fairsched.cli import main
-from fairsched.cli.common import bound_database_waits, reports_errors
+from fairsched.cli.common import (
+    bound_database_waits,
+    output,
+    reports_errors,
+    require_stdout,
+)
 from fairsched.config import DEFAULT_CONFIG, load_config, resolve_config_path
 
 
@@ -52,6 +57,7 @@ def explain(config_path, job_id, as_json, plot_path):
     """The scoring weights in effect and what they mean in time."""
     from fairsched.sched import explain as ex
 
+    require_stdout()
     job_id = parse_job_id(job_id) if job_id is not None else None
     plots = _plots_for(plot_path)  # before the database is asked: the plot is what was wanted
     from fairsched.store.database import ENV_URL
@@ -87,14 +93,14 @@ def explain(config_path, job_id, as_json, plot_path):
         }
         if job is not None:
             out["job"] = job.as_dict()
-        click.echo(json.dumps(_finite(out), indent=2))
+        output(json.dumps(_finite(out), indent=2))
         return
     if job is not None:
-        click.echo(ex.job_report(job, weights))
+        output(ex.job_report(job, weights))
     else:
-        click.echo(ex.weights_report(weights, source))
+        output(ex.weights_report(weights, source))
     if plot_path:
-        click.echo(f"score lines drawn to {plot_path}")
+        output(f"score lines drawn to {plot_path}")
 
 
 @main.command(short_help="Replay a job trace against the configured slots, per policy.")
@@ -117,6 +123,7 @@ def simulate(trace_path, policies, config_path, tick, as_json, plot_path):
     from fairsched.sched import report, traces
     from fairsched.sched import simulate as sim
 
+    require_stdout()  # before a replay that may take a while
     policies = [name.lower() for name in policies]  # --policy FIFO is fifo
     for name in policies:
         if name not in sim.POLICIES:
@@ -140,11 +147,11 @@ def simulate(trace_path, policies, config_path, tick, as_json, plot_path):
     if plots:
         plots.plot_waits(trace, results, plot_path)
     if as_json:
-        click.echo(json.dumps(_finite(report.report_json(trace, len(slots), results)), indent=2))
+        output(json.dumps(_finite(report.report_json(trace, len(slots), results)), indent=2))
     else:
-        click.echo(report.report_table(trace, len(slots), results))
+        output(report.report_table(trace, len(slots), results))
         if plot_path:
-            click.echo(f"waits drawn to {plot_path}")
+            output(f"waits drawn to {plot_path}")
 
 
 def _plots_for(plot_path):

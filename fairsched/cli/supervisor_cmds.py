@@ -22,10 +22,12 @@ from fairsched.cli.common import (
     duration,
     expected_error,
     fail,
+    output,
     pad,
     parse_seconds,
     printable,
     reports_errors,
+    require_stdout,
     terminal_columns,
 )
 from fairsched.config import control_socket_of, load_config, resolve_config_path
@@ -92,6 +94,7 @@ def supervise(config_path, log_format, log_level):
 def ps(config_path, socket_path, as_json, watch):
     """One row per slot: worker, pid, slot, types, state, job, age, progress, restarts, uptime,
     RSS, CPU."""
+    require_stdout()
     client = control_client(config_path, socket_path)
     if watch:
         # Ctrl-C (SIGINT) ends the watch even where it was inherited ignored, as it is by a
@@ -117,7 +120,7 @@ def ps(config_path, socket_path, as_json, watch):
             else:
                 away = None
                 if as_json:
-                    click.echo(json.dumps(data, indent=None if watch else 2))
+                    output(json.dumps(data, indent=None if watch else 2))
                 else:
                     text = render_ps(data, terminal_columns(sys.stdout))
             if not as_json:
@@ -136,7 +139,7 @@ def _draw(text: str, redraw: bool, refresh: int) -> None:
         text = "\x1b[H" + text.replace("\n", "\x1b[K\n") + "\x1b[J"
     elif refresh:  # a pipe, a log, a dumb terminal: one table after another
         text = "\n" + text
-    click.echo(text, nl=False)
+    output(text, nl=False)
 
 
 @main.command(short_help="Restart a worker group or process, fatal ones included.")
@@ -273,7 +276,7 @@ def _on_demand_event(event: dict, show_progress: bool) -> int | None:
         _draw_progress(f"{event['job_id']}: attempt {event.get('attempt')} failed ({error}); "
                        "trying again")
     elif kind == "result":
-        click.echo(json.dumps(event.get("result")))
+        output(json.dumps(event.get("result")))
         return 0
     elif kind == "error":
         attempts = event.get("attempts")
