@@ -343,6 +343,33 @@ def test_an_outcome_after_the_database_came_back_is_written_without_a_warning(tm
         subprocess.run(["pkill", "-f", str(pgdata)], check=False)
 
 
+REFUSE_SUCCESS = """
+CREATE FUNCTION fs_refuse_success() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN RAISE EXCEPTION 'no success today' USING ERRCODE = 'query_canceled'; END $$;
+CREATE TRIGGER fs_refuse_success BEFORE UPDATE ON fairsched_jobs FOR EACH ROW
+    WHEN (NEW.status = 'succeeded') EXECUTE FUNCTION fs_refuse_success();
+"""
+
+
+def test_outcomes_the_database_does_not_take_are_counted_in_the_log(supervisors, db):
+    # Claims go through, successes are refused: the outcome lane says how many outcomes wait,
+    # in the singular for one ("could not write 1 job outcomes" it said), and writes them once
+    # the database takes them.
+    sup = supervisors(SLOW, supervisor="lease = 30\n").start()
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute(REFUSE_SUCCESS)
+        try:
+            (first,) = enqueue(db, [{"type": "slow", "payload": {"seconds": 0}}])
+            sup.wait_output(r"could not write 1 job outcome: no success today; trying again")
+            (second,) = enqueue(db, [{"type": "slow", "payload": {"seconds": 0}}])
+            sup.wait_output(r"could not write 2 job outcomes: no success today; trying again")
+        finally:
+            conn.execute("DROP FUNCTION fs_refuse_success() CASCADE")
+    wait_all_finished(db, 2, timeout=30, sups=[sup])
+    assert [r[:2] for r in job_rows(db)] == [(first, "succeeded"), (second, "succeeded")]
+    assert "1 job outcomes" not in sup.output()
+
+
 FAIL_LATER = """
 [[worker]]
 name = "late"

@@ -357,8 +357,9 @@ class QueueLink(Heartbeats):
                 # outage the claim lane has reported and recovered from: replace it at once.
                 stale = self.writer is not None and writer_since < self._in_touch_since
                 if self.connected and not stale:  # the claim lane gets answers: trouble is here
-                    log.warning("could not write %d job outcomes: %s; trying again in %g s",
-                                len(self.outbox.job_ids()), first_line(exc), delay)
+                    waiting = len(self.outbox.job_ids())
+                    log.warning("could not write %d job outcome%s: %s; trying again in %g s",
+                                waiting, "" if waiting == 1 else "s", first_line(exc), delay)
                 else:  # the claim lane says (or said) the database was lost, once
                     log.debug("outcome lane lost the database: %s", exc)
                 writer, self.writer = self.writer, None
@@ -371,8 +372,9 @@ class QueueLink(Heartbeats):
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, self.reconnect_max)
             except Exception:  # never expected: say so, loudly, and keep the lane alive
-                log.exception("could not write %d job outcomes; trying again in %g s",
-                              len(self.outbox.job_ids()), delay)
+                waiting = len(self.outbox.job_ids())
+                log.exception("could not write %d job outcome%s; trying again in %g s",
+                              waiting, "" if waiting == 1 else "s", delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self.reconnect_max)
 
