@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import pwd
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -117,6 +118,9 @@ class Config:
                     why = "a file is in the way"
                 raise ConfigError(f"{self.path}: [supervisor] key 'state_dir': cannot create "
                                   f"{exc.filename or folder}: {why}") from exc
+            problem = not_writable(folder)
+            if problem:  # another user's: the supervisor's, when this is a command for it
+                raise ConfigError(f"{self.path}: [supervisor] key 'state_dir': {problem}")
         return state_dir
 
     def max_attempts_by_type(self) -> dict[str, int]:
@@ -127,6 +131,27 @@ class Config:
             for t in spec.types:
                 defaults.setdefault(t, spec.max_attempts)
         return defaults
+
+
+def user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:  # a uid with no account (a container's, say)
+        return f"uid {uid}"
+
+
+def not_writable(folder: Path) -> str | None:
+    """Why this user cannot write into `folder`, which exists, and what to do; None when it
+    can."""
+    if os.access(folder, os.W_OK | os.X_OK):
+        return None
+    me = user_name(os.geteuid())
+    info = folder.stat()
+    owner = user_name(info.st_uid)
+    if info.st_uid == os.geteuid():
+        return (f"{folder} is not writable (mode {info.st_mode & 0o7777:04o}): give {me} "
+                f"write access to it")
+    return f"{folder} belongs to {owner}, and {me} cannot write to it: run this command as {owner}"
 
 
 def resolve_config_path(option: str | None) -> Path:
