@@ -10,6 +10,7 @@ import math
 import os
 import pwd
 import re
+import stat
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -141,12 +142,12 @@ def user_name(uid: int) -> str:
 
 
 def not_writable(folder: Path) -> str | None:
-    """Why this user cannot write into `folder`, which exists, and what to do; None when it
-    can."""
-    if os.access(folder, os.W_OK | os.X_OK):
+    """Why this user cannot write into `folder` (or to a socket), which exists, and what to do;
+    None when it can."""
+    info = folder.stat()
+    if os.access(folder, os.W_OK | (os.X_OK if stat.S_ISDIR(info.st_mode) else 0)):
         return None
     me = user_name(os.geteuid())
-    info = folder.stat()
     owner = user_name(info.st_uid)
     if info.st_uid == os.geteuid():
         return (f"{folder} is not writable (mode {info.st_mode & 0o7777:04o}): give {me} "

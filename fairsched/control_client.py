@@ -88,9 +88,10 @@ class ControlClient:
                 continue
             except (FileNotFoundError, ConnectionRefusedError):
                 sock.close()
-            except PermissionError:
+            except PermissionError as exc:
                 sock.close()
-                raise NotRunning(f"permission denied on {self.path}") from None
+                raise NotRunning(f"cannot reach the supervisor on {self.path}: "
+                                 f"{self._whose() or exc.strerror}") from None
             except OSError as exc:  # a file where a folder should be, a path too long, ...
                 sock.close()
                 raise NotRunning(f"cannot reach a supervisor on {self.path}: "
@@ -106,6 +107,19 @@ class ControlClient:
                                  f"{self.starting_within:g} s: still starting (its database, "
                                  "say), or stalled; try again")
             time.sleep(0.1)
+
+    def _whose(self) -> str | None:
+        """Whose the control socket is, and who to run as, when this user may not use it."""
+        from fairsched.config import not_writable
+
+        for path in (self.path.parent, self.path):
+            try:
+                problem = not_writable(path)
+            except OSError:  # a folder this user cannot even look into
+                continue
+            if problem:
+                return problem
+        return None
 
     def stream(self, request: dict, timeout: float | None = ...,
                then: float | None = ...) -> Iterator[dict]:

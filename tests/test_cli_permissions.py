@@ -29,11 +29,11 @@ def run_as_other(*args: str, env: dict | None = None) -> subprocess.CompletedPro
                           capture_output=True, text=True, timeout=60, cwd="/", env=env)
 
 
-def deny(*folders: Path) -> None:
+def deny(*folders: Path, mode: int = 0o555) -> None:
     """Folders the other user must not write to: the tests' own user loses write access."""
     if other_user() is None:
         for folder in folders:
-            folder.chmod(0o555)
+            folder.chmod(mode)
 
 
 def owner_and_me(folder: Path) -> tuple[str, str]:
@@ -71,3 +71,27 @@ def test_supervise_and_queue_commands_on_a_state_dir_of_another_user(short_tmp):
     finally:
         for folder in (state, state / "logs", state / "control"):
             folder.chmod(0o755)
+
+
+def test_ps_stop_and_restart_as_another_user_say_whose_supervisor_it_is(supervisors):
+    sup = supervisors(WORKERS).start()
+    sup.dir.chmod(0o755)
+    sup.config.chmod(0o644)
+    control = sup.config.parent / "state" / "control"
+    deny(control, mode=0)  # its socket is the tests' user's: no way to it at all
+    owner, me = owner_and_me(control)
+    try:
+        for command in (["ps"], ["ps", "--watch"], ["stop"], ["restart", "pdf"]):
+            proc = run_as_other(*command, "--config", str(sup.config), env=sup.env)
+            lines = proc.stderr.strip().splitlines()
+            assert proc.returncode == 1 and len(lines) == 1, (command, proc.stderr)
+            assert lines[0].startswith(
+                f"fairsched: cannot reach the supervisor on {control / 'sock'}: "), lines
+            if owner == me:
+                assert lines[0].endswith(f"give {me} write access to it"), lines
+            else:
+                assert lines[0].endswith(f"{control} belongs to {owner}, and {me} cannot write "
+                                         f"to it: run this command as {owner}"), lines
+    finally:
+        control.chmod(0o700)
+    assert [s["state"] for s in sup.slots()] == ["free"]  # neither stopped nor restarted
