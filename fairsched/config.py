@@ -307,6 +307,10 @@ def load_config(path: str | os.PathLike) -> Config:
         else:
             hint = ""
         raise ConfigError(f"{file}: no such file{hint}") from None
+    except IsADirectoryError:
+        inside = path / DEFAULT_CONFIG
+        hint = f" (--config {inside}?)" if inside.is_file() else ""
+        raise ConfigError(f"{file}: a folder, not a workers.toml file{hint}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{file}: cannot read: {exc}") from None
     except tomllib.TOMLDecodeError as exc:

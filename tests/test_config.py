@@ -229,6 +229,20 @@ def test_missing_config_file_names_it_and_where_it_came_from(tmp_path):
     assert ps() == "fairsched: workers.toml: no such file (pass --config or set FAIRSCHED_CONFIG)"
 
 
+def test_a_config_path_that_is_a_folder_says_so_and_names_the_file_in_it(tmp_path):
+    write(tmp_path, GOOD)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for command in (["ps"], ["stop"], ["jobs"], ["submit", "pdf"], ["supervise"], ["explain"]):
+        for folder, hint in ((tmp_path, f" (--config {tmp_path / 'workers.toml'}?)"),
+                             (empty, "")):
+            proc = subprocess.run([sys.executable, "-m", "fairsched", *command, "--config",
+                                   str(folder)], capture_output=True, text=True, timeout=60)
+            assert proc.returncode == 2, (command, proc.stderr)
+            assert proc.stderr == (f"fairsched: {folder}: a folder, not a workers.toml file"
+                                   f"{hint}\n"), (command, proc.stderr)
+
+
 def test_a_state_dir_that_is_a_file_is_one_line_not_a_traceback(tmp_path):
     path = write(tmp_path, GOOD)
     (tmp_path / "state").write_text("not a folder")
