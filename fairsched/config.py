@@ -155,6 +155,16 @@ def not_writable(folder: Path) -> str | None:
     return f"{folder} belongs to {owner}, and {me} cannot write to it: run this command as {owner}"
 
 
+def _who_may_read(path: Path) -> str:
+    try:
+        uid = path.stat().st_uid
+    except OSError:  # a folder on the way this user may not enter
+        return "run this command as a user who may read it"
+    if uid == os.geteuid():
+        return f"give {user_name(uid)} read access to it"
+    return f"it belongs to {user_name(uid)}: run this command as {user_name(uid)}"
+
+
 def resolve_config_path(option: str | None) -> Path:
     """--config, else FAIRSCHED_CONFIG, else ./workers.toml."""
     if option == "":
@@ -311,6 +321,8 @@ def load_config(path: str | os.PathLike) -> Config:
         inside = path / DEFAULT_CONFIG
         hint = f" (--config {inside}?)" if inside.is_file() else ""
         raise ConfigError(f"{file}: a folder, not a workers.toml file{hint}") from None
+    except PermissionError as exc:
+        raise ConfigError(f"{file}: cannot read: {exc.strerror} ({_who_may_read(path)})") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{file}: cannot read: {exc}") from None
     except tomllib.TOMLDecodeError as exc:

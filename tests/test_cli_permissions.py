@@ -95,3 +95,18 @@ def test_ps_stop_and_restart_as_another_user_say_whose_supervisor_it_is(supervis
     finally:
         control.chmod(0o700)
     assert [s["state"] for s in sup.slots()] == ["free"]  # neither stopped nor restarted
+
+
+def test_a_workers_toml_this_user_cannot_read_is_one_line_naming_its_owner(short_tmp):
+    short_tmp.chmod(0o755)
+    config = short_tmp / "workers.toml"
+    config.write_text('[supervisor]\nstate_dir = "state"\n' + WORKERS)
+    config.chmod(0o600 if other_user() is not None else 0)
+    owner, me = owner_and_me(config)
+    how = (f"give {me} read access to it" if owner == me
+           else f"it belongs to {owner}: run this command as {owner}")
+    for command in (["ps"], ["jobs"], ["supervise"]):
+        proc = run_as_other(*command, "--config", str(config))
+        assert proc.returncode == 2, (command, proc.stderr)
+        assert proc.stderr == f"fairsched: {config}: cannot read: Permission denied ({how})\n", \
+            (command, proc.stderr)
