@@ -261,6 +261,13 @@ def test_a_state_dir_that_is_a_file_is_one_line_not_a_traceback(tmp_path):
     (["retry"], "Missing argument 'ID' (see `python -m fairsched retry --help`)"),
     (["supervise", "--log-level", "loud"], "Invalid value for '--log-level'"),
     (["jobs", "--config", ""], "--config is empty"),
+    # An option of a command before the command's name, as supervisorctl -c takes it.
+    (["--config", "w.toml", "ps"], "fairsched: --config goes after the command's name, as in "
+     "`python -m fairsched ps --config ...` (see `python -m fairsched ps --help`)\n"),
+    (["--json", "jobs", "--status", "failed"], "fairsched: --json goes after the command's "
+     "name, as in `python -m fairsched jobs --json ...`"),
+    (["--config=w.toml"], "as in `python -m fairsched COMMAND --config ...`"),
+    (["--bogus", "ps"], "No such option '--bogus' (see `python -m fairsched --help`)"),
 ])
 def test_usage_errors_are_one_line_exit_2(args, message):
     proc = subprocess.run([sys.executable, "-m", "fairsched", *args], capture_output=True,

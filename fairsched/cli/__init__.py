@@ -22,7 +22,12 @@ class Commands(click.Group):
             sys.exit(exc.exit_code)
         except click.UsageError as exc:
             hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
-            click.echo(f"fairsched: {exc.format_message().rstrip('.')}{hint}", err=True)
+            message = f"{exc.format_message().rstrip('.')}{hint}"
+            if isinstance(exc, click.NoSuchOption) and exc.ctx is not None \
+                    and exc.ctx.command is self:
+                message = self._misplaced(exc.ctx.command_path, exc.option_name,
+                                          sys.argv[1:] if args is None else args) or message
+            click.echo(f"fairsched: {message}", err=True)
             sys.exit(exc.exit_code)
         except click.ClickException as exc:
             exc.show()
@@ -31,6 +36,18 @@ class Commands(click.Group):
             click.echo("", err=True)
             sys.exit(130)  # Ctrl-C at a prompt
         sys.exit(code if isinstance(code, int) else 0)
+
+    def _misplaced(self, path: str, option: str, args: list[str]) -> str | None:
+        """For an option of a command given before the command's name (`fairsched --config
+        w.toml ps`): where it goes."""
+        taking = [name for name, command in self.commands.items()
+                  if any(option in p.opts for p in command.params)]
+        named = next((a for a in args if a in self.commands), None)
+        if not taking or (named is not None and named not in taking):
+            return None
+        command = f"{path} {named or 'COMMAND'}"
+        return (f"{option} goes after the command's name, as in `{command} {option} ...` (see "
+                f"`{command} --help`)")
 
     def invoke(self, ctx):
         # Ahead of click, which would answer Ctrl-C with a blank line and nothing else.
