@@ -7,6 +7,8 @@ as they do when a network drops packets. `heal()` closes the connections it held
 peer's reset ends them) and accepts new ones again. `lose_answer_to(marker)`: the next statement
 whose text holds `marker` reaches the server, which runs it, but nothing more of the server's
 comes back on that connection, as when a network drops packets just after a statement left.
+`hold_answer_to(marker)`: the same, but the server's answer is only late: `pass_answer()` lets
+what was held, and all that follows, through, as a slow network would deliver it.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ class PgProxy:
         self._closed = False
         self._marker: bytes | None = None
         self._muted: set[socket.socket] = set()  # servers whose answers are dropped
+        self._holding = False  # the connection the marker names is held, not muted
+        self._held: dict[socket.socket, bytearray] = {}  # servers whose answers wait here
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
         self._selector.register(self._wake_r, selectors.EVENT_READ)
@@ -68,6 +72,24 @@ class PgProxy:
     def lose_answer_to(self, marker: bytes) -> None:
         with self._lock:
             self._marker = marker
+
+    def hold_answer_to(self, marker: bytes) -> None:
+        with self._lock:
+            self._marker, self._holding = marker, True
+
+    @property
+    def answer_held(self) -> bool:
+        """Whether the statement `hold_answer_to` named has reached the server."""
+        with self._lock:
+            return self._marker is None and bool(self._held)
+
+    def pass_answer(self) -> None:
+        with self._lock:
+            for server, held in self._held.items():
+                client = next((c for c, s in self._pairs if s is server), None)
+                if client is not None and held:
+                    client.sendall(held)
+            self._held.clear()
 
     @property
     def answer_lost(self) -> bool:
@@ -137,12 +159,19 @@ class PgProxy:
             data = b""
         if data and source in self._muted:
             return  # the answer is lost on the way
+        if data and source in self._held:
+            self._held[source] += data  # the answer is late
+            return
         if data:
             try:
                 sink.sendall(data)  # blocking: PostgreSQL messages here are small
                 if self._marker is not None and self._marker in data:
                     self._marker = None
-                    self._muted.add(sink)
+                    if self._holding:
+                        self._holding = False
+                        self._held[sink] = bytearray()
+                    else:
+                        self._muted.add(sink)
                 return
             except OSError:
                 pass
@@ -151,4 +180,5 @@ class PgProxy:
             for sock in pair:
                 self._selector.unregister(sock)
                 self._muted.discard(sock)
+                self._held.pop(sock, None)
                 sock.close()

@@ -742,8 +742,8 @@ def test_delayed_job_starts_on_time_and_cancel_reaches_a_running_job(supervisors
 
 
 def test_a_cancel_whose_notification_was_lost_still_reaches_the_job(supervisors, db):
-    # The table says "cancel" and no notification came (its connection was down, or it came
-    # before the claim's answer): the next heartbeat passes it on.
+    # The table says "cancel" and no notification came (its connection was down): the next
+    # heartbeat passes it on.
     sup = supervisors(SLOW, supervisor="heartbeat_interval = 0.5\n").start()
     (job,) = enqueue(db, [{"type": "slow", "payload": {"seconds": 60}}])
     sup.wait_for(lambda ps: ps["slots"][0]["job_id"] == job, what="the job running")

@@ -60,6 +60,8 @@ class Supervisor(Scheduling, WorkerLifecycle, WorkerStopping, TemplateLifecycle,
         self.running_by_job: dict[int | str, RunningJob] = {}
         self.requests: dict[int, Request] = {}  # waiting on-demand requests by number
         self.cache: dict[int, object] = {}  # fetched queued candidates, not yet claimed
+        # Jobs whose claim is on its way: whether a cancel was notified for one meanwhile.
+        self.claiming: dict[int, bool] = {}
         self.exhausted: set[str] = set()  # types whose last fetch came back short
         self.notified: set[str] = set()  # types with new jobs notified since the last fetch began
         self._fetched = False  # a fetch answered since the last cycle

@@ -42,7 +42,7 @@ class Heartbeats:
         """Give back rows the table says this supervisor runs but it does not: a claim that
         committed after its connection was given up, so its answer never came. And pass on
         the cancels the table holds for the jobs it does run: their notification may have
-        been lost with a connection, or have come before the claim's answer.
+        been lost with a connection.
 
         Runs on the claim lane between claims, so no claim of the live connection is in
         flight; jobs whose outcome waits in the outbox are still 'running' in the table and

@@ -5,6 +5,7 @@ change. A mixin of the actor (actor.Supervisor), whose state it uses.
 
 from __future__ import annotations
 
+import logging
 import time
 
 from fairsched import core
@@ -12,6 +13,8 @@ from fairsched.supervisor.jobs import Request
 from fairsched.supervisor.states import ProcessState
 
 LOSSES_BEFORE_REFETCH = 5
+
+log = logging.getLogger("fairsched.supervisor")
 
 
 class Scheduling:
@@ -79,6 +82,7 @@ class Scheduling:
                     self.start_job(entry, slot_id, attempt=entry.attempts)
                 else:
                     self.cache.pop(entry.id, None)
+                    self.claiming[entry.id] = False
                     claims.append((entry, slot_id))
             if claims:
                 self.queue.claim(claims)
@@ -147,6 +151,7 @@ class Scheduling:
         supervisor."""
         lost = 0
         for qj, slot_id in claims:  # in the order planned: a win ends a row of losses
+            cancelled = self.claiming.pop(qj.id, False)
             job = won.get(qj.id)
             owner = self.slot_owner.get(slot_id)
             if job is None:
@@ -158,11 +163,15 @@ class Scheduling:
             self.losses_in_row = 0
             proc = owner[0] if owner else None
             if (proc is None or proc.state is not ProcessState.RUNNING or self.shutting_down
-                    or self.lease.fenced or not self.pool.is_busy(slot_id)):
+                    or self.lease.fenced or not self.pool.is_busy(slot_id) or cancelled):
                 # The slot's worker died or is stopping while the claim was in flight, or
-                # this supervisor is giving its jobs back.
+                # this supervisor is giving its jobs back, or the job was cancelled: handed
+                # back unstarted, a row with its cancel requested ends cancelled.
                 self.queue.release(job.id, job.claim)
                 self.pool.release(slot_id)
+                if cancelled:
+                    log.info("job %s cancelled before it started: the cancel came while its "
+                             "claim was on its way", job.id)
                 continue
             self.start_job(job, slot_id, attempt=job.attempts)
         if lost:
@@ -209,9 +218,15 @@ class Scheduling:
 
     def on_cancel_requested(self, job_id) -> None:
         try:
-            rj = self.running_by_job.get(int(job_id))
+            job_id = int(job_id)
         except (TypeError, ValueError):
             return
-        if rj is not None and rj.cancel_reason != "user":  # asked once is enough
+        rj = self.running_by_job.get(job_id)
+        if rj is None:
+            # Its claim committed and the cancel came before the claim's answer, on another
+            # connection: the job is cancelled as the answer comes (on_claimed).
+            if job_id in self.claiming:
+                self.claiming[job_id] = True
+        elif rj.cancel_reason != "user":  # asked once is enough
             self.cancel_job(rj, "user")
 

@@ -1,0 +1,55 @@
+"""fairsched cancel of a queued job as it starts: real supervisors, workers and PostgreSQL."""
+
+import time
+
+import psycopg
+
+from fairsched.store.queue import Queue
+from tests.pg_proxy import PgProxy
+from tests.supervisor_harness import wait_until
+
+SLOW = """
+[[worker]]
+name = "slow"
+types = ["slow"]
+handler = "sup_handlers:slow"
+"""
+
+# Heartbeats far apart: a cancel the heartbeat passes on would come 20 s late.
+RARE_HEARTBEATS = "lease = 60\nheartbeat_interval = 20\n"
+
+
+def job_row(url, job):
+    with psycopg.connect(url) as conn:
+        return conn.execute("SELECT status, attempts, claims FROM fairsched_jobs WHERE id = %s",
+                            (job,)).fetchone()
+
+
+def test_a_cancel_that_comes_before_the_claims_answer_stops_the_job_before_it_starts(
+        supervisors, db, short_tmp):
+    started = short_tmp / "started"
+    proxy = PgProxy(db)
+    sup = supervisors(SLOW, supervisor=RARE_HEARTBEATS)
+    try:
+        sup.env["FAIRSCHED_DATABASE_URL"] = proxy.url_through
+        sup.start()
+        proxy.hold_answer_to(b"claims = j.claims + 1")  # the claim's answer is slow to come
+        with psycopg.connect(db, autocommit=True) as conn:
+            job = Queue(conn).enqueue("slow", {"seconds": 60, "started": str(started)})
+        wait_until(lambda: proxy.answer_held and job_row(db, job)[0] == "running",
+                   what="the claim committed, its answer on its way")
+        cancel = sup.cli("cancel", str(job))
+        assert cancel.returncode == 0, cancel.stderr
+        time.sleep(2)  # its notification reaches the supervisor before the claim's answer
+        proxy.pass_answer()
+        wait_until(lambda: job_row(db, job)[0] == "cancelled", timeout=5,
+                   what=lambda: f"job {job} cancelled, not {job_row(db, job)}:\n"
+                                f"{sup.output()[-3000:]}")
+        # Never handed to its worker: the handler did not start, the attempt is unspent.
+        assert job_row(db, job) == ("cancelled", 0, 1)
+        assert not started.exists()
+        sup.wait_output(rf"job {job} cancelled before it started")
+        assert sup.ps()["slots"][0]["state"] == "free"
+    finally:
+        sup.close()
+        proxy.close()
