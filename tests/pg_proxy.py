@@ -9,6 +9,8 @@ whose text holds `marker` reaches the server, which runs it, but nothing more of
 comes back on that connection, as when a network drops packets just after a statement left.
 `hold_answer_to(marker)`: the same, but the server's answer is only late: `pass_answer()` lets
 what was held, and all that follows, through, as a slow network would deliver it.
+`refuse(marker)`: a new connection whose startup packet holds `marker` (its application_name,
+say) is closed at once, as by a firewall's rule, until `refuse(None)`; `refused` counts them.
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ class PgProxy:
         self._muted: set[socket.socket] = set()  # servers whose answers are dropped
         self._holding = False  # the connection the marker names is held, not muted
         self._held: dict[socket.socket, bytearray] = {}  # servers whose answers wait here
+        self._refusing: bytes | None = None
+        self._fresh: set[socket.socket] = set()  # clients that have sent nothing yet
+        self.refused = 0
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
         self._selector.register(self._wake_r, selectors.EVENT_READ)
@@ -72,6 +77,10 @@ class PgProxy:
     def lose_answer_to(self, marker: bytes) -> None:
         with self._lock:
             self._marker = marker
+
+    def refuse(self, marker: bytes | None) -> None:
+        with self._lock:
+            self._refusing = marker
 
     def hold_answer_to(self, marker: bytes) -> None:
         with self._lock:
@@ -149,6 +158,7 @@ class PgProxy:
         server = socket.socket(self._target[0], socket.SOCK_STREAM)
         server.connect(self._target[1])
         self._pairs.append((client, server))
+        self._fresh.add(client)
         self._selector.register(client, selectors.EVENT_READ, server)
         self._selector.register(server, selectors.EVENT_READ, client)
 
@@ -159,6 +169,11 @@ class PgProxy:
             data = b""
         if data and source in self._muted:
             return  # the answer is lost on the way
+        if source in self._fresh:
+            self._fresh.discard(source)
+            if data and self._refusing is not None and self._refusing in data:
+                self.refused += 1
+                data = b""  # closed, as below
         if data and source in self._held:
             self._held[source] += data  # the answer is late
             return
@@ -181,4 +196,5 @@ class PgProxy:
                 self._selector.unregister(sock)
                 self._muted.discard(sock)
                 self._held.pop(sock, None)
+                self._fresh.discard(sock)
                 sock.close()

@@ -53,3 +53,31 @@ def test_a_cancel_that_comes_before_the_claims_answer_stops_the_job_before_it_st
     finally:
         sup.close()
         proxy.close()
+
+
+def test_a_cancel_sent_while_the_notification_connection_was_down_reaches_the_job_once_it_is_back(
+        supervisors, db):
+    proxy = PgProxy(db)
+    # The one heartbeat of this test is the first: a cancel it passed on would come 30 s late.
+    sup = supervisors(SLOW, supervisor="lease = 90\nheartbeat_interval = 30\n")
+    try:
+        sup.env["FAIRSCHED_DATABASE_URL"] = proxy.url_through
+        sup.start()
+        with psycopg.connect(db, autocommit=True) as conn:
+            job = Queue(conn).enqueue("slow", {"seconds": 60})
+        sup.wait_for(lambda ps: ps["slots"][0]["job_id"] == job, what="the job running")
+        proxy.refuse(b"fairsched notifications")
+        with psycopg.connect(db, autocommit=True) as conn:
+            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                         " WHERE application_name LIKE 'fairsched notifications%%'")
+        wait_until(lambda: proxy.refused, what="the notification connection trying again")
+        cancel = sup.cli("cancel", str(job))
+        assert cancel.returncode == 0, cancel.stderr
+        proxy.refuse(None)
+        wait_until(lambda: job_row(db, job)[0] == "cancelled", timeout=10,
+                   what=lambda: f"job {job} cancelled, not {job_row(db, job)}:\n"
+                                f"{sup.output()[-3000:]}")
+        sup.wait_output(rf"job {job} cancelled: type slow")
+    finally:
+        sup.close()
+        proxy.close()

@@ -481,6 +481,8 @@ class QueueLink(Heartbeats):
                 if lost:  # what was notified while it was down never came: look afresh
                     lost = False
                     self.sup.on_poll()
+                    # Cancels too: the heartbeat passes on those the table holds (_reconcile).
+                    self._next_heartbeat = 0.0
                     self.request_fetch()
                 async for kind, value in notifications:
                     delay = RECONNECT_FIRST
