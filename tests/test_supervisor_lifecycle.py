@@ -49,3 +49,26 @@ def test_a_supervisor_started_with_its_standard_streams_closed_fills_them_with_d
     assert result.returncode == 0 and json.loads(result.stdout)["payload"] == {"n": 1}, result
     assert sup.cli("stop").returncode == 0
     assert sup.wait_exit() == 0
+
+
+def test_restart_and_stop_that_cannot_print_say_what_they_did(supervisors):
+    # Standard output closed (`>&-`): each acted, then exited 0 saying nothing.
+    sup = supervisors(ECHO).start()
+    pid = sup.ps()["slots"][0]["pid"]
+
+    def closed(*args):
+        return subprocess.run([sys.executable, "-m", "fairsched", *args], env=sup.env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                              timeout=60, preexec_fn=lambda: os.close(1))
+
+    restarted = closed("restart", "pdf")
+    assert (restarted.returncode, restarted.stderr) == (
+        1, "fairsched: restarting pdf-1, but this could not be printed:"
+           " standard output is closed\n")
+    sup.wait_for(lambda ps: ps["slots"][0]["state"] == "free"
+                 and ps["slots"][0]["pid"] != pid, what="pdf-1 restarted")
+    stopped = closed("stop")
+    assert (stopped.returncode, stopped.stderr) == (
+        1, f"fairsched: supervisor {sup.proc.pid} stopped, but this could not be printed:"
+           " standard output is closed\n")
+    assert sup.wait_exit() == 0

@@ -25,6 +25,7 @@ from fairsched.cli.common import (
     output,
     pad,
     parse_seconds,
+    print_outcome,
     printable,
     reports_errors,
     require_stdout,
@@ -157,7 +158,8 @@ def restart(name, config_path, socket_path):
     restarted = reply.get("restarted")
     if not (reply.get("ok") and isinstance(restarted, list)):
         raise client.not_a_supervisor(reply)
-    click.echo(f"restarting {', '.join(map(str, restarted))}")
+    said = f"restarting {', '.join(map(str, restarted))}"
+    print_outcome(said, f"{said}, but this could not be printed")
 
 
 @main.command()
@@ -194,7 +196,8 @@ def stop(config_path, socket_path, timeout):
         except psutil.NoSuchProcess:
             break
         time.sleep(0.02)
-    click.echo(f"supervisor {pid} stopped")
+    said = f"supervisor {pid} stopped"
+    print_outcome(said, f"{said}, but this could not be printed")
 
 
 def submit_on_demand(config_path, socket_path, type_name, payload, priority, timeout) -> int:
