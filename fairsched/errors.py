@@ -11,3 +11,10 @@ class ConfigError(FairschedError):
 
 class PermanentError(Exception):
     """Raised by a handler for a failure that must not be retried."""
+
+
+def path_name(path) -> str:
+    """A path as a message or a table names it: as it is, or, with a line break or other
+    control character in it, as Python spells it ('a\\nb.toml'), so the line stays one line."""
+    text = str(path)
+    return text if text.isprintable() else repr(text)

@@ -285,6 +285,21 @@ def test_simulate_prints_policies_side_by_side(starvation_files):
         "strd: times a job waited although a better slot choice placed it"), lines
 
 
+def test_simulate_spells_a_trace_path_with_a_line_break_on_its_tables_first_line(
+        tmp_path, starvation_files):
+    # The path was printed as it is: the table's first line split in two.
+    trace_path, workers_path = starvation_files
+    odd = tmp_path / "my\ntrace.jsonl"
+    trace_path.rename(odd)
+    result = fairsched("simulate", str(odd), "--workers", str(workers_path))
+    assert result.returncode == 0, result.stderr
+    first, head = result.stdout.splitlines()[:2]
+    assert first == f"{str(odd)!r}: 121 jobs on 4 slots; waits in seconds", first
+    assert head.startswith("TYPE"), head
+    as_json = fairsched("simulate", str(odd), "--workers", str(workers_path), "--json")
+    assert json.loads(as_json.stdout)["trace"] == str(odd)  # JSON keeps the path as it is
+
+
 def test_simulate_of_one_job_on_one_slot_says_so_in_the_singular(tmp_path):
     (tmp_path / "w.toml").write_text('[[worker]]\nname = "pdf"\ntypes = ["pdf"]\n'
                                      'handler = "m:f"\n')

@@ -8,6 +8,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from fairsched.errors import path_name
 from fairsched.sched.simulate import PolicyResult
 from fairsched.sched.traces import Trace
 
@@ -98,7 +99,7 @@ def report_table(trace: Trace, n_slots: int, results: list[PolicyResult]) -> str
             widths[c + 2] += need
     jobs = f"{len(trace)} job{'' if len(trace) == 1 else 's'}"
     slots = f"{n_slots} slot{'' if n_slots == 1 else 's'}"
-    lines = [f"{trace.path}: {jobs} on {slots}; waits in seconds"]
+    lines = [f"{path_name(trace.path)}: {jobs} on {slots}; waits in seconds"]
     for k, row in enumerate(rows):
         cells = []
         c = 0

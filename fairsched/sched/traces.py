@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fairsched.errors import path_name
 from fairsched.logs import quoted
 from fairsched.sched import TraceError
 from fairsched.store.schema import MAX_PRIORITY
@@ -88,14 +89,6 @@ def _cut(value, spell) -> str:
     return quoted(spell(value), QUOTE_MAX)
 
 
-def _path_name(path) -> str:
-    """A trace's path as a message starts with it: as it is, or, with a line break or other
-    control character in it, as Python spells it ('a\\nb.jsonl'), so the message stays one
-    line."""
-    text = str(path)
-    return text if text.isprintable() else repr(text)
-
-
 def read_trace(path: str | Path, type_ids: Mapping[str, int]) -> Trace:
     """Load a JSON-lines trace ("-": standard input, named `stdin`); any bad line raises
     TraceError naming the file and the line."""
@@ -110,8 +103,8 @@ def read_trace(path: str | Path, type_ids: Mapping[str, int]) -> Trace:
         try:
             f = open(path, "rb")
         except OSError as exc:
-            raise TraceError(f"{_path_name(path)}: cannot read: {exc.strerror or exc}") from None
-    name = _path_name(path)
+            raise TraceError(f"{path_name(path)}: cannot read: {exc.strerror or exc}") from None
+    name = path_name(path)
     with f as f:
         try:
             for number, raw in enumerate(f, 1):
