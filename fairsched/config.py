@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from fairsched.core.weights import Weights
-from fairsched.errors import ConfigError
+from fairsched.errors import ConfigError, path_name
 
 DEFAULT_CONFIG = "workers.toml"
 DEFAULT_STATE_DIR = ".fairsched"  # beside workers.toml
@@ -96,7 +96,7 @@ class Config:
         """What submit, jobs and retry say of a type no worker group here runs (`absolute`:
         the file's full path, for a reader whose current folder may not be ours)."""
         path = self.path.absolute() if absolute else self.path
-        return (f"no worker group in {path} runs type {type_name!r}"
+        return (f"no worker group in {path_name(path)} runs type {type_name!r}"
                 f" (configured types: {', '.join(sorted(self.types))})")
 
     @property
@@ -117,11 +117,13 @@ class Config:
                 why = exc.strerror or str(exc)
                 if isinstance(exc, FileExistsError) or (folder.exists() and not folder.is_dir()):
                     why = "a file is in the way"
-                raise ConfigError(f"{self.path}: [supervisor] key 'state_dir': cannot create "
-                                  f"{exc.filename or folder}: {why}") from exc
+                raise ConfigError(f"{path_name(self.path)}: [supervisor] key 'state_dir': "
+                                  f"cannot create {path_name(exc.filename or folder)}: "
+                                  f"{why}") from exc
             problem = not_writable(folder)
             if problem:  # another user's: the supervisor's, when this is a command for it
-                raise ConfigError(f"{self.path}: [supervisor] key 'state_dir': {problem}")
+                raise ConfigError(f"{path_name(self.path)}: [supervisor] key 'state_dir': "
+                                  f"{problem}")
         return state_dir
 
     def max_attempts_by_type(self) -> dict[str, int]:
@@ -150,9 +152,10 @@ def not_writable(folder: Path) -> str | None:
     me = user_name(os.geteuid())
     owner = user_name(info.st_uid)
     if info.st_uid == os.geteuid():
-        return (f"{folder} is not writable (mode {info.st_mode & 0o7777:04o}): give {me} "
+        return (f"{path_name(folder)} is not writable (mode {info.st_mode & 0o7777:04o}): give {me} "
                 f"write access to it")
-    return f"{folder} belongs to {owner}, and {me} cannot write to it: run this command as {owner}"
+    return (f"{path_name(folder)} belongs to {owner}, and {me} cannot write to it: run this "
+            f"command as {owner}")
 
 
 def _who_may_read(path: Path) -> str:
@@ -306,7 +309,7 @@ def control_socket_of(path: str | os.PathLike) -> Path:
 
 def load_config(path: str | os.PathLike) -> Config:
     path = Path(path)
-    file = str(path)
+    file = path_name(path)
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -319,7 +322,7 @@ def load_config(path: str | os.PathLike) -> Config:
         raise ConfigError(f"{file}: no such file{hint}") from None
     except IsADirectoryError:
         inside = path / DEFAULT_CONFIG
-        hint = f" (--config {inside}?)" if inside.is_file() else ""
+        hint = f" (--config {path_name(inside)}?)" if inside.is_file() else ""
         raise ConfigError(f"{file}: a folder, not a workers.toml file{hint}") from None
     except PermissionError as exc:
         raise ConfigError(f"{file}: cannot read: {exc.strerror} ({_who_may_read(path)})") from None
@@ -351,7 +354,8 @@ def load_config(path: str | os.PathLike) -> Config:
         sup.fail("heartbeat_interval", f"must be at most a third of lease ({lease:g} s)")
     socket_path = os.fsencode(state_dir / "control" / "sock")
     if len(socket_path) > MAX_SOCKET_PATH:
-        sup.fail("state_dir", f"is too deep for the control socket: {state_dir}/control/sock is "
+        sup.fail("state_dir", f"is too deep for the control socket: "
+                              f"{path_name(state_dir / 'control' / 'sock')} is "
                               f"{len(socket_path)} bytes, Unix sockets take {MAX_SOCKET_PATH}")
     if supervisor.metrics is not None:
         address = metrics_address(supervisor.metrics)

@@ -243,6 +243,34 @@ def test_a_config_path_that_is_a_folder_says_so_and_names_the_file_in_it(tmp_pat
                                    f"{hint}\n"), (command, proc.stderr)
 
 
+def test_a_config_path_with_a_line_break_is_spelled_out_so_each_error_is_one_line(tmp_path):
+    # The path was printed as it is: 'fairsched: x' on one line, 'y.toml: no such file' on
+    # the next.
+    def explain(*args):
+        env = {k: v for k, v in os.environ.items() if k != "FAIRSCHED_CONFIG"}
+        return subprocess.run([sys.executable, "-m", "fairsched", "explain", *args],
+                              capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env)
+
+    missing = explain("--config", "x\ny.toml")
+    assert (missing.returncode, missing.stderr) == (
+        2, "fairsched: 'x\\ny.toml': no such file\n")
+    folder = tmp_path / "a\nb"
+    folder.mkdir()
+    bad = write(folder, GOOD.replace("processes = 2", "processes = 0"))
+    inside = explain("--config", str(folder))
+    assert (inside.returncode, inside.stderr) == (
+        2, f"fairsched: {str(folder)!r}: a folder, not a workers.toml file "
+           f"(--config {str(bad)!r}?)\n")
+    wrong = explain("--config", str(bad))
+    assert (wrong.returncode, wrong.stderr) == (
+        2, f"fairsched: {str(bad)!r}: [[worker]] 'pdf' key 'processes' must be "
+           ">= 1, got 0\n")
+    good = write(folder, GOOD)
+    weights = explain("--config", str(good))
+    assert weights.returncode == 0, weights.stderr
+    assert f"[scoring] of {str(good)!r}" in weights.stdout, weights.stdout
+
+
 def test_a_state_dir_that_is_a_file_is_one_line_not_a_traceback(tmp_path):
     path = write(tmp_path, GOOD)
     (tmp_path / "state").write_text("not a folder")

@@ -24,6 +24,7 @@ from fairsched.cli.common import (
     require_stdout,
 )
 from fairsched.config import DEFAULT_CONFIG, load_config, resolve_config_path
+from fairsched.errors import path_name
 
 
 def _finite(value):
@@ -71,9 +72,9 @@ def explain(config_path, job_id, as_json, plot_path):
         config, weights, source = None, core.Weights(), "defaults: no ./workers.toml"
     else:
         config = load_config(path)
-        weights, source = config.scoring, f"[scoring] of {config.path}"
+        weights, source = config.scoring, f"[scoring] of {path_name(config.path)}"
         if "scoring" not in tomllib.loads(config.path.read_text(encoding="utf-8")):
-            source = f"defaults: {config.path} has no [scoring]"
+            source = f"defaults: {path_name(config.path)} has no [scoring]"
     if job_id is not None:
         bound_database_waits()
     job = ex.explain_job(config, job_id) if job_id is not None else None

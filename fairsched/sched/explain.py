@@ -15,7 +15,7 @@ from pathlib import Path
 
 from fairsched import core
 from fairsched.config import Config
-from fairsched.errors import FairschedError
+from fairsched.errors import FairschedError, path_name
 
 PRIORITY_GAPS = range(1, 11)
 FREE_SLOT_COUNTS = range(1, 9)
@@ -230,7 +230,8 @@ def explain_job(config: Config | None, job_id: int) -> JobExplanation:
     else:
         n_free, source = free_slots(config, job["type"])
         if not configured_slots(config, job["type"]):
-            source = f"no worker in {config.path} handles {job['type']!r}: it cannot run here"
+            source = (f"no worker in {path_name(config.path)} handles {job['type']!r}: it "
+                      "cannot run here")
     weights = config.scoring if config is not None else core.Weights()
     breakdown = score_breakdown(weights, priority=job["priority"],
                                 age=now - eligible_at, free_slots=n_free)
