@@ -6,6 +6,7 @@ The messages name the file, the key and the problem, e.g.
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 import pwd
@@ -92,12 +93,17 @@ class Config:
     def types(self) -> set[str]:
         return {t for w in self.workers for t in w.types}
 
-    def unknown_type(self, type_name: str, *, absolute: bool = False) -> str:
+    def unknown_type(self, type_name: str, *, absolute: bool = False,
+                     suggest: bool = False) -> str:
         """What submit, jobs and retry say of a type no worker group here runs (`absolute`:
-        the file's full path, for a reader whose current folder may not be ours)."""
+        the file's full path, for a reader whose current folder may not be ours; `suggest`:
+        the configured type closest to it, for one just typed)."""
         path = self.path.absolute() if absolute else self.path
+        types = sorted(self.types)
+        close = difflib.get_close_matches(type_name, types, n=1) if suggest else []
         return (f"no worker group in {path_name(path)} runs type {type_name!r}"
-                f" (configured types: {', '.join(sorted(self.types))})")
+                f" (configured types: {', '.join(types)})"
+                + (f"; did you mean {close[0]!r}?" if close else ""))
 
     @property
     def control_socket(self) -> Path:

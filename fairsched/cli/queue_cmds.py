@@ -143,7 +143,7 @@ def parse_int(option: str, text: str | None, low: int, high: int | None = None) 
 
 def check_type(config: Config | None, type_name: str) -> None:
     if config is not None and type_name not in config.types:
-        raise UsageProblem(config.unknown_type(type_name))
+        raise UsageProblem(config.unknown_type(type_name, suggest=True))
 
 
 def submit_queued(config: Config | None, type_name: str, payload: Any, *, priority: int,

@@ -254,7 +254,8 @@ class ControlServer:
         req = sup.submit_on_demand(type_name, payload, priority, notify)
         if req is None:
             _send(writer, {"event": "refused", "code": 2,
-                           "error": sup.config.unknown_type(type_name, absolute=True)})
+                           "error": sup.config.unknown_type(type_name, absolute=True,
+                                                            suggest=True)})
             return
         if not req.done:
             _send(writer, {"event": "accepted", "job_id": req.job_id})
