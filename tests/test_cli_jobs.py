@@ -49,6 +49,23 @@ def test_jobs_of_any_type_on_a_host_without_workers_toml_is_silent(db, tmp_path)
     assert (result.returncode, result.stderr) == (0, "")
 
 
+def test_attempts_of_a_job_whose_max_attempts_is_unknown_here_are_explained(db, tmp_path):
+    # On a host with only FAIRSCHED_DATABASE_URL, an unclaimed job reads '0/-': the '-' was
+    # explained nowhere.
+    with queue(db) as q:
+        own = q.enqueue("pdf", max_attempts=4)
+        unknown = q.enqueue("pdf")
+    table = fairsched("jobs", url=db, cwd=tmp_path)
+    assert table.returncode == 0, table.stderr
+    attempts = {int(row.split()[0]): row.split()[4] for row in table.stdout.splitlines()[1:]}
+    assert attempts == {own: "0/4", unknown: "0/-"}, table.stdout
+    listed = json.loads(fairsched("jobs", "--json", url=db, cwd=tmp_path).stdout)
+    assert {job["id"]: job["max_attempts"] for job in listed} == {own: 4, unknown: None}
+    help_text = " ".join(fairsched("jobs", "--help", url=None).stdout.split())
+    assert ("'-' where no workers.toml here names its type (this host has none, or none of "
+            "its groups runs that type); --json gives null") in help_text, help_text
+
+
 def test_jobs_with_a_status_that_does_not_exist_is_exit_2_naming_the_allowed_ones(db, config):
     result = fairsched("jobs", "--status", "done", "--config", str(config), url=db)
     assert (result.returncode, result.stdout) == (2, "")

@@ -371,3 +371,11 @@ def test_every_line_in_the_log_table_is_worded_as_the_code_logs_it():
         "restart in"]
     wrong = {line: missing for line in lines if (missing := wording_not_in(line, text))}
     assert not wrong, f"log lines in docs/operations.md, Logs, that the code never writes: {wrong}"
+
+
+def test_the_attempts_of_a_job_whose_max_attempts_is_unknown_are_explained():
+    # `fairsched jobs` shows '0/-' on a host without workers.toml: say what the '-' is.
+    text = " ".join(section(operations(), "## Failed jobs: the dead-letter list").split())
+    assert "`ATTEMPTS` is the attempts made over the job's `max_attempts`" in text
+    assert "and `-` (`0/-`) where none does" in text
+    assert "`null` until the job is claimed" in text

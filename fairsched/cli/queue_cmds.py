@@ -225,7 +225,13 @@ MAX_TYPE_COLUMNS = 24  # a longer type is cut short, so one does not widen every
 @config_option
 @reports_errors
 def jobs(status, type_name, limit, as_json, config_path):
-    """List jobs, newest first."""
+    """List jobs, newest first.
+
+    ATTEMPTS is the attempts made over the job's max_attempts. A job not yet claimed has none
+    of its own unless given at submit: it shows its worker group's, or '-' where no
+    workers.toml here names its type (this host has none, or none of its groups runs that
+    type); --json gives null until it is claimed.
+    """
     require_stdout()
     if status is not None and status not in STATUSES:
         raise UsageProblem(f"--status must be one of {', '.join(STATUSES)}, got {status!r}")
