@@ -9,9 +9,7 @@ from __future__ import annotations
 import difflib
 import math
 import os
-import pwd
 import re
-import stat
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +17,7 @@ from typing import Any
 
 from fairsched.core.weights import Weights
 from fairsched.errors import ConfigError, path_name
+from fairsched.permissions import not_writable, who_may_read
 
 DEFAULT_CONFIG = "workers.toml"
 DEFAULT_STATE_DIR = ".fairsched"  # beside workers.toml
@@ -140,38 +139,6 @@ class Config:
             for t in spec.types:
                 defaults.setdefault(t, spec.max_attempts)
         return defaults
-
-
-def user_name(uid: int) -> str:
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:  # a uid with no account (a container's, say)
-        return f"uid {uid}"
-
-
-def not_writable(folder: Path) -> str | None:
-    """Why this user cannot write into `folder` (or to a socket), which exists, and what to do;
-    None when it can."""
-    info = folder.stat()
-    if os.access(folder, os.W_OK | (os.X_OK if stat.S_ISDIR(info.st_mode) else 0)):
-        return None
-    me = user_name(os.geteuid())
-    owner = user_name(info.st_uid)
-    if info.st_uid == os.geteuid():
-        return (f"{path_name(folder)} is not writable (mode {info.st_mode & 0o7777:04o}): give {me} "
-                f"write access to it")
-    return (f"{path_name(folder)} belongs to {owner}, and {me} cannot write to it: run this "
-            f"command as {owner}")
-
-
-def _who_may_read(path: Path) -> str:
-    try:
-        uid = path.stat().st_uid
-    except OSError:  # a folder on the way this user may not enter
-        return "run this command as a user who may read it"
-    if uid == os.geteuid():
-        return f"give {user_name(uid)} read access to it"
-    return f"it belongs to {user_name(uid)}: run this command as {user_name(uid)}"
 
 
 def resolve_config_path(option: str | None) -> Path:
@@ -331,7 +298,7 @@ def load_config(path: str | os.PathLike) -> Config:
         hint = f" (--config {path_name(inside)}?)" if inside.is_file() else ""
         raise ConfigError(f"{file}: a folder, not a workers.toml file{hint}") from None
     except PermissionError as exc:
-        raise ConfigError(f"{file}: cannot read: {exc.strerror} ({_who_may_read(path)})") from None
+        raise ConfigError(f"{file}: cannot read: {exc.strerror} ({who_may_read(path)})") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{file}: cannot read: {exc}") from None
     except tomllib.TOMLDecodeError as exc:

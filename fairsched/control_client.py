@@ -110,7 +110,7 @@ class ControlClient:
 
     def _whose(self) -> str | None:
         """Whose the control socket is, and who to run as, when this user may not use it."""
-        from fairsched.config import not_writable
+        from fairsched.permissions import not_writable
 
         for path in (self.path.parent, self.path):
             try:
