@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from fairsched.errors import FairschedError
+from fairsched.errors import FairschedError, path_name
 
 # Beside the socket: the running supervisor holds a lock on it and writes its pid there.
 LOCK_FILE = "supervisor.lock"
@@ -64,6 +64,7 @@ class ControlClient:
     def __init__(self, path: Path, timeout: float | None = 30.0,
                  starting_within: float = STARTING_WITHIN):
         self.path = Path(path)
+        self.name = path_name(self.path)  # as messages spell it: one line, whatever the path
         self.timeout = timeout
         self.starting_within = starting_within
 
@@ -81,7 +82,7 @@ class ControlClient:
                 # where a blocking one would wait its turn. Wait likewise.
                 sock.close()
                 if time.monotonic() >= deadline:
-                    raise NotRunning(f"the supervisor on {self.path} has accepted no "
+                    raise NotRunning(f"the supervisor on {self.name} has accepted no "
                                      f"connection within {self.starting_within:g} s: too "
                                      "busy, or stalled; try again") from None
                 time.sleep(0.05)
@@ -90,20 +91,20 @@ class ControlClient:
                 sock.close()
             except PermissionError as exc:
                 sock.close()
-                raise NotRunning(f"cannot reach the supervisor on {self.path}: "
+                raise NotRunning(f"cannot reach the supervisor on {self.name}: "
                                  f"{self._whose() or exc.strerror}") from None
             except OSError as exc:  # a file where a folder should be, a path too long, ...
                 sock.close()
-                raise NotRunning(f"cannot reach a supervisor on {self.path}: "
+                raise NotRunning(f"cannot reach a supervisor on {self.name}: "
                                  f"{exc.strerror or exc}") from None
             # A supervisor holds its lock from its start, and listens once its database is
             # ready: while it starts, wait for it (a stop said now would stop nothing).
             pid = lock_holder(self.path.parent)
             if pid is None:
-                raise NotRunning(f"no supervisor is running on {self.path} "
+                raise NotRunning(f"no supervisor is running on {self.name} "
                                  "(start one with `fairsched supervise --config ...`)")
             if time.monotonic() >= deadline:
-                raise NotRunning(f"the supervisor (pid {pid}) has not opened {self.path} within "
+                raise NotRunning(f"the supervisor (pid {pid}) has not opened {self.name} within "
                                  f"{self.starting_within:g} s: still starting (its database, "
                                  "say), or stalled; try again")
             time.sleep(0.1)
@@ -169,7 +170,7 @@ class ControlClient:
         if isinstance(answer, dict):
             answer = json.dumps(answer).encode()
         said = repr(answer[:60])[2:-1] + ("..." if len(answer) > 60 else "")
-        return NotASupervisor(f"{self.path} is not a fairsched supervisor's control socket: "
+        return NotASupervisor(f"{self.name} is not a fairsched supervisor's control socket: "
                               f"it answered '{said}'")
 
     def supervisor_pid(self) -> str:
@@ -182,12 +183,12 @@ class ControlClient:
     def request(self, request: dict) -> dict:
         for reply in self.stream(request):
             return reply
-        raise NotRunning(f"the supervisor on {self.path} closed the connection without answering")
+        raise NotRunning(f"the supervisor on {self.name} closed the connection without answering")
 
     def ps(self) -> dict:
         reply = self.request({"cmd": "ps"})
         if "ps" not in reply and "error" in reply:  # refused: too many connections, say
-            raise NotRunning(f"the supervisor on {self.path} did not answer: {reply['error']}")
+            raise NotRunning(f"the supervisor on {self.name} did not answer: {reply['error']}")
         ps = reply.get("ps")
         if not (isinstance(ps, dict) and isinstance(ps.get("supervisor"), dict)
                 and isinstance(ps.get("slots"), list)

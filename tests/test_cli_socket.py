@@ -13,10 +13,10 @@ import pytest
 
 
 @contextlib.contextmanager
-def answering(reply: bytes):
+def answering(reply: bytes, name: str = "sock"):
     """A Unix socket whose server reads a request line and answers every one with `reply`."""
     folder = Path(tempfile.mkdtemp(prefix="fs-", dir="/tmp"))
-    path = folder / "sock"
+    path = folder / name
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(str(path))
     server.listen()
@@ -54,6 +54,7 @@ def fairsched(*args: str) -> subprocess.CompletedProcess:
                           text=True, env=env, timeout=60)
 
 
+COMMANDS = [["ps"], ["ps", "--json"], ["restart", "pdf"], ["stop"], ["submit", "pdf", "--on-demand"]]
 REPLIES = {
     "bytes": b"\xff\xfe\x00garbage\n",
     "text": b"HTTP/1.1 400 Bad Request\r\n\r\n",
@@ -65,8 +66,7 @@ REPLIES = {
 
 
 @pytest.mark.parametrize("reply", REPLIES.values(), ids=REPLIES.keys())
-@pytest.mark.parametrize("command", [["ps"], ["ps", "--json"], ["restart", "pdf"], ["stop"],
-                                     ["submit", "pdf", "--on-demand"]])
+@pytest.mark.parametrize("command", COMMANDS)
 def test_a_socket_that_answers_as_no_supervisor_does_is_one_line_exit_1(command, reply):
     with answering(reply) as path:
         result = fairsched(*command, "--socket", str(path))
@@ -76,3 +76,21 @@ def test_a_socket_that_answers_as_no_supervisor_does_is_one_line_exit_1(command,
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith(f"fairsched: {path}") or f"on {path}" in lines[0], lines[0]
     assert "supervisor" in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_socket_path_with_a_line_break_and_no_supervisor_is_spelled_on_one_line(command):
+    path = "/tmp/fs-no-such-folder/x\ny"
+    result = fairsched(*command, "--socket", path)
+    assert (result.returncode, result.stdout) == (1, ""), (result.returncode, result.stderr)
+    assert result.stderr == (f"fairsched: no supervisor is running on {path!r} (start one with "
+                             "`fairsched supervise --config ...`)\n"), result.stderr
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_socket_path_with_a_line_break_answering_as_no_supervisor_is_one_line(command):
+    with answering(b"[1, 2]\n", name="so\nck") as path:
+        result = fairsched(*command, "--socket", str(path))
+    assert (result.returncode, result.stdout) == (1, ""), (result.returncode, result.stderr)
+    assert result.stderr == (f"fairsched: {str(path)!r} is not a fairsched supervisor's control "
+                             "socket: it answered '[1, 2]'\n"), result.stderr
