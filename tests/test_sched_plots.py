@@ -132,3 +132,19 @@ def test_a_plot_that_cannot_be_written_is_said_before_the_work_it_would_show(tmp
         assert result.returncode == 1, result.stderr
         assert result.stderr.strip() == (f"fairsched: cannot write plot {plot}: {problem}"
                                          if installed else HINT)
+
+
+def test_a_plot_path_with_a_line_break_is_spelled_on_one_line(tmp_path, starvation_files):
+    trace_path, workers_path = starvation_files
+    missing = tmp_path / "no\nfolder"
+    drawn = tmp_path / "my\nplot.png"
+    for command in (["explain"], ["simulate", str(trace_path), "--workers", str(workers_path)]):
+        result = run(*command, "--plot", str(missing / "p.png"), cwd=tmp_path)
+        assert (result.returncode, result.stdout) == (1, ""), result.stderr
+        assert result.stderr == (f"fairsched: cannot write plot {str(missing / 'p.png')!r}: "
+                                 f"no folder {str(missing)!r}\n"), result.stderr
+        result = run(*command, "--plot", str(drawn), cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.splitlines()[-1].endswith(f" drawn to {str(drawn)!r}"), result.stdout
+        assert drawn.read_bytes()[:8] == PNG_MAGIC
+        drawn.unlink()

@@ -101,7 +101,7 @@ def explain(config_path, job_id, as_json, plot_path):
     else:
         output(ex.weights_report(weights, source))
     if plot_path:
-        output(f"score lines drawn to {plot_path}")
+        output(f"score lines drawn to {path_name(plot_path)}")
 
 
 @main.command(short_help="Replay a job trace against the configured slots, per policy.")
@@ -152,7 +152,7 @@ def simulate(trace_path, policies, config_path, tick, as_json, plot_path):
     else:
         output(report.report_table(trace, len(slots), results))
         if plot_path:
-            output(f"waits drawn to {plot_path}")
+            output(f"waits drawn to {path_name(plot_path)}")
 
 
 def _plots_for(plot_path):

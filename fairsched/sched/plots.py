@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from fairsched import core
-from fairsched.errors import FairschedError
+from fairsched.errors import FairschedError, path_name
 from fairsched.sched.explain import on_demand_crossover, priority_crossovers
 
 INSTALL_HINT = "install matplotlib (pip install 'fairsched[plot]') to draw plots"
@@ -28,14 +28,15 @@ def require(path: str | Path) -> None:
     path = Path(path)
     folder = path.parent
     if path.is_dir():
-        problem = f"{path} is a folder"
+        problem = f"{path_name(path)} is a folder"
     elif not folder.is_dir():
-        problem = f"no folder {folder}" if not folder.exists() else f"{folder} is not a folder"
+        problem = (f"no folder {path_name(folder)}" if not folder.exists()
+                   else f"{path_name(folder)} is not a folder")
     elif not os.access(folder, os.W_OK | os.X_OK):
-        problem = f"folder {folder} is not writable"
+        problem = f"folder {path_name(folder)} is not writable"
     else:
         return
-    raise FairschedError(f"cannot write plot {path}: {problem}")
+    raise FairschedError(f"cannot write plot {path_name(path)}: {problem}")
 
 
 def _pyplot():
@@ -53,12 +54,12 @@ def _save(fig, plt, path: str | Path) -> Path:
     path = Path(path)
     try:
         if path.is_dir():  # matplotlib would write <folder>.png beside it
-            raise IsADirectoryError(f"{path} is a folder")
+            raise IsADirectoryError(f"{path_name(path)} is a folder")
         # A name without a suffix gets a PNG of exactly that name; matplotlib would write
         # NAME.png beside it instead, and the command would name a file it never wrote.
         fig.savefig(path, dpi=110, format=None if path.suffix else "png")
     except (OSError, ValueError) as exc:
-        raise FairschedError(f"cannot write plot {path}: {exc}") from None
+        raise FairschedError(f"cannot write plot {path_name(path)}: {exc}") from None
     finally:
         plt.close(fig)
     return path
