@@ -16,7 +16,7 @@ from typing import NoReturn
 
 import click
 
-from fairsched.errors import ConfigError, FairschedError
+from fairsched.errors import ConfigError, FairschedError, path_name
 from fairsched.logs import JsonFormatter
 
 config_option = click.option(
@@ -250,7 +250,7 @@ def reports_errors(func):
         except (ConnectionError, TimeoutError) as exc:
             fail(f"lost the supervisor's control socket: {exc}", 1)
         except OSError as exc:  # state_dir not writable, a file where a folder should be, ...
-            where = f"{exc.filename}: " if exc.filename else ""
+            where = f"{path_name(exc.filename)}: " if exc.filename else ""
             fail(f"{where}{exc.strerror or exc}", 1)
         except RecursionError:
             fail("the input nests too deeply", 2)

@@ -28,6 +28,7 @@ import psutil
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo, timeout_from_conninfo
 
+from fairsched.errors import path_name
 from fairsched.logs import tail_lines
 from fairsched.store.errors import BadDatabaseURL, BadStateDir, DatabaseUnavailable
 from fairsched.store.schema import migrate
@@ -78,7 +79,7 @@ def chosen_url(url: str | None, config_file: str | os.PathLike | None = None) ->
             conninfo_to_dict(chosen)
         except psycopg.ProgrammingError as exc:
             source = (ENV_URL if os.environ.get(ENV_URL)
-                      else f"{config_file}: [supervisor] key 'database'" if config_file
+                      else f"{path_name(config_file)}: [supervisor] key 'database'" if config_file
                       else "[supervisor] key 'database'")
             raise BadDatabaseURL(f"{source} is not a PostgreSQL URL or connection string: "
                                  f"{without_password(first_line(exc), chosen)}") from None
@@ -228,7 +229,8 @@ class _EmbeddedServer:
     def __init__(self, state_dir: Path, config_file: str | os.PathLike | None = None):
         self.state_dir = state_dir.expanduser().resolve()
         # Where a problem with state_dir is to be fixed, for its messages.
-        self.setting = (f"{config_file}: " if config_file else "") + "[supervisor] key 'state_dir'"
+        self.setting = ((f"{path_name(config_file)}: " if config_file else "")
+                        + "[supervisor] key 'state_dir'")
         self.pgdata = self.state_dir / "pg"
         self.users_file = self.state_dir / "pg.users.json"
         self.lock_file = self.state_dir / "pg.lock"
@@ -238,7 +240,7 @@ class _EmbeddedServer:
         try:
             self.state_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise BadStateDir(f"{self.setting}: cannot create {self.state_dir}: "
+            raise BadStateDir(f"{self.setting}: cannot create {path_name(self.state_dir)}: "
                               f"{exc.strerror}") from exc
         url = self.ensure_running()
         # A process that dies of an exception still lets go; a forked child is not the user.
@@ -290,8 +292,8 @@ class _EmbeddedServer:
             # pg_ctl hands the socket folder to postgres in one unquoted option.
             raise BadStateDir(
                 f"{self.setting}: the embedded PostgreSQL cannot take a path with a space, a "
-                f"quote or a backslash ({self.pgdata}): choose one without, or use an external "
-                "database (FAIRSCHED_DATABASE_URL)")
+                f"quote or a backslash ({path_name(self.pgdata)}): choose one without, or use "
+                "an external database (FAIRSCHED_DATABASE_URL)")
         first = not (self.pgdata / "PG_VERSION").exists()
         log.info("starting the embedded PostgreSQL in %s%s", self.pgdata,
                  " (its first start: creating the database)" if first else "")

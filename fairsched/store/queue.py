@@ -17,6 +17,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
+from fairsched.errors import path_name
 from fairsched.store.database import EXTERNAL_MARK, Database, chosen_url, open_database
 from fairsched.store.errors import (
     DatabaseUnavailable,
@@ -99,8 +100,9 @@ class Queue:
             path = config.supervisor.state_dir
         elif not (create or (path / "pg").is_dir() or chosen_url(url, config_file)):
             raise DatabaseUnavailable(
-                f"{path}: no embedded database here; give the supervisor's workers.toml (it "
-                "names the database), or the state_dir of one that uses the embedded database")
+                f"{path_name(path)}: no embedded database here; give the supervisor's "
+                "workers.toml (it names the database), or the state_dir of one that uses the "
+                "embedded database")
         if not chosen_url(url, config_file):
             refuse_beside_an_external_supervisor(path, config_file)
         database = open_database(path, url, config_file)
@@ -321,7 +323,9 @@ def refuse_beside_an_external_supervisor(state_dir: Path,
     )
 
     socket_path = control_socket_in(state_dir)
-    where = f"`[supervisor] database` in {config_file}" if config_file else "Queue.open's url"
+    where = (f"`[supervisor] database` in {path_name(config_file)}" if config_file
+             else "Queue.open's url")
+    state = path_name(state_dir)
     deadline = time.monotonic() + STARTING_WITHIN
     while True:
         try:
@@ -331,7 +335,7 @@ def refuse_beside_an_external_supervisor(state_dir: Path,
         kind = ps.get("database") if isinstance(ps, dict) else None
         if kind == "external":
             raise OtherDatabase(
-                f"the supervisor (pid {ps.get('pid', '?')}) on {state_dir} uses an external "
+                f"the supervisor (pid {ps.get('pid', '?')}) on {state} uses an external "
                 f"database; give this command its URL with FAIRSCHED_DATABASE_URL or {where}")
         if kind == "embedded":
             return  # the embedded database here is the supervisor's
@@ -342,14 +346,14 @@ def refuse_beside_an_external_supervisor(state_dir: Path,
         pid = lock_holder(socket_path.parent)
         if pid is None and external:
             raise OtherDatabase(
-                f"the supervisor on {state_dir} used an external database when it last ran; "
+                f"the supervisor on {state} used an external database when it last ran; "
                 f"give this command its URL with FAIRSCHED_DATABASE_URL or {where} (or remove "
-                f"{mark} to start an embedded database there)")
+                f"{path_name(mark)} to start an embedded database there)")
         if pid is None:  # no supervisor: the embedded database is this state_dir's
             return
         if time.monotonic() >= deadline:
             raise DatabaseUnavailable(
-                f"the supervisor (pid {pid}) on {state_dir} has not said which database it uses"
+                f"the supervisor (pid {pid}) on {state} has not said which database it uses"
                 " (starting, or stalled); try again, or give this command the database's URL"
                 " with FAIRSCHED_DATABASE_URL")
         time.sleep(0.1)
