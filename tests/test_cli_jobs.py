@@ -28,7 +28,7 @@ def test_jobs_of_a_type_no_group_runs_says_so_on_stderr(db, config, as_json):
     assert result.stdout == ("[]\n" if as_json else
                              "ID  TYPE  PRI  STATUS  ATTEMPTS  AGE  LAST ERROR\n")
     assert result.stderr == (f"no worker group in {config} runs type 'pfd'"
-                             " (configured types: ocr, pdf)\n")
+                             " (configured types: ocr, pdf); did you mean 'pdf'?\n")
 
 
 def test_jobs_of_a_type_no_group_runs_any_more_are_listed_without_a_word(db, config):

@@ -250,7 +250,7 @@ def jobs(status, type_name, limit, as_json, config_path):
     if not rows and type_name is not None and config is not None \
             and type_name not in config.types:
         # Likely a typo, which submit refuses: say so, but the (empty) answer stands.
-        click.echo(config.unknown_type(type_name), err=True)
+        click.echo(config.unknown_type(type_name, suggest=True), err=True)
 
 
 def job_json(row: dict) -> dict:
