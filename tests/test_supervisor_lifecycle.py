@@ -72,3 +72,16 @@ def test_restart_and_stop_that_cannot_print_say_what_they_did(supervisors):
         1, f"fairsched: supervisor {sup.proc.pid} stopped, but this could not be printed:"
            " standard output is closed\n")
     assert sup.wait_exit() == 0
+
+
+def test_a_second_supervisor_on_a_state_dir_with_a_line_break_says_so_on_one_line(supervisors):
+    sup = supervisors(ECHO)
+    sup.config.write_text(sup.config.read_text().replace('state_dir = "state"',
+                                                         'state_dir = "st\\nate"'))
+    sup.start()
+    pid = sup.ps()["supervisor"]["pid"]
+    state = sup.dir / "st\nate"
+    second = sup.cli("supervise")
+    assert (second.returncode, second.stdout) == (2, ""), second.stderr
+    assert second.stderr == (f"fairsched: another supervisor (pid {pid}) is running on "
+                             f"{str(state)!r}; stop it first (`fairsched stop`)\n")

@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 
 from fairsched.control_client import LOCK_FILE
-from fairsched.errors import FairschedError
+from fairsched.errors import FairschedError, path_name
 from fairsched.protocol import MAX_DEPTH, MAX_PAYLOAD, json_depth, payload_json
 from fairsched.supervisor.status import snapshot
 
@@ -59,7 +59,7 @@ class ControlServer:
             other = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
             os.close(fd)
             raise AlreadyRunning(
-                f"another supervisor (pid {other}) is running on {self.folder.parent}; "
+                f"another supervisor (pid {other}) is running on {path_name(self.folder.parent)}; "
                 "stop it first (`fairsched stop`)") from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
