@@ -154,3 +154,24 @@ def test_a_job_given_to_a_process_pool_arrives_there_as_a_copy(supervisors, star
     done = sup.cli("submit", "t", "--on-demand", "--payload", json.dumps({"n": 21, "start": start}))
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"doubled": 42, "id": "od-1", "cancelled": False}
+
+
+def test_a_handler_printing_onto_a_full_disk_finishes_its_jobs_and_the_log_says_so_once(
+        supervisors):
+    # /dev/full answers every write with ENOSPC, as a full file system under the logs does.
+    sup = supervisors(worker("prints_much"))
+    logs = sup.dir / "state" / "logs"
+    logs.mkdir(parents=True)
+    (logs / "w-1.log").symlink_to("/dev/full")
+    sup.start()
+    pid = sup.slots("w")[0]["pid"]
+    for _ in range(2):
+        done = sup.cli("submit", "t", "--on-demand", "--payload", '{"lines": 500}')
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout) == {"printed": 500, "pid": pid}
+    said = [line for line in sup.output().splitlines() if "cannot write to its log" in line]
+    assert len(said) == 1, sup.output()
+    assert said[0].endswith(
+        f"worker w-1 cannot write to its log {logs / 'w-1.log'}: No space left on device; what "
+        "its jobs print is lost until there is room (said once per process)"), said[0]
+    assert sup.slots("w")[0]["restarts"] == 0

@@ -183,6 +183,11 @@ class WorkerPipes:
         if rj is None or rj.job_id != msg["job_id"]:
             self._not_running_there(proc, msg, rj)
             return
+        if isinstance(msg.get("log_lost"), str) and not proc.warned_log_lost:
+            proc.warned_log_lost = True
+            log.warning("worker %s cannot write to its log %s: %s; what its jobs print is lost "
+                        "until there is room (said once per process)", proc.name,
+                        self.log_dir / f"{proc.name}.log", quoted(msg["log_lost"], 200))
         if kind == "progress":
             rj.progress, rj.message = self._progress_fields(proc, msg)
             if rj.request is not None:

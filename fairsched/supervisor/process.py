@@ -66,6 +66,7 @@ class WorkerProcess:
     incompatible: str | None = None  # its hello spoke another protocol version: why
     warned_progress: bool = False  # it was told once that its progress fields are ignored
     warned_stale: bool = False  # told once that messages for jobs not running there are ignored
+    warned_log_lost: bool = False  # said once that its log file has no room for its output
     oom_kills_at_start: int | None = None  # the kernel's OOM kill count when it started
 
     @property

@@ -22,6 +22,7 @@ from fairsched.errors import PermanentError
 from fairsched.job import Job
 from fairsched.protocol import MAX_DEPTH, ProtocolError, encode, json_depth
 from fairsched.worker._linux import reopen_standard_streams
+from fairsched.worker.log_streams import log_stream
 
 MAX_ERROR = 65536  # characters of an error text sent back; the log keeps the whole traceback
 
@@ -291,8 +292,7 @@ def reopen_print_streams() -> dict[str, int]:
                 continue
             original = getattr(sys, f"__{name}__")
             if _closed(original):
-                original = open(fd, "w", buffering=1, errors="backslashreplace",  # noqa: SIM115
-                                closefd=False)
+                original = log_stream(fd)
         except Exception:  # a stream of the handler's that cannot even say: left as it is
             continue
         setattr(sys, name, original)

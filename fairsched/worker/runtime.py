@@ -43,6 +43,8 @@ from fairsched.worker.handler import (
     note,
     restore_streams,
 )
+from fairsched.worker.log_streams import install as install_log_streams
+from fairsched.worker.log_streams import tell_lost
 
 EXIT_CANNOT_START = 78  # EX_CONFIG: the handler or the environment is wrong; do not restart
 EXIT_PROTOCOL = 76  # EX_PROTOCOL: the supervisor sent something this worker cannot read
@@ -311,7 +313,7 @@ class Worker:
             if call is not None:
                 call()
             try:
-                data = answer(self.handler, job)
+                data = tell_lost(answer(self.handler, job))
                 if os.getpid() != self.pid:  # a handler's fork came back here: it is not the
                     exit_now(0)              # worker, and must not speak for it
                 self.finish_job(job, data)
@@ -407,10 +409,7 @@ def serve(settings: Settings, handler: Handler, sock: socket.socket) -> NoReturn
     """Run a worker whose handler is already imported (the template's forked workers)."""
     set_title(f"fairsched: worker {settings.name} ({settings.handler}, supervisor "
               f"{os.getppid()})")
-    try:
-        sys.stdout.reconfigure(line_buffering=True)
-    except (AttributeError, ValueError):
-        pass
+    install_log_streams()
     # Only this process speaks on the channel: a program a handler runs (os.system passes on
     # every inheritable descriptor) must not write into its frames, nor hold it open.
     os.set_inheritable(sock.fileno(), False)

@@ -297,3 +297,11 @@ def hands_its_job_to_a_pool(job: fairsched.Job):
     context = multiprocessing.get_context(job.payload["start"])
     with concurrent.futures.ProcessPoolExecutor(1, mp_context=context) as pool:
         return pool.submit(_double, job).result()
+
+
+def prints_much(job: fairsched.Job):
+    """Prints payload['lines'] lines to standard output and as many to standard error."""
+    for n in range(job.payload["lines"]):
+        print("out", n, "." * 100)
+        print("err", n, "." * 100, file=sys.stderr)
+    return {"printed": job.payload["lines"], "pid": os.getpid()}
