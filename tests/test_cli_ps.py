@@ -344,3 +344,20 @@ def test_ps_watch_waits_through_a_restart_of_the_supervisor(supervisors, tmp_pat
     (said,) = files["json.err"].read_text().splitlines()
     assert said.startswith("fairsched: no supervisor is running on ") and said.endswith(
         "; waiting for it"), said
+
+
+def test_ps_says_which_worker_a_signal_has_stopped_and_how_to_wake_it(supervisors):
+    sup = supervisors(ECHO).start()
+    pid = sup.slots("pdf")[0]["pid"]
+    said = (f"pdf-1 (pid {pid}) is stopped by a signal (SIGSTOP, Ctrl-Z): it runs nothing "
+            f"until `kill -CONT {pid}`")
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        wait_until(lambda: sup.slots("pdf")[0]["suspended"], what="pdf-1 seen stopped")
+        table = sup.cli("ps")
+        assert table.returncode == 0 and said in table.stdout.splitlines(), table.stdout
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    wait_until(lambda: not sup.slots("pdf")[0]["suspended"], what="pdf-1 seen running")
+    table = sup.cli("ps")
+    assert table.returncode == 0 and "stopped by a signal" not in table.stdout, table.stdout

@@ -246,7 +246,7 @@ def test_every_ps_json_field_is_documented():
             fields |= {k.value for k in node.keys if isinstance(k, ast.Constant)}
         elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store):
             fields.add(node.slice.value)
-    fields |= {"rss", "cpu"}  # added by the ps command itself, with psutil
+    fields |= {"rss", "cpu", "suspended"}  # added by the ps command itself, with psutil
     actor = ast.parse(Path(fairsched.supervisor.actor.__file__).read_text())
     for node in ast.walk(actor):  # the job counters: self.counters = {...}
         if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict)

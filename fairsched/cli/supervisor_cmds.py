@@ -293,9 +293,11 @@ def _on_demand_event(event: dict, show_progress: bool) -> int | None:
 
 
 def add_process_figures(data: dict) -> dict:
-    """RSS and CPU seconds per worker process, read here with psutil (same host)."""
+    """RSS and CPU seconds per worker process, and whether a signal has it stopped (SIGSTOP,
+    Ctrl-Z), read here with psutil (same host)."""
     import psutil
 
+    halted = (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
     cache: dict[int, tuple] = {}
     for row in data["slots"]:
         pid = row.get("pid")
@@ -304,10 +306,12 @@ def add_process_figures(data: dict) -> dict:
                 p = psutil.Process(pid)
                 with p.oneshot():
                     times = p.cpu_times()
-                    cache[pid] = (p.memory_info().rss, round(times.user + times.system, 2))
+                    cache[pid] = (p.memory_info().rss, round(times.user + times.system, 2),
+                                  p.status() in halted)
             except psutil.Error:
-                cache[pid] = (None, None)
-        row["rss"], row["cpu"] = cache.get(pid, (None, None)) if pid else (None, None)
+                cache[pid] = (None, None, False)
+        row["rss"], row["cpu"], row["suspended"] = (cache.get(pid, (None, None, False)) if pid
+                                                    else (None, None, False))
     return data
 
 
@@ -396,14 +400,17 @@ def render_ps(data: dict, width: int | None = None) -> str:
     for s in data["slots"]:
         if s["slot"] != 0:
             continue
+        notes = []
         if s["state"] == "fatal" and s.get("fatal_reason"):
-            note = (f"{s['worker']} is fatal: {printable(s['fatal_reason'])} "
-                    f"(fix it, then `fairsched restart {s['worker']}`)")
+            notes.append(f"{s['worker']} is fatal: {printable(s['fatal_reason'])} "
+                         f"(fix it, then `fairsched restart {s['worker']}`)")
         elif s["restarts"] and s.get("last_exit"):
-            note = f"{s['worker']} last exited: {printable(s['last_exit'])}"
-        else:
-            continue
-        lines += wrap(note.split(" "), width, " ")
+            notes.append(f"{s['worker']} last exited: {printable(s['last_exit'])}")
+        if s.get("suspended"):
+            notes.append(f"{s['worker']} (pid {s['pid']}) is stopped by a signal (SIGSTOP, "
+                         f"Ctrl-Z): it runs nothing until `kill -CONT {s['pid']}`")
+        for note in notes:
+            lines += wrap(note.split(" "), width, " ")
     return "\n".join(lines) + "\n"
 
 
