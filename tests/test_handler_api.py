@@ -175,3 +175,27 @@ def test_a_handler_printing_onto_a_full_disk_finishes_its_jobs_and_the_log_says_
         f"worker w-1 cannot write to its log {logs / 'w-1.log'}: No space left on device; what "
         "its jobs print is lost until there is room (said once per process)"), said[0]
     assert sup.slots("w")[0]["restarts"] == 0
+
+
+@pytest.mark.parametrize("start", ["template", "cold"])
+def test_a_handler_module_that_prints_at_import_onto_a_full_disk_still_starts(supervisors,
+                                                                              start):
+    # A thread started at import makes its workers start cold, each importing it.
+    thread = ("import threading, time\n"
+              "threading.Thread(target=time.sleep, args=(600,), daemon=True).start()\n")
+    sup = supervisors('[[worker]]\nname = "w"\ntypes = ["t"]\nhandler = "banner:run"\n')
+    (sup.dir / "banner.py").write_text(
+        "import os\n" + (thread if start == "cold" else "")
+        + "for n in range(100):\n    print('loading the model', n, '.' * 100)\n"
+        + "def run(job):\n    return {'pid': os.getpid()}\n")
+    logs = sup.dir / "state" / "logs"
+    logs.mkdir(parents=True)
+    for name in ("w-1.log", "w.template.log"):
+        (logs / name).symlink_to("/dev/full")
+    sup.start()
+    (slot,) = sup.slots("w")
+    assert (slot["state"], slot["restarts"]) == ("free", 0), sup.output()
+    done = sup.cli("submit", "t", "--on-demand")
+    assert done.returncode == 0 and json.loads(done.stdout) == {"pid": slot["pid"]}, done.stderr
+    sup.wait_output(r"worker w-1 cannot write to its log .*: No space left on device")
+    assert ("its workers start cold" in sup.output()) == (start == "cold"), sup.output()

@@ -44,7 +44,8 @@ def install() -> None:
     for fd, name in ((1, "stdout"), (2, "stderr")):
         stream = getattr(sys, name)
         try:
-            if stream is not getattr(sys, f"__{name}__") or stream.fileno() != fd:
+            if (stream is not getattr(sys, f"__{name}__") or stream.fileno() != fd
+                    or isinstance(getattr(stream.buffer, "raw", None), _LogFile)):
                 continue
             stream.flush()
             replacement = log_stream(fd, stream)

@@ -424,6 +424,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
     """`python -m fairsched.worker [--chdir DIR]`: the cold start of a Python worker."""
     args = sys.argv[1:] if argv is None else argv
     name = os.environ.get("FAIRSCHED_WORKER") or "worker"
+    install_log_streams()  # before the handler's import, which may print
     sock = None
     try:
         if args[:1] == ["--chdir"] and len(args) == 2:

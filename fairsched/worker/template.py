@@ -30,6 +30,7 @@ from typing import NoReturn
 
 from fairsched.worker._linux import datagram_size, set_title
 from fairsched.worker.handler import Handler, StartupError, describe_exception, load_handler
+from fairsched.worker.log_streams import install as install_log_streams
 from fairsched.worker.runtime import (
     _die_with_parent,
     cannot_start,
@@ -50,6 +51,7 @@ def main(args: list[str]) -> NoReturn:
     """`python -m fairsched.worker --template [--chdir DIR]`."""
     group = os.environ.get("FAIRSCHED_GROUP") or "?"
     ctrl = None
+    install_log_streams()  # before the handler's import, which may print
     try:
         if args[:1] == ["--chdir"] and len(args) == 2:
             os.chdir(args[1])
