@@ -63,3 +63,30 @@ def test_a_worker_exiting_within_its_grace_is_not_killed_for_ignoring_sigterm(su
     assert "worker slow-1 restarted by the operator" in out, out
     assert "after SIGTERM; killing it" not in out, out
     assert "worker slow-1 exited with code 0; restarting" in out, out
+
+
+def test_a_worker_a_signal_has_stopped_is_continued_and_stops_in_good_order(supervisors):
+    sup = supervisors("""
+[[worker]]
+name = "pdf"
+types = ["pdf"]
+handler = "sup_handlers:echo"
+processes = 2
+""").start()
+    pids = [s["pid"] for s in sup.slots("pdf")]
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)  # an operator's `kill -STOP`, a debugger
+    try:
+        assert sup.cli("restart", "pdf-1").returncode == 0
+        ps = sup.wait_for(lambda ps: ps["slots"][0]["state"] == "free"
+                          and ps["slots"][0]["pid"] != pids[0], what="pdf-1 restarted")
+        assert ps["slots"][0]["last_exit"] == "exited with code 0 (restarted by the operator)"
+        stop = sup.cli("stop")
+        assert stop.returncode == 0, stop.stderr
+    finally:
+        for pid in pids:
+            if alive(pid):
+                os.kill(pid, signal.SIGCONT)
+    out = sup.output()
+    assert "worker pdf-2 stopped: exited with code 0" in out, out
+    assert "SIGKILL" not in out and "ignored SIGTERM" not in out, out

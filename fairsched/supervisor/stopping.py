@@ -17,6 +17,16 @@ from fairsched.supervisor.workers import EXIT_GRACE, STOP_GRACE
 log = logging.getLogger("fairsched.supervisor")
 
 
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        # No group of that id: the worker is dead (SIGCHLD is on its way), or a template
+        # forked it so recently that it has not made its own session yet.
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
 class WorkerStopping:
     def expect_exit(self, proc: WorkerProcess) -> None:
         """The worker's pipe is gone: it exits now (a crash, as SIGCHLD will tell), or it is
@@ -36,13 +46,11 @@ class WorkerStopping:
         if proc.pid is None:
             return
         proc.signalled.add(sig)
-        try:
-            os.killpg(proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            # No group of that id: the worker is dead (SIGCHLD is on its way), or a template
-            # forked it so recently that it has not made its own session yet.
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(proc.pid, sig)
+        _signal_group(proc.pid, sig)
+        if sig == signal.SIGTERM:
+            # One a signal has stopped (SIGSTOP, Ctrl-Z) takes SIGTERM only once continued, as
+            # systemd continues what it stops: it ends in good order, not with SIGKILL.
+            _signal_group(proc.pid, signal.SIGCONT)
         if grace is not None and proc.kill_timer is None:
             proc.kill_timer = self.loop.call_later(grace, self._kill_after_grace, proc, grace)
 
