@@ -37,11 +37,16 @@ class LeaseGuard:
         self.fenced = False
         self._cancel_timer: asyncio.TimerHandle | None = None
         self._kill_timer: asyncio.TimerHandle | None = None
+        # The queued jobs running here at the last renewal: those a lease found expired
+        # later ran while it ran out, even if they have ended here since.
+        self.running_at_renewal: list[int] = []
 
     def renewed(self, sent_at: float) -> None:
         """A heartbeat (or registration) sent at loop time `sent_at` succeeded."""
         loop = self.sup.loop
         self.sup.watchdog.lease(sent_at + self.lease * WATCHDOG_AT)
+        self.running_at_renewal = sorted(
+            rj.job_id for rj in self.sup.running.values() if rj.request is None)
         self._cancel_timers()
         self._cancel_timer = loop.call_at(sent_at + self.lease * CANCEL_AT, self._running_out)
         self._kill_timer = loop.call_at(sent_at + self.lease * KILL_AT, self._kill_stragglers)

@@ -96,8 +96,7 @@ class Heartbeats:
             raise
         lost = {rj.job_id for rj in running if (rj.job_id, rj.claim) not in mine}
         if not running:
-            log.warning("this supervisor's lease had expired while no job of the queue ran "
-                        "here: registered again")
+            log.warning("%s: registered again", _expired_idle(self.sup.lease.running_at_renewal))
             self.sup.lease.expired(lost)  # a claim under way may have won rows: fenced too
             return
         if not lost:
@@ -110,6 +109,16 @@ class Heartbeats:
         log.error("this supervisor's lease had expired and its running jobs were given "
                   "back to the queue; their results here will not be recorded")
         self.sup.lease.expired(lost)
+
+
+def _expired_idle(ran: list[int]) -> str:
+    """The lease found expired with no queued job running here now: whether some ran while
+    it ran out (the lease watchdog may have killed their workers, or they ended meanwhile)."""
+    if not ran:
+        return "this supervisor's lease had expired while no job of the queue ran here"
+    ids = ", ".join(map(str, ran[:10])) + (" ..." if len(ran) > 10 else "")
+    return (f"this supervisor's lease had expired while {len(ran)} of its queued "
+            f"job{'' if len(ran) == 1 else 's'} ran here ({ids}; ended here since)")
 
 
 def _rescued_line(rescued: dict[str, int]) -> str:

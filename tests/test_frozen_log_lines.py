@@ -1,0 +1,65 @@
+"""What a supervisor frozen (SIGSTOP: a swapping host, say) past its lease says when it wakes,
+while another supervisor on the same database took its jobs over: its log tells what really
+happened to those jobs."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import psycopg
+
+from fairsched.store.queue import Queue
+from tests.supervisor_harness import wait_until
+
+SPAN = """
+[[worker]]
+name = "span"
+types = ["span"]
+handler = "sup_handlers:span"
+processes = 2
+"""
+LEASE = "lease = 4\n"
+
+
+def holders(url: str, jobs: list[int]) -> set:
+    """Who runs `jobs`: the supervisor ids of their rows that are running."""
+    with psycopg.connect(url) as conn:
+        return {row[0] for row in conn.execute(
+            "SELECT claimed_by FROM fairsched_jobs WHERE id = ANY(%s) AND status = 'running'",
+            (jobs,))}
+
+
+def frozen_while_taken_over(supervisors, db, tmp_path):
+    """Two jobs running on one supervisor, frozen until the other runs them both, then woken:
+    (the woken supervisor, the jobs)."""
+    frozen = supervisors(SPAN, supervisor=LEASE).start()
+    frozen_id = frozen.ps()["supervisor"]["id"]
+    other = supervisors(SPAN, supervisor=LEASE).start()
+    other_id = other.ps()["supervisor"]["id"]
+    other.signal(signal.SIGSTOP)  # the jobs go to the first one
+    try:
+        with psycopg.connect(db, autocommit=True) as conn:
+            jobs = [Queue(conn).enqueue("span", {"log": str(tmp_path / "spans.log"),
+                                                 "seconds": 15}) for _ in range(2)]
+        wait_until(lambda: holders(db, jobs) == {frozen_id}, what="both jobs running")
+    finally:
+        other.signal(signal.SIGCONT)
+    time.sleep(2)
+    frozen.signal(signal.SIGSTOP)
+    try:
+        wait_until(lambda: holders(db, jobs) == {other_id}, timeout=30,
+                   what=lambda: f"both jobs taken over: {holders(db, jobs)}")
+    finally:
+        frozen.signal(signal.SIGCONT)
+    frozen.wait_output("lease had expired")
+    return frozen, jobs
+
+
+def test_a_supervisor_woken_past_its_lease_says_which_of_its_jobs_ran_meanwhile(
+        supervisors, db, tmp_path):
+    frozen, jobs = frozen_while_taken_over(supervisors, db, tmp_path)
+    out = frozen.output()
+    assert "while no job of the queue ran here" not in out, out
+    assert (f"this supervisor's lease had expired while 2 of its queued jobs ran here "
+            f"({jobs[0]}, {jobs[1]}; ended here since): registered again") in out, out
