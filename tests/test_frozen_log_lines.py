@@ -63,3 +63,13 @@ def test_a_supervisor_woken_past_its_lease_says_which_of_its_jobs_ran_meanwhile(
     assert "while no job of the queue ran here" not in out, out
     assert (f"this supervisor's lease had expired while 2 of its queued jobs ran here "
             f"({jobs[0]}, {jobs[1]}; ended here since): registered again") in out, out
+
+
+def test_a_job_handed_back_after_another_supervisor_took_it_over_is_not_said_returned(
+        supervisors, db, tmp_path):
+    frozen, jobs = frozen_while_taken_over(supervisors, db, tmp_path)
+    for job in jobs:
+        frozen.wait_output(rf"job {job} was already taken over by another supervisor \(this "
+                           rf"supervisor's lease had expired\): not returned to the queue")
+    out = frozen.output()
+    assert not any(f"job {job} returned to the queue" in out for job in jobs), out

@@ -279,6 +279,19 @@ class AsyncStore:
             "claims": _keyed_by_id((job_id, str(claim)) for job_id, claim in items)})
         return [row[0] for row in await cur.fetchall()]
 
+    async def released_already(self, items: Iterable[tuple[int, int]]) -> set[int]:
+        """Of (id, claim) pairs, the jobs back in the queue from that claim (a release whose
+        answer was lost with its connection, written all the same), or ended cancelled by it:
+        not claimed again since."""
+        items = list(items)
+        cur = await self.conn.execute(
+            "SELECT j.id FROM fairsched_jobs j"
+            " JOIN unnest(%s::bigint[], %s::integer[]) AS mine(id, claim) ON mine.id = j.id"
+            " WHERE j.claims = mine.claim AND (j.status = 'pending'"
+            " OR (j.status = 'cancelled' AND j.claimed_by = %s))",
+            ([i for i, _ in items], [c for _, c in items], self.supervisor_id))
+        return {row[0] for row in await cur.fetchall()}
+
     async def still_pending(self, ids: list[int]) -> list[tuple[int, str]]:
         """(id, type) of the jobs among `ids` that are pending and eligible: after a claim
         lost them, they are locked by a transaction that is not a claim."""

@@ -50,6 +50,9 @@ class Outbox:
     # one the table refuses is told to `on_unrecorded`, as counted twice across supervisors.
     counted: dict[int, tuple[str, str]] = field(default_factory=dict)
     on_unrecorded: Callable[[str, str], None] | None = None
+    # What to log once a release is written, for the jobs handed back with this supervisor's
+    # lease in doubt: whether they really went back to the queue is known only then.
+    release_lines: dict[int, Callable[[], None]] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
         return bool(self.completions or self.failures or self.cancels or self.releases)
@@ -107,8 +110,27 @@ class Outbox:
             self.cancels.pop(0)
         if self.releases:
             batch = self.releases[:]
-            await store.release(batch)
+            returned = set(await store.release(batch))
+            unchanged = [(job_id, claim) for job_id, claim in batch if job_id not in returned]
+            refused = []
+            if unchanged:  # written already, by a try whose answer was lost, or not ours now
+                back = await store.released_already(unchanged)
+                refused = [job_id for job_id, _ in unchanged if job_id not in back]
+            gone = await store.missing(refused) if refused else set()
             del self.releases[:len(batch)]
+            for job_id, _ in batch:
+                self._released(job_id, refused, gone)
+
+    def _released(self, job_id: int, refused: list[int], gone: set[int]) -> None:
+        said = self.release_lines.pop(job_id, None)
+        if job_id in gone:
+            log.warning("job %s was not returned to the queue: its row was deleted from "
+                        "fairsched_jobs while it ran", job_id)
+        elif job_id in refused:
+            log.warning("job %s was already taken over by another supervisor (this "
+                        "supervisor's lease had expired): not returned to the queue", job_id)
+        elif said is not None:
+            said()
 
     def _written(self, job_ids: list[int], refused: list[int]) -> None:
         for job_id in job_ids:

@@ -117,8 +117,12 @@ class QueueLink(Heartbeats):
         self.outbox.cancels.append((job_id, claim))
         self._outbox_wake.set()
 
-    def release(self, job_id: int, claim: int) -> None:
+    def release(self, job_id: int, claim: int, said=None) -> None:
+        """Hand a job back to the queue; `said`, if given, logs that it went back once the
+        table has taken the release (with the lease in doubt it may refuse it)."""
         self.outbox.releases.append((job_id, claim))
+        if said is not None:
+            self.outbox.release_lines[job_id] = said
         self._outbox_wake.set()
 
     # -- lifecycle ------------------------------------------------------------------------------

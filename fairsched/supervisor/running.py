@@ -4,6 +4,7 @@ Supervisor (actor.py)."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 
@@ -159,10 +160,16 @@ class JobHandling:
             # attempt unspent. A job that failed on its own meanwhile (a handler's error, a
             # PermanentError) or ran past its timeout (rj.failure) has spent it all the same.
             self._record(rj, "returned", duration)
-            self.queue.release(rj.job_id, rj.claim)
-            log.info("job %s returned to the queue (%s): %s", rj.job_id,
-                     rj.cancel_reason or "refused", where(rj),
-                     extra=job_fields(rj, "returned", duration))
+            said = functools.partial(
+                log.info, "job %s returned to the queue (%s): %s", rj.job_id,
+                rj.cancel_reason or "refused", where(rj),
+                extra=job_fields(rj, "returned", duration))
+            # With the lease in doubt another supervisor may run the job by now: said once
+            # the table has taken it back.
+            doubt = rj.cancel_reason == "lease" or self.lease.fenced
+            self.queue.release(rj.job_id, rj.claim, said=said if doubt else None)
+            if not doubt:
+                said()
         else:
             last = permanent or rj.attempt >= rj.max_attempts
             delay = 0.0 if last else retry_delay(rj.attempt, base=rj.proc.spec.retry_backoff)
