@@ -157,6 +157,11 @@ def connect_timeout(url: str, chosen: float | None = None) -> tuple[dict, str]:
     return {"connect_timeout": max(2, math.ceil(chosen or CONNECT_TIMEOUT))}, ""
 
 
+# A server with every connection slot taken (SQLSTATE 53300, which a failed connection does
+# not carry): to everyone, or to all but superusers.
+NO_SLOT_LEFT = ("sorry, too many clients already", "remaining connection slots are reserved")
+
+
 def connect(url: str, **kwargs) -> psycopg.Connection:
     """A psycopg connection, or DatabaseUnavailable with one line naming the server."""
     kwargs.setdefault("autocommit", True)
@@ -181,6 +186,8 @@ def connect(url: str, **kwargs) -> psycopg.Connection:
             seconds = timeout_from_conninfo(
                 conninfo_to_dict(url, connect_timeout=kwargs.get("connect_timeout")))
             why += f" (after {seconds} s{hint})"
+        elif any(words in why for words in NO_SLOT_LEFT):
+            why += " (the server's max_connections is reached: close idle connections or raise it)"
         raise DatabaseUnavailable(f"cannot connect to {where}: {why}") from exc
 
 
