@@ -24,6 +24,10 @@ from pathlib import Path
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+# Bytes of the claim statement (fairsched.store.statements.CLAIM_SQL), for the markers that
+# hold or lose its answer.
+CLAIM = b"claims = j.claims + 1"
+
 
 class PgProxy:
     def __init__(self, url: str):

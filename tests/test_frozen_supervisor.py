@@ -11,7 +11,7 @@ from pathlib import Path
 import psycopg
 
 from fairsched.store.queue import Queue
-from tests.pg_proxy import PgProxy
+from tests.pg_proxy import CLAIM, PgProxy
 from tests.supervisor_harness import wait_until
 
 SPAN = """
@@ -46,7 +46,7 @@ def test_a_claim_answered_while_its_supervisor_was_frozen_past_its_lease_is_not_
         frozen.env["FAIRSCHED_DATABASE_URL"] = proxy.url_through
         frozen.start()
         frozen_id = frozen.ps()["supervisor"]["id"]
-        proxy.hold_answer_to(b"claims = j.claims + 1")
+        proxy.hold_answer_to(CLAIM)
         with psycopg.connect(db, autocommit=True) as conn:
             job = Queue(conn).enqueue("span", {"log": str(log), "seconds": 3})
         wait_until(lambda: proxy.answer_held and job_row(db, job)[0] == "running",

@@ -5,7 +5,7 @@ import time
 import psycopg
 
 from fairsched.store.queue import Queue
-from tests.pg_proxy import PgProxy
+from tests.pg_proxy import CLAIM, PgProxy
 from tests.supervisor_harness import wait_until
 
 SLOW = """
@@ -33,7 +33,7 @@ def test_a_cancel_that_comes_before_the_claims_answer_stops_the_job_before_it_st
     try:
         sup.env["FAIRSCHED_DATABASE_URL"] = proxy.url_through
         sup.start()
-        proxy.hold_answer_to(b"claims = j.claims + 1")  # the claim's answer is slow to come
+        proxy.hold_answer_to(CLAIM)  # the claim's answer is slow to come
         with psycopg.connect(db, autocommit=True) as conn:
             job = Queue(conn).enqueue("slow", {"seconds": 60, "started": str(started)})
         wait_until(lambda: proxy.answer_held and job_row(db, job)[0] == "running",

@@ -515,13 +515,13 @@ def test_a_claim_whose_answer_was_lost_is_returned_as_the_lane_comes_back(db):
     up and hands the slot back, and once connected again returns the row it did claim, at
     once. No claim is counted lost to another supervisor, and the job does not wait in
     `running`, run by no worker, for the next heartbeat (10 s here) to return it."""
-    from tests.pg_proxy import PgProxy
+    from tests.pg_proxy import CLAIM, PgProxy
 
     proxy = PgProxy(db)
     sup = Supervisor(proxy.url_through, SLOW, supervisor="lease = 30\nheartbeat_interval = 10\n")
     try:
         sup.start()
-        proxy.lose_answer_to(b"claims = j.claims + 1")
+        proxy.lose_answer_to(CLAIM)
         (job,) = enqueue(db, [{"type": "slow", "payload": {"seconds": 0.1}}])
         sup.wait_output("lost the database: no answer from PostgreSQL", timeout=30)
         wait_all_finished(db, 1, timeout=30, sups=[sup])
