@@ -42,7 +42,9 @@ def frozen_while_taken_over(supervisors, db, tmp_path):
         with psycopg.connect(db, autocommit=True) as conn:
             jobs = [Queue(conn).enqueue("span", {"log": str(tmp_path / "spans.log"),
                                                  "seconds": 15}) for _ in range(2)]
-        wait_until(lambda: holders(db, jobs) == {frozen_id}, what="both jobs running")
+        wait_until(lambda: holders(db, jobs) == {frozen_id}, what="both jobs claimed")
+        for job in jobs:  # and started: a claim's answer may still be on its way
+            frozen.wait_output(rf"job {job} started")
     finally:
         other.signal(signal.SIGCONT)
     time.sleep(2)
