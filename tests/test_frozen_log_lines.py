@@ -4,6 +4,7 @@ happened to those jobs."""
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 
@@ -65,6 +66,9 @@ def test_a_supervisor_woken_past_its_lease_says_which_of_its_jobs_ran_meanwhile(
     assert "while no job of the queue ran here" not in out, out
     assert (f"this supervisor's lease had expired while 2 of its queued jobs ran here "
             f"({jobs[0]}, {jobs[1]}; ended here since): registered again") in out, out
+    # Its first line on waking says why the lease was not renewed: it did not run.
+    assert re.search(r"could not renew the 4 s lease \(this supervisor stalled: its timer came "
+                     r"\d+ s late; stopped, or starved of CPU\?\)", out), out
 
 
 def test_a_job_handed_back_after_another_supervisor_took_it_over_is_not_said_returned(

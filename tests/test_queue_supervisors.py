@@ -842,7 +842,9 @@ def test_a_supervisor_cut_off_from_postgres_gives_its_jobs_back_before_its_lease
         assert [(r[1], r[2]) for r in rows] == [("succeeded", 2), ("succeeded", 2)], rows
         assert [r[3]["overlaps"] for r in rows] == [[], []], log.read_text()
         out = cut_off.output()
-        assert "could not renew the 2 s lease: giving back 2 running queued jobs" in out, out
+        # (A loop late by a second on a loaded machine says so in parentheses.)
+        assert re.search(r"could not renew the 2 s lease( \(.*\))?: giving back 2 running "
+                         r"queued jobs", out), out
         assert "is still running a job of the expiring lease; killing it" in out, out
         assert time.monotonic() - cut_at < 30
         assert cut_off.proc.poll() is None  # it never gives up on itself
@@ -917,7 +919,8 @@ def test_workers_gone_idle_are_not_killed_for_a_lease_running_out(db):
         out, err = caller.communicate(timeout=30)
         assert caller.returncode == 0, (err, sup.output())
         assert "killed by the lease watchdog" not in sup.output(), sup.output()
-        assert "could not renew the 3 s lease: claiming stops" in sup.output()
+        assert re.search(r"could not renew the 3 s lease( \(.*\))?: claiming stops",
+                         sup.output()), sup.output()
     finally:
         sup.close()
         proxy.close()

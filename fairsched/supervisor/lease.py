@@ -28,6 +28,7 @@ log = logging.getLogger("fairsched.supervisor")
 CANCEL_AT = 2 / 3  # past the longest gap a slow database makes between heartbeats (queue_link)
 KILL_AT = 0.8  # the rest of the lease covers a late timer and the moments a kill takes
 WATCHDOG_AT = 0.9
+STALL_SEEN = 1.0  # seconds a timer comes late that mean the supervisor itself stalled
 
 
 class LeaseGuard:
@@ -37,6 +38,7 @@ class LeaseGuard:
         self.fenced = False
         self._cancel_timer: asyncio.TimerHandle | None = None
         self._kill_timer: asyncio.TimerHandle | None = None
+        self._cancel_due = 0.0  # loop time the cancel timer is set for
         # The queued jobs running here at the last renewal: those a lease found expired
         # later ran while it ran out, even if they have ended here since.
         self.running_at_renewal: list[int] = []
@@ -48,7 +50,8 @@ class LeaseGuard:
         self.running_at_renewal = sorted(
             rj.job_id for rj in self.sup.running.values() if rj.request is None)
         self._cancel_timers()
-        self._cancel_timer = loop.call_at(sent_at + self.lease * CANCEL_AT, self._running_out)
+        self._cancel_due = sent_at + self.lease * CANCEL_AT
+        self._cancel_timer = loop.call_at(self._cancel_due, self._running_out)
         self._kill_timer = loop.call_at(sent_at + self.lease * KILL_AT, self._kill_stragglers)
         if self.fenced:
             self.fenced = False
@@ -82,14 +85,18 @@ class LeaseGuard:
             self.sup.watchdog.refresh()
         jobs = [rj for rj in self.sup.running.values()
                 if rj.request is None and (lost is None or rj.job_id in lost)]
+        # A timer that comes seconds late says why: the supervisor itself was not running.
+        late = 0.0 if expired else self.sup.loop.time() - self._cancel_due
+        why = (f" (this supervisor stalled: its timer came {late:.0f} s late; stopped, or "
+               f"starved of CPU?)" if late >= STALL_SEEN else "")
         if not jobs:
             if not expired:  # an expired lease has been logged by the caller
-                log.warning("could not renew the %g s lease: claiming stops until it is "
-                            "renewed", self.lease)
+                log.warning("could not renew the %g s lease%s: claiming stops until it is "
+                            "renewed", self.lease, why)
             return
-        log.error("could not renew the %g s lease: giving back %d running queued job%s before "
+        log.error("could not renew the %g s lease%s: giving back %d running queued job%s before "
                   "other supervisors take them over; claiming stops until the lease is renewed",
-                  self.lease, len(jobs), "" if len(jobs) == 1 else "s")
+                  self.lease, why, len(jobs), "" if len(jobs) == 1 else "s")
         for rj in jobs:
             self.sup.cancel_job(rj, "lease")
 
