@@ -35,6 +35,24 @@ def quoted(text: str | None, limit: int = QUOTE_MAX) -> str | None:
     return f"{text[:limit]}... ({len(text)} characters in all)"
 
 
+def first_line(exc: BaseException) -> str:
+    """An exception's first line for a one-line message (its type's name when it says
+    nothing): a server's error may go on with DETAIL and HINT lines."""
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+def some_ids(ids, limit: int = 10) -> str:
+    """The first `limit` of `ids`, comma-separated, and "..." after them when there are more."""
+    ids = list(ids)
+    return ", ".join(map(str, ids[:limit])) + (" ..." if len(ids) > limit else "")
+
+
+def plural(count: int, noun: str) -> str:
+    """'1 job', '2 jobs'."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def one_line(text: str) -> str:
     """`text` on one line: line breaks and NUL spelled out (a worker's error may hold both)."""
     if "\n" in text or "\r" in text or "\0" in text:

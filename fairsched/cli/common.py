@@ -257,7 +257,7 @@ def reports_errors(func):
         except Exception as exc:
             if not _is_database_error(exc):
                 raise
-            from fairsched.store.database import first_line
+            from fairsched.logs import first_line
 
             fail(f"database error: {first_line(exc)}", 1)
     return wrapper

@@ -29,7 +29,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo, timeout_from_conninfo
 
 from fairsched.errors import path_name
-from fairsched.logs import tail_lines
+from fairsched.logs import first_line, tail_lines
 from fairsched.store.errors import BadDatabaseURL, BadStateDir, DatabaseUnavailable
 from fairsched.store.schema import migrate
 
@@ -223,11 +223,6 @@ def without_password(message: str, url: str) -> str:
 _QUERY_PASSWORD = re.compile(r"([?&]password=)([^&#]*)")
 # password=secret, password = 'se cret' (libpq quotes values with single quotes, \' inside)
 _KEYWORD_PASSWORD = re.compile(r"(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)")
-
-
-def first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
 
 
 class _EmbeddedServer:

@@ -9,6 +9,8 @@ import os
 import signal
 
 from fairsched.config import Config
+from fairsched.errors import path_name
+from fairsched.logs import first_line
 from fairsched.supervisor.control import ControlServer
 from fairsched.supervisor.states import IGNORED_SIGNALS, STOP_SIGNALS
 from fairsched.supervisor.templates import start_templates
@@ -54,7 +56,7 @@ def run_supervisor(config: Config) -> int:
             try:
                 await sup.start(templates)
             except psycopg.Error as exc:
-                log.error("cannot use the database: %s", str(exc).strip().splitlines()[0])
+                log.error("cannot use the database: %s", first_line(exc))
                 await sup.shutdown(0)
                 return 1
             except StoreError:  # no database at all: stop the workers, the CLI says why
@@ -63,7 +65,7 @@ def run_supervisor(config: Config) -> int:
             try:
                 await control.start(sup)
             except OSError as exc:
-                log.error("cannot listen on %s: %s", control.path, exc)
+                log.error("cannot listen on %s: %s", path_name(control.path), exc)
                 await sup.shutdown(0)
                 return 1
             await sup.stopped.wait()

@@ -23,6 +23,7 @@ from prometheus_client.core import GaugeMetricFamily
 from psycopg.conninfo import conninfo_to_dict
 
 from fairsched.config import metrics_address
+from fairsched.logs import first_line
 from fairsched.supervisor.hooks import Observer
 from fairsched.supervisor.states import ProcessState
 from fairsched.supervisor.status import slot_states
@@ -177,8 +178,7 @@ class QueueDepth:
         except Exception as exc:  # psycopg's, or any other: the next scrape must ask again
             self._close()
             if not self.failing:  # one line per outage, not one per scrape
-                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                log.warning("metrics: cannot read the queue depth: %s", first)
+                log.warning("metrics: cannot read the queue depth: %s", first_line(exc))
             self.failing = True
             return [], 0
 

@@ -17,9 +17,10 @@ import time
 
 import psycopg
 
+from fairsched.logs import first_line, some_ids
 from fairsched.store.aqueue import AsyncStore
 from fairsched.store.connections import ANSWER_WITHIN
-from fairsched.store.database import first_line, open_database
+from fairsched.store.database import open_database
 from fairsched.store.errors import DatabaseUnavailable
 from fairsched.supervisor.locked_rows import LockedRows
 from fairsched.supervisor.outbox import Failure, Outbox
@@ -194,8 +195,7 @@ class QueueLink(Heartbeats):
             log.error("could not record the outcome of %d job%s before exiting (%s): once the "
                       "database is back and this supervisor's lease has run out, another "
                       "supervisor returns them to the queue as failed attempts (finished ones "
-                      "run again)", len(ids), "" if len(ids) == 1 else "s",
-                      ", ".join(map(str, ids[:10])) + (" ..." if len(ids) > 10 else ""))
+                      "run again)", len(ids), "" if len(ids) == 1 else "s", some_ids(ids))
         self.closing = True
         self._wake.set()  # lanes that wait see `closing`, even if a cancel should get lost
         self._outbox_wake.set()
@@ -263,8 +263,7 @@ class QueueLink(Heartbeats):
                                   "" if self.sup.shutting_down else " (workers keep running)")
                     self._refused_writes = lost = True
                 elif self.connected:
-                    log.error("lost the database: %s; reconnecting%s",
-                              str(exc).strip().splitlines()[0] if str(exc).strip() else exc,
+                    log.error("lost the database: %s; reconnecting%s", first_line(exc),
                               "" if self.sup.shutting_down else " (workers keep running)")
                     lost = True
                 elif isinstance(exc, DatabaseUnavailable) and str(exc) != self._unavailable:

@@ -353,12 +353,13 @@ class Watchdog:
             self._replacing = False
             self.start()
             return
+        from fairsched.errors import path_name
         from fairsched.supervisor.process import describe_exit
 
         if time.monotonic() - self._started_at >= STEADY:
             self._restart_delay = RESTART_FIRST
         self._restart_later(f"the lease watchdog ended ({describe_exit(status)}; see "
-                            f"{self.log_path})")
+                            f"{path_name(self.log_path)})")
 
     def _restart_later(self, why: str) -> None:
         log.error("%s; starting it again in %g s (until then a stall of this supervisor "
