@@ -1,5 +1,8 @@
-"""fairsched cancel of a queued job as it starts: real supervisors, workers and PostgreSQL."""
+"""fairsched cancel of a queued job as it starts, and crossing its end: real supervisors,
+workers and PostgreSQL."""
 
+import re
+import signal
 import time
 
 import psycopg
@@ -15,8 +18,17 @@ types = ["slow"]
 handler = "sup_handlers:slow"
 """
 
+LATE = """
+[[worker]]
+name = "late"
+types = ["late"]
+handler = "sup_handlers:fail_later"
+"""
+
 # Heartbeats far apart: a cancel the heartbeat passes on would come 20 s late.
 RARE_HEARTBEATS = "lease = 60\nheartbeat_interval = 20\n"
+# The one heartbeat of these tests is the first: a cancel it passed on would come 30 s late.
+ONE_HEARTBEAT = "lease = 90\nheartbeat_interval = 30\n"
 
 
 def job_row(url, job):
@@ -55,22 +67,33 @@ def test_a_cancel_that_comes_before_the_claims_answer_stops_the_job_before_it_st
         proxy.close()
 
 
+def cut_notifications(proxy: PgProxy, db: str) -> None:
+    """End the supervisor's notification connection and keep it from coming back: a cancel
+    then reaches the job table, not the supervisor."""
+    proxy.refuse(b"fairsched notifications")
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                     " WHERE application_name LIKE 'fairsched notifications%%'")
+    wait_until(lambda: proxy.refused, what="the notification connection trying again")
+
+
+def start_one_job(sup, proxy: PgProxy, db: str, job_type: str, payload: dict) -> int:
+    """Start `sup` by way of `proxy` and wait until a `job_type` job it runs; its id."""
+    sup.env["FAIRSCHED_DATABASE_URL"] = proxy.url_through
+    sup.start()
+    with psycopg.connect(db, autocommit=True) as conn:
+        job = Queue(conn).enqueue(job_type, payload)
+    sup.wait_for(lambda ps: ps["slots"][0]["job_id"] == job, what="the job running")
+    return job
+
+
 def test_a_cancel_sent_while_the_notification_connection_was_down_reaches_the_job_once_it_is_back(
         supervisors, db):
     proxy = PgProxy(db)
-    # The one heartbeat of this test is the first: a cancel it passed on would come 30 s late.
-    sup = supervisors(SLOW, supervisor="lease = 90\nheartbeat_interval = 30\n")
+    sup = supervisors(SLOW, supervisor=ONE_HEARTBEAT)
     try:
-        sup.env["FAIRSCHED_DATABASE_URL"] = proxy.url_through
-        sup.start()
-        with psycopg.connect(db, autocommit=True) as conn:
-            job = Queue(conn).enqueue("slow", {"seconds": 60})
-        sup.wait_for(lambda ps: ps["slots"][0]["job_id"] == job, what="the job running")
-        proxy.refuse(b"fairsched notifications")
-        with psycopg.connect(db, autocommit=True) as conn:
-            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                         " WHERE application_name LIKE 'fairsched notifications%%'")
-        wait_until(lambda: proxy.refused, what="the notification connection trying again")
+        job = start_one_job(sup, proxy, db, "slow", {"seconds": 60})
+        cut_notifications(proxy, db)
         cancel = sup.cli("cancel", str(job))
         assert cancel.returncode == 0, cancel.stderr
         proxy.refuse(None)
@@ -78,6 +101,47 @@ def test_a_cancel_sent_while_the_notification_connection_was_down_reaches_the_jo
                    what=lambda: f"job {job} cancelled, not {job_row(db, job)}:\n"
                                 f"{sup.output()[-3000:]}")
         sup.wait_output(rf"job {job} cancelled: type slow")
+    finally:
+        sup.close()
+        proxy.close()
+
+
+def test_a_cancel_that_crosses_a_shutdown_is_said_as_the_table_ends_the_job(supervisors, db):
+    # The cancel reaches the table, not the supervisor, which is stopped meanwhile: the job it
+    # hands back ends cancelled, as asked, and its log line says so, not "returned".
+    proxy = PgProxy(db)
+    sup = supervisors(SLOW, supervisor=ONE_HEARTBEAT)
+    try:
+        job = start_one_job(sup, proxy, db, "slow", {"seconds": 60})
+        cut_notifications(proxy, db)
+        cancel = sup.cli("cancel", str(job))
+        assert cancel.returncode == 0, cancel.stderr
+        sup.signal(signal.SIGTERM)
+        assert sup.wait_exit(30) == 0, sup.output()[-3000:]
+        out = sup.output()
+        assert job_row(db, job)[0] == "cancelled", out[-3000:]
+        assert re.search(rf"job {job} cancelled: type slow, worker slow-1, slot 0, attempt 1, "
+                         rf"[0-9.]+ s \(its cancel reached the job table as it was being "
+                         rf"returned to the queue \(shutdown\)\)", out), out[-3000:]
+        assert f"job {job} returned to the queue" not in out, out[-3000:]
+    finally:
+        sup.close()
+        proxy.close()
+
+
+def test_a_cancel_that_crosses_a_failure_is_said_as_the_table_ends_the_job(supervisors, db):
+    proxy = PgProxy(db)
+    sup = supervisors(LATE, supervisor=ONE_HEARTBEAT)
+    try:
+        job = start_one_job(sup, proxy, db, "late", {"seconds": 2})
+        cut_notifications(proxy, db)
+        cancel = sup.cli("cancel", str(job))
+        assert cancel.returncode == 0, cancel.stderr
+        # The handler fails on its own: its retry would have come, but the cancel wins.
+        sup.wait_output(rf"job {job} failed: type late, .*: RuntimeError: failed late; retry in")
+        sup.wait_output(rf"job {job} ended cancelled, as asked: its cancel reached the job "
+                        rf"table before its failed attempt was recorded")
+        assert job_row(db, job)[:2] == ("cancelled", 1)
     finally:
         sup.close()
         proxy.close()

@@ -115,7 +115,7 @@ async def test_a_stale_attempt_cannot_complete(db):
         assert await b.complete([(job_id, 2, {"other": True})]) == []
         assert await a.fail(job_id, 1, "late", permanent=True, retry_delay=0) is None
         assert await a.cancel_finish(job_id, 1) is None
-        assert await a.release([(job_id, 1)]) == []
+        assert await a.release([(job_id, 1)]) == {}
         assert job(db, job_id)["status"] == "running"
         assert await a.complete([(job_id, 2, {"pages": 3})]) == [job_id]
         assert await a.complete([(job_id, 2, {"again": True})]) == []
@@ -132,10 +132,10 @@ async def test_a_late_write_for_a_handed_back_claim_misses_the_next_claim(db):
     (job_id,) = enqueue(db, {"type": "pdf"})
     async with stores(db) as (a,):
         (first,) = await a.claim([job_id], {"pdf": 3})
-        assert await a.release([(job_id, first.claim)]) == [job_id]
+        assert await a.release([(job_id, first.claim)]) == {job_id: "pending"}
         (second,) = await a.claim([job_id], {"pdf": 3})
         assert (second.attempts, second.claim) == (first.attempts, first.claim + 1)
-        assert await a.release([(job_id, first.claim)]) == []
+        assert await a.release([(job_id, first.claim)]) == {}
         assert await a.complete([(job_id, first.claim, "stale")]) == []
         assert await a.fail(job_id, first.claim, "stale", permanent=True, retry_delay=0) is None
         assert job(db, job_id)["status"] == "running"
@@ -254,7 +254,7 @@ async def test_release_gives_the_attempt_back_and_keeps_the_jobs_age(db):
     before = {i: job(db, i)["run_after"] for i in ids}
     async with stores(db) as (store,):
         await store.claim(ids, {"pdf": 3})
-        assert sorted(await store.release([(ids[0], 1), (ids[1], 2)])) == [ids[0]]
+        assert await store.release([(ids[0], 1), (ids[1], 2)]) == {ids[0]: "pending"}
         again = await store.fetch({"pdf": 1}, 64.0)
     row = job(db, ids[0])
     assert (row["status"], row["attempts"], row["claimed_by"]) == ("pending", 0, None)
@@ -277,7 +277,7 @@ async def test_cancel_of_a_running_job_reaches_its_supervisor(db):
         assert await store.cancel_finish(ids[0], 1) == "cancelled"
         # The worker failed or was shut down after the request: the job still ends cancelled.
         assert await store.fail(ids[1], 1, "interrupted", permanent=False, retry_delay=0) == "cancelled"
-        assert await store.release([(ids[2], 1)]) == [ids[2]]
+        assert await store.release([(ids[2], 1)]) == {ids[2]: "cancelled"}
     assert [job(db, i)["status"] for i in ids] == ["cancelled"] * 3
     assert not any(job(db, i)["cancel_requested"] for i in ids)
 

@@ -268,29 +268,30 @@ class AsyncStore:
         row = await cur.fetchone()
         return row[0] if row else None
 
-    async def release(self, items: Iterable[tuple[int, int]]) -> list[int]:
+    async def release(self, items: Iterable[tuple[int, int]]) -> dict[int, str]:
         """Put unfinished jobs, items (id, claim), back to pending without spending their
-        attempt (shutdown, restart, lost lease)."""
+        attempt (shutdown, restart, lost lease); by id, the status each one took: 'pending',
+        or 'cancelled' for a job whose cancel reached the table first."""
         items = list(items)
         if not items:
-            return []
+            return {}
         cur = await self.conn.execute(RELEASE_SQL, {
             "me": self.supervisor_id, "ids": [job_id for job_id, _ in items],
             "claims": _keyed_by_id((job_id, str(claim)) for job_id, claim in items)})
-        return [row[0] for row in await cur.fetchall()]
+        return {job_id: status for job_id, status, _ in await cur.fetchall()}
 
-    async def released_already(self, items: Iterable[tuple[int, int]]) -> set[int]:
+    async def released_already(self, items: Iterable[tuple[int, int]]) -> dict[int, str]:
         """Of (id, claim) pairs, the jobs back in the queue from that claim (a release whose
         answer was lost with its connection, written all the same), or ended cancelled by it:
-        not claimed again since."""
+        not claimed again since. By id, their status, as `release` returns it."""
         items = list(items)
         cur = await self.conn.execute(
-            "SELECT j.id FROM fairsched_jobs j"
+            "SELECT j.id, j.status FROM fairsched_jobs j"
             " JOIN unnest(%s::bigint[], %s::integer[]) AS mine(id, claim) ON mine.id = j.id"
             " WHERE j.claims = mine.claim AND (j.status = 'pending'"
             " OR (j.status = 'cancelled' AND j.claimed_by = %s))",
             ([i for i, _ in items], [c for _, c in items], self.supervisor_id))
-        return {row[0] for row in await cur.fetchall()}
+        return dict(await cur.fetchall())
 
     async def still_pending(self, ids: list[int]) -> list[tuple[int, str]]:
         """(id, type) of the jobs among `ids` that are pending and eligible: after a claim

@@ -122,7 +122,7 @@ WITH released AS (
      WHERE j.id = ANY(%(ids)s::bigint[]) AND j.status = fence.status AND j.claimed_by = %(me)s
        AND j.claims = (%(claims)s::jsonb ->> j.id::text)::integer
     RETURNING j.id, j.type, j.status)
-SELECT id, CASE WHEN status = 'pending' THEN pg_notify('fairsched_jobs', type) END
+SELECT id, status, CASE WHEN status = 'pending' THEN pg_notify('fairsched_jobs', type) END
   FROM released
 """
 

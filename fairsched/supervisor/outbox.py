@@ -9,6 +9,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from fairsched.logs import some_ids
 from fairsched.store.aqueue import AsyncStore
 
 log = logging.getLogger("fairsched.queue")
@@ -50,9 +51,10 @@ class Outbox:
     # one the table refuses is told to `on_unrecorded`, as counted twice across supervisors.
     counted: dict[int, tuple[str, str]] = field(default_factory=dict)
     on_unrecorded: Callable[[str, str], None] | None = None
-    # What to log once a release is written, for the jobs handed back with this supervisor's
-    # lease in doubt: whether they really went back to the queue is known only then.
-    release_lines: dict[int, Callable[[], None]] = field(default_factory=dict)
+    # What to say once a release is written, given the status the job took ('pending', or
+    # 'cancelled' when its cancel reached the table first): whether it went back to the queue
+    # is known only then (with this supervisor's lease in doubt, it may not have).
+    release_lines: dict[int, Callable[[str], None]] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
         return bool(self.completions or self.failures or self.cancels or self.releases)
@@ -89,6 +91,9 @@ class Outbox:
             self.failures.pop(0)
             if status is None:
                 refused.append(f.job_id)
+            elif status == "cancelled":  # the cancel and the failure crossed
+                log.info("job %s ended cancelled, as asked: its cancel reached the job table "
+                         "before its failed attempt was recorded", f.job_id)
             self._written([f.job_id], refused)
         if refused:
             # The row moved on without us: handed back to the queue after this supervisor's
@@ -102,26 +107,26 @@ class Outbox:
                               "its row was deleted from fairsched_jobs while it ran")):
                 if ids:
                     log.warning("the outcome of %d job%s was not recorded: %s: %s", len(ids),
-                                "" if len(ids) == 1 else "s", why,
-                                ", ".join(map(str, ids[:10])) + (" ..." if len(ids) > 10 else ""))
+                                "" if len(ids) == 1 else "s", why, some_ids(ids))
         while self.cancels:
             job_id, claim = self.cancels[0]
             await store.cancel_finish(job_id, claim)
             self.cancels.pop(0)
         if self.releases:
             batch = self.releases[:]
-            returned = set(await store.release(batch))
-            unchanged = [(job_id, claim) for job_id, claim in batch if job_id not in returned]
+            ended = await store.release(batch)
+            unchanged = [(job_id, claim) for job_id, claim in batch if job_id not in ended]
             refused = []
             if unchanged:  # written already, by a try whose answer was lost, or not ours now
-                back = await store.released_already(unchanged)
-                refused = [job_id for job_id, _ in unchanged if job_id not in back]
+                ended |= await store.released_already(unchanged)
+                refused = [job_id for job_id, _ in unchanged if job_id not in ended]
             gone = await store.missing(refused) if refused else set()
             del self.releases[:len(batch)]
             for job_id, _ in batch:
-                self._released(job_id, refused, gone)
+                self._released(job_id, ended.get(job_id), refused, gone)
 
-    def _released(self, job_id: int, refused: list[int], gone: set[int]) -> None:
+    def _released(self, job_id: int, status: str | None, refused: list[int],
+                  gone: set[int]) -> None:
         said = self.release_lines.pop(job_id, None)
         if job_id in gone:
             log.warning("job %s was not returned to the queue: its row was deleted from "
@@ -130,7 +135,10 @@ class Outbox:
             log.warning("job %s was already taken over by another supervisor (this "
                         "supervisor's lease had expired): not returned to the queue", job_id)
         elif said is not None:
-            said()
+            said(status)
+        elif status == "cancelled":
+            log.info("job %s ended cancelled, as asked: its cancel reached the job table as it "
+                     "was handed back", job_id)
 
     def _written(self, job_ids: list[int], refused: list[int]) -> None:
         for job_id in job_ids:

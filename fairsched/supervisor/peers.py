@@ -11,6 +11,7 @@ import asyncio
 import logging
 import math
 
+from fairsched.logs import plural, some_ids
 from fairsched.store.aqueue import AsyncStore
 
 log = logging.getLogger("fairsched.queue")
@@ -58,14 +59,18 @@ class Heartbeats:
         known = set(self.sup.running_queued_ids() + self.outbox.job_ids())
         ghosts = [(job_id, claim) for job_id, claim, _ in held if job_id not in known]
         if ghosts:
-            returned = await self.store.release(ghosts)
+            ended = await self.store.release(ghosts)
+            returned = sorted(i for i, status in ended.items() if status == "pending")
+            cancelled = sorted(i for i, status in ended.items() if status == "cancelled")
             if returned:
-                log.warning("returned %d job%s to the queue whose claim went through after its "
-                            "connection was given up: %s", len(returned),
-                            "" if len(returned) == 1 else "s",
-                            ", ".join(map(str, sorted(returned)[:10]))
-                            + (" ..." if len(returned) > 10 else ""))
+                log.warning("returned %s to the queue whose claim went through after its "
+                            "connection was given up: %s", plural(len(returned), "job"),
+                            some_ids(returned))
                 self.fetch_wanted = True
+            if cancelled:
+                log.info("%s whose claim went through after its connection was given up "
+                         "ended cancelled, as asked: %s", plural(len(cancelled), "job"),
+                         some_ids(cancelled))
 
     def _watch_peers(self, peers, now: float) -> list[tuple[int, float]]:
         """The other supervisors whose heartbeat has stood still for their whole lease, by
@@ -116,9 +121,8 @@ def _expired_idle(ran: list[int]) -> str:
     it ran out (the lease watchdog may have killed their workers, or they ended meanwhile)."""
     if not ran:
         return "this supervisor's lease had expired while no job of the queue ran here"
-    ids = ", ".join(map(str, ran[:10])) + (" ..." if len(ran) > 10 else "")
     return (f"this supervisor's lease had expired while {len(ran)} of its queued "
-            f"job{'' if len(ran) == 1 else 's'} ran here ({ids}; ended here since)")
+            f"job{'' if len(ran) == 1 else 's'} ran here ({some_ids(ran)}; ended here since)")
 
 
 def _rescued_line(rescued: dict[str, int]) -> str:

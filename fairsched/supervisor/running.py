@@ -159,17 +159,10 @@ class JobHandling:
             # Stopped or killed for a reason not the job's (or refused): back to the queue, its
             # attempt unspent. A job that failed on its own meanwhile (a handler's error, a
             # PermanentError) or ran past its timeout (rj.failure) has spent it all the same.
-            self._record(rj, "returned", duration)
-            said = functools.partial(
-                log.info, "job %s returned to the queue (%s): %s", rj.job_id,
-                rj.cancel_reason or "refused", where(rj),
-                extra=job_fields(rj, "returned", duration))
-            # With the lease in doubt another supervisor may run the job by now: said once
-            # the table has taken it back.
-            doubt = rj.cancel_reason == "lease" or self.lease.fenced
-            self.queue.release(rj.job_id, rj.claim, said=said if doubt else None)
-            if not doubt:
-                said()
+            # Said and counted once the table has taken it back: with the lease in doubt another
+            # supervisor may run it by now, and a cancel that reached the table first ends it.
+            self.queue.release(rj.job_id, rj.claim,
+                               said=functools.partial(self._handed_back, rj, duration))
         else:
             last = permanent or rj.attempt >= rj.max_attempts
             delay = 0.0 if last else retry_delay(rj.attempt, base=rj.proc.spec.retry_backoff)
@@ -185,6 +178,18 @@ class JobHandling:
                                              retry_in=round(delay, 3)))
             self.queue.fail(Failure(rj.job_id, rj.claim, error or outcome, permanent, delay),
                             counted=(rj.type, "failed" if last else "retried"))
+
+    def _handed_back(self, rj: RunningJob, duration: float, status: str) -> None:
+        if status == "cancelled":
+            self._record(rj, "cancelled", duration)
+            log.info("job %s cancelled: %s, %.3f s (its cancel reached the job table as it was "
+                     "being returned to the queue (%s))", rj.job_id, where(rj), duration,
+                     rj.cancel_reason or "refused", extra=job_fields(rj, "cancelled", duration))
+        else:
+            self._record(rj, "returned", duration)
+            log.info("job %s returned to the queue (%s): %s", rj.job_id,
+                     rj.cancel_reason or "refused", where(rj),
+                     extra=job_fields(rj, "returned", duration))
 
     def _finish_on_demand(self, rj, outcome, result, error, permanent, duration) -> None:
         req = rj.request

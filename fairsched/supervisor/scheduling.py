@@ -5,6 +5,7 @@ change. A mixin of the actor (actor.Supervisor), whose state it uses.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 
@@ -167,11 +168,8 @@ class Scheduling:
                 # The slot's worker died or is stopping while the claim was in flight, or
                 # this supervisor is giving its jobs back, or the job was cancelled: handed
                 # back unstarted, a row with its cancel requested ends cancelled.
-                self.queue.release(job.id, job.claim)
+                self.queue.release(job.id, job.claim, said=functools.partial(_unstarted, job.id))
                 self.pool.release(slot_id)
-                if cancelled:
-                    log.info("job %s cancelled before it started: the cancel came while its "
-                             "claim was on its way", job.id)
                 continue
             self.start_job(job, slot_id, attempt=job.attempts)
         if lost:
@@ -230,3 +228,10 @@ class Scheduling:
         elif rj.cancel_reason != "user":  # asked once is enough
             self.cancel_job(rj, "user")
 
+
+def _unstarted(job_id: int, status: str) -> None:
+    """What the table did with a claimed job handed back unstarted: silent when it went back to
+    the queue, said when it ended cancelled."""
+    if status == "cancelled":
+        log.info("job %s cancelled before it started: the cancel came while its claim was on "
+                 "its way", job_id)
