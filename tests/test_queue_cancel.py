@@ -1,6 +1,7 @@
 """fairsched cancel of a queued job as it starts, and crossing its end: real supervisors,
 workers and PostgreSQL."""
 
+import contextlib
 import re
 import signal
 import time
@@ -67,55 +68,46 @@ def test_a_cancel_that_comes_before_the_claims_answer_stops_the_job_before_it_st
         proxy.close()
 
 
-def cut_notifications(proxy: PgProxy, db: str) -> None:
-    """End the supervisor's notification connection and keep it from coming back: a cancel
-    then reaches the job table, not the supervisor."""
-    proxy.refuse(b"fairsched notifications")
-    with psycopg.connect(db, autocommit=True) as conn:
-        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                     " WHERE application_name LIKE 'fairsched notifications%%'")
-    wait_until(lambda: proxy.refused, what="the notification connection trying again")
-
-
-def start_one_job(sup, proxy: PgProxy, db: str, job_type: str, payload: dict) -> int:
-    """Start `sup` by way of `proxy` and wait until a `job_type` job it runs; its id."""
-    sup.env["FAIRSCHED_DATABASE_URL"] = proxy.url_through
-    sup.start()
-    with psycopg.connect(db, autocommit=True) as conn:
-        job = Queue(conn).enqueue(job_type, payload)
-    sup.wait_for(lambda ps: ps["slots"][0]["job_id"] == job, what="the job running")
-    return job
-
-
-def test_a_cancel_sent_while_the_notification_connection_was_down_reaches_the_job_once_it_is_back(
-        supervisors, db):
+@contextlib.contextmanager
+def cancel_unheard(supervisors, db: str, workers: str, job_type: str, payload: dict):
+    """A supervisor (of `workers`) running one `job_type` job, cancelled with `fairsched
+    cancel` while the supervisor's notification connection is down and kept down: the cancel
+    reaches the job table, not the supervisor. Yields (supervisor, proxy, job id)."""
     proxy = PgProxy(db)
-    sup = supervisors(SLOW, supervisor=ONE_HEARTBEAT)
+    sup = supervisors(workers, supervisor=ONE_HEARTBEAT)
     try:
-        job = start_one_job(sup, proxy, db, "slow", {"seconds": 60})
-        cut_notifications(proxy, db)
+        sup.env["FAIRSCHED_DATABASE_URL"] = proxy.url_through
+        sup.start()
+        with psycopg.connect(db, autocommit=True) as conn:
+            job = Queue(conn).enqueue(job_type, payload)
+        sup.wait_for(lambda ps: ps["slots"][0]["job_id"] == job, what="the job running")
+        proxy.refuse(b"fairsched notifications")
+        with psycopg.connect(db, autocommit=True) as conn:
+            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                         " WHERE application_name LIKE 'fairsched notifications%%'")
+        wait_until(lambda: proxy.refused, what="the notification connection trying again")
         cancel = sup.cli("cancel", str(job))
         assert cancel.returncode == 0, cancel.stderr
-        proxy.refuse(None)
-        wait_until(lambda: job_row(db, job)[0] == "cancelled", timeout=10,
-                   what=lambda: f"job {job} cancelled, not {job_row(db, job)}:\n"
-                                f"{sup.output()[-3000:]}")
-        sup.wait_output(rf"job {job} cancelled: type slow")
+        yield sup, proxy, job
     finally:
         sup.close()
         proxy.close()
 
 
+def test_a_cancel_sent_while_the_notification_connection_was_down_reaches_the_job_once_it_is_back(
+        supervisors, db):
+    with cancel_unheard(supervisors, db, SLOW, "slow", {"seconds": 60}) as (sup, proxy, job):
+        proxy.refuse(None)
+        wait_until(lambda: job_row(db, job)[0] == "cancelled", timeout=10,
+                   what=lambda: f"job {job} cancelled, not {job_row(db, job)}:\n"
+                                f"{sup.output()[-3000:]}")
+        sup.wait_output(rf"job {job} cancelled: type slow")
+
+
 def test_a_cancel_that_crosses_a_shutdown_is_said_as_the_table_ends_the_job(supervisors, db):
-    # The cancel reaches the table, not the supervisor, which is stopped meanwhile: the job it
-    # hands back ends cancelled, as asked, and its log line says so, not "returned".
-    proxy = PgProxy(db)
-    sup = supervisors(SLOW, supervisor=ONE_HEARTBEAT)
-    try:
-        job = start_one_job(sup, proxy, db, "slow", {"seconds": 60})
-        cut_notifications(proxy, db)
-        cancel = sup.cli("cancel", str(job))
-        assert cancel.returncode == 0, cancel.stderr
+    # The supervisor is stopped before the cancel reaches it: the job it hands back ends
+    # cancelled, as asked, and its log line says so, not "returned".
+    with cancel_unheard(supervisors, db, SLOW, "slow", {"seconds": 60}) as (sup, _, job):
         sup.signal(signal.SIGTERM)
         assert sup.wait_exit(30) == 0, sup.output()[-3000:]
         out = sup.output()
@@ -124,24 +116,12 @@ def test_a_cancel_that_crosses_a_shutdown_is_said_as_the_table_ends_the_job(supe
                          rf"[0-9.]+ s \(its cancel reached the job table as it was being "
                          rf"returned to the queue \(shutdown\)\)", out), out[-3000:]
         assert f"job {job} returned to the queue" not in out, out[-3000:]
-    finally:
-        sup.close()
-        proxy.close()
 
 
 def test_a_cancel_that_crosses_a_failure_is_said_as_the_table_ends_the_job(supervisors, db):
-    proxy = PgProxy(db)
-    sup = supervisors(LATE, supervisor=ONE_HEARTBEAT)
-    try:
-        job = start_one_job(sup, proxy, db, "late", {"seconds": 2})
-        cut_notifications(proxy, db)
-        cancel = sup.cli("cancel", str(job))
-        assert cancel.returncode == 0, cancel.stderr
+    with cancel_unheard(supervisors, db, LATE, "late", {"seconds": 2}) as (sup, _, job):
         # The handler fails on its own: its retry would have come, but the cancel wins.
         sup.wait_output(rf"job {job} failed: type late, .*: RuntimeError: failed late; retry in")
         sup.wait_output(rf"job {job} ended cancelled, as asked: its cancel reached the job "
                         rf"table before its failed attempt was recorded")
         assert job_row(db, job)[:2] == ("cancelled", 1)
-    finally:
-        sup.close()
-        proxy.close()
