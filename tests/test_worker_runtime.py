@@ -177,6 +177,12 @@ def test_permanent_error_is_marked_permanent(start):
      "result is not JSON-serialisable: RuntimeError: this mapping cannot be read"),
     # Deeper than the supervisor reads: a clear failure, not a frame that gets it killed.
     ("worker_handlers:deep", "result nests deeper than 499 levels"),
+    # A yield left in a function the handler calls: what it means, not "Object of type
+    # generator is not JSON serializable" (a handler with a yield of its own is not loaded).
+    ("worker_handlers:dispatches_to_a_generator",
+     "the handler returned a generator (a yield in it?): it must return its result"),
+    ("worker_handlers:dispatches_to_an_async_generator",
+     "the handler returned an async generator (a yield in it?): it must return its result"),
 ])
 def test_result_that_cannot_be_sent_is_a_permanent_error_not_a_crash(start, handler, words):
     peer = start(handler=handler)

@@ -251,11 +251,19 @@ def _stopped_by_raising(job: Job, head: dict, exc: BaseException) -> bytes:
     return _result_frame(job, head, None)
 
 
+class _Generator(Exception):
+    """What a handler with a yield in it returns: no result, however it would encode."""
+
+
 def _result_frame(job: Job, head: dict, value: Any) -> bytes:
     if job._stopped:
         head = {**head, "stopped": True}
     try:
+        if inspect.isgenerator(value) or inspect.isasyncgen(value):
+            raise _Generator("an async generator" if inspect.isasyncgen(value) else "a generator")
         data = encode({"t": "result", **head, "result": value})
+    except _Generator as exc:
+        error = f"the handler returned {exc} (a yield in it?): it must return its result"
     except ProtocolError as exc:
         error = f"result is too large: {exc}"
     except Exception as exc:  # TypeError mostly; whatever a strange object's methods raise

@@ -72,6 +72,23 @@ def unserialisable(job: fairsched.Job):
     return {"tags": {"a", "b"}}
 
 
+def _pages(job: fairsched.Job):
+    yield {"page": 1}
+
+
+async def _pages_async(job: fairsched.Job):
+    yield {"page": 1}
+
+
+def dispatches_to_a_generator(job: fairsched.Job):
+    """A dispatcher whose handler for the job's type has a yield in it (by mistake)."""
+    return _pages(job)
+
+
+def dispatches_to_an_async_generator(job: fairsched.Job):
+    return _pages_async(job)
+
+
 class _Unreadable(dict):
     def items(self):
         raise RuntimeError("this mapping cannot be read")
