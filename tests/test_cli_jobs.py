@@ -4,6 +4,7 @@ says about a listing that cannot be what was meant."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -133,3 +134,67 @@ def test_a_listing_of_jobs_with_long_errors_takes_as_long_as_its_rows_not_their_
     error = rows[0][rows[0].index("déjà vu"):]
     assert error.startswith("déjà vu 错误 x\\x1b[31m错误") and error.endswith("…"), error
     assert display_width(error) <= 60
+
+
+def test_jobs_with_ids_shows_each_job_in_full_whatever_its_age(db, config):
+    # The dead-letter list cuts an error at the edge of the terminal and shows the newest 100
+    # jobs: `jobs ID` shows one job whole, however old, its error on as many lines as it has.
+    with queue(db) as q:
+        failed = q.enqueue("pdf", {"path": "a.pdf"}, priority=7, key="invoice-17")
+        done = q.enqueue("ocr", {"path": "b.png"})
+        q.conn.execute(
+            "UPDATE fairsched_jobs SET status = 'failed', attempts = 3, max_attempts = 3,"
+            " created_at = now() - interval '40 days', run_after = now() - interval '40 days',"
+            " started_at = now() - interval '39 days', finished_at = now() - interval '39 days',"
+            " claimed_by = 4, claims = 3,"
+            " last_error = 'ValueError: page 3 is empty' || chr(10) || '  in render()'"
+            " WHERE id = %s", (failed,))
+        q.conn.execute(
+            "UPDATE fairsched_jobs SET status = 'succeeded', attempts = 1, max_attempts = 3,"
+            " started_at = now(), finished_at = now(), claimed_by = 4, claims = 1,"
+            " result = '{\"pages\": 2, \"title\": \"Réunion\"}' WHERE id = %s", (done,))
+        q.enqueue("pdf")  # newer, not asked for
+    result = fairsched("jobs", str(done), str(failed), "--config", str(config), url=db)
+    assert (result.returncode, result.stderr) == (0, ""), result.stderr
+    first, second = result.stdout.split("\n\n")
+    fields = dict(line.split(None, 1) if not line.startswith(" ") else ("", line.strip())
+                  for line in first.splitlines() if not line.startswith(("claimed", "last")))
+    assert fields["job"] == str(done) and fields["type"] == "ocr"
+    assert fields["status"] == "succeeded" and fields["attempts"] == "1/3"
+    assert fields["payload"] == '{"path": "b.png"}'
+    assert fields["result"] == '{"pages": 2, "title": "Réunion"}'
+    assert "last error" not in first
+    lines = second.splitlines()
+    assert lines[:5] == [f"job         {failed}", "type        pdf",
+                         "status      failed", "priority    7", "attempts    3/3"], second
+    assert re.fullmatch(r"created     \d{4}-\d\d-\d\d \d\d:\d\d:\d\d[+-]\d\d:\d\d "
+                        r"\(40d00h ago\)", lines[5]), second
+    assert lines[9:] == ["claimed by  supervisor 4 (claim 3)", "key         invoice-17",
+                         'payload     {"path": "a.pdf"}',
+                         "last error  ValueError: page 3 is empty",
+                         "              in render()"], second
+
+
+def test_jobs_with_ids_says_which_are_missing_and_shows_the_rest(db, config):
+    with queue(db) as q:
+        job = q.enqueue("pdf")
+    result = fairsched("jobs", "999", str(job), "--config", str(config), url=db)
+    assert result.returncode == 1
+    assert result.stderr == "fairsched: no job 999 in the job table\n"
+    assert result.stdout.startswith(f"job         {job}\n"), result.stdout
+    listed = fairsched("jobs", str(job), "999", "--json", "--config", str(config), url=db)
+    assert listed.returncode == 1
+    assert [row["id"] for row in json.loads(listed.stdout)] == [job]
+
+
+@pytest.mark.parametrize("args, words", [
+    (["1", "--status", "failed"], "give job IDs or --status, --type and --limit, not both"),
+    (["1", "--limit", "5"], "give job IDs or --status, --type and --limit, not both"),
+    (["x1"], "ID must be an integer"),
+    (["od-4"], "od-4 is an on-demand job: it is in no table"),
+])
+def test_jobs_with_ids_refuses_what_cannot_be_meant(db, config, args, words):
+    result = fairsched("jobs", *args, "--config", str(config), url=db)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.startswith("fairsched: ") and words in result.stderr, result.stderr
+    assert len(result.stderr.splitlines()) == 1

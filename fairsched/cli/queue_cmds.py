@@ -217,15 +217,17 @@ JSON_TIME_FIELDS = ("created_at", "run_after", "started_at", "finished_at")
 MAX_TYPE_COLUMNS = 24  # a longer type is cut short, so one does not widen every row
 
 
-@main.command()
+@main.command(short_help="List jobs, newest first; with IDs, those jobs in full.")
+@click.argument("job_ids", metavar="[ID]...", nargs=-1)
 @click.option("--status", metavar="S", help=f"Only jobs in this status ({', '.join(STATUSES)}).")
 @click.option("--type", "type_name", metavar="T", help="Only jobs of this type.")
 @click.option("--limit", metavar="N", help="At most N jobs, newest first (default 100).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 @config_option
 @reports_errors
-def jobs(status, type_name, limit, as_json, config_path):
-    """List jobs, newest first.
+def jobs(job_ids, status, type_name, limit, as_json, config_path):
+    """List jobs, newest first; with IDs, each of those jobs in full (its payload, result,
+    whole last error and times), whatever its age.
 
     ATTEMPTS is the attempts made over the job's max_attempts. A job not yet claimed has none
     of its own unless given at submit: it shows its worker group's, or '-' where no
@@ -233,6 +235,10 @@ def jobs(status, type_name, limit, as_json, config_path):
     type); --json gives null until it is claimed.
     """
     require_stdout()
+    if job_ids:
+        if status is not None or type_name is not None or limit is not None:
+            raise UsageProblem("give job IDs or --status, --type and --limit, not both")
+        sys.exit(show_jobs([parse_job_id(text) for text in job_ids], as_json, config_path))
     if status is not None and status not in STATUSES:
         raise UsageProblem(f"--status must be one of {', '.join(STATUSES)}, got {status!r}")
     limit = parse_int("--limit", limit, 1, 1_000_000) or 100
@@ -251,6 +257,72 @@ def jobs(status, type_name, limit, as_json, config_path):
             and type_name not in config.types:
         # Likely a typo, which submit refuses: say so, but the (empty) answer stands.
         click.echo(config.unknown_type(type_name, suggest=True), err=True)
+
+
+def show_jobs(ids: list[int], as_json: bool, config_path: str | None) -> int:
+    """`fairsched jobs ID...`: each job in full, in the order asked; 1 if one is missing."""
+    config = queue_config(config_path)
+    with open_queue(config) as queue:
+        rows = {job_id: queue.get_job(job_id) for job_id in dict.fromkeys(ids)}
+        now = queue.server_time()
+    found = [row for row in rows.values() if row is not None]
+    if as_json:
+        output(json.dumps([job_json(row) for row in found], indent=2, ensure_ascii=False))
+    elif found:
+        max_attempts = config.max_attempts_by_type() if config else {}
+        output("\n\n".join(job_details(row, now, max_attempts) for row in found))
+    missing = [job_id for job_id, row in rows.items() if row is None]
+    for job_id in missing:
+        click.echo(f"fairsched: no job {job_id} in the job table", err=True)
+    return 1 if missing else 0
+
+
+def job_details(row: dict, now: datetime, max_attempts: dict[str, int]) -> str:
+    """One job in full, a field a line; the last error whole, its lines indented."""
+    maximum = row["max_attempts"] or max_attempts.get(row["type"], "-")
+    lines = [("job", str(row["id"])), ("type", printable(row["type"])),
+             ("status", _status(row, now)), ("priority", str(row["priority"])),
+             ("attempts", f"{row['attempts']}/{maximum}")]
+    for label, name in (("created", "created_at"), ("eligible", "run_after"),
+                        ("started", "started_at"), ("finished", "finished_at")):
+        if row[name] is not None:
+            lines.append((label, _when(row[name], now)))
+    if row["claimed_by"] is not None:
+        lines.append(("claimed by", f"supervisor {row['claimed_by']} (claim {row['claims']})"))
+    if row["idempotency_key"] is not None:
+        lines.append(("key", printable(row["idempotency_key"])))
+    lines.append(("payload", _json_text(row["payload"])))
+    if row["result"] is not None or row["status"] == "succeeded":
+        lines.append(("result", _json_text(row["result"])))
+    if row["last_error"]:
+        error = row["last_error"].strip().splitlines() or [""]
+        if row["status"] in ("succeeded", "cancelled"):
+            error[0] = f"(an earlier attempt) {error[0]}"  # not why it ended as it did
+        lines.extend([("last error", printable(error[0]))]
+                     + [("", printable(line)) for line in error[1:]])
+    # One width for every job, so that the values of jobs shown together line up.
+    return "\n".join(f"{label:<10}  {value}".rstrip() for label, value in lines)
+
+
+def _status(row: dict, now: datetime) -> str:
+    """The status as the table shows it: a cancel on its way, a delay still to run."""
+    status = row["status"]
+    if row["cancel_requested"]:
+        return status + " (cancelling)"
+    if status == "pending" and row["run_after"] > now:
+        return status + f" (in {duration((row['run_after'] - now).total_seconds())})"
+    return status
+
+
+def _when(moment: datetime, now: datetime) -> str:
+    """A time in this host's zone, and how long ago (or ahead) by the server's clock."""
+    seconds = (now - moment).total_seconds()
+    ago = f"{duration(seconds)} ago" if seconds >= 0 else f"in {duration(-seconds)}"
+    return f"{moment.astimezone().isoformat(sep=' ', timespec='seconds')} ({ago})"
+
+
+def _json_text(value: Any) -> str:
+    return "null" if value is None else printable(json.dumps(value, ensure_ascii=False))
 
 
 def job_json(row: dict) -> dict:
@@ -274,11 +346,7 @@ def jobs_table(rows: list[dict], now: datetime, max_attempts: dict[str, int],
     header = ("ID", "TYPE", "PRI", "STATUS", "ATTEMPTS", "AGE", "LAST ERROR")
     lines = [header]
     for row in rows:
-        status = row["status"]
-        if row["cancel_requested"]:
-            status += " (cancelling)"
-        elif status == "pending" and row["run_after"] > now:
-            status += f" (in {duration((row['run_after'] - now).total_seconds())})"
+        status = _status(row, now)
         maximum = row["max_attempts"] or max_attempts.get(row["type"], "-")
         error = first_line(row["last_error"], width or ERROR_COLUMNS)
         if error and row["status"] in ("succeeded", "cancelled"):
