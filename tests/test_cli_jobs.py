@@ -180,7 +180,7 @@ def test_jobs_with_ids_says_which_are_missing_and_shows_the_rest(db, config):
         job = q.enqueue("pdf")
     result = fairsched("jobs", "999", str(job), "--config", str(config), url=db)
     assert result.returncode == 1
-    assert result.stderr == "fairsched: no job 999 in the job table\n"
+    assert result.stderr == "fairsched: no job with id 999\n"
     assert result.stdout.startswith(f"job         {job}\n"), result.stdout
     listed = fairsched("jobs", str(job), "999", "--json", "--config", str(config), url=db)
     assert listed.returncode == 1

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.supervisor_harness import wait_until
 from tests.test_cli_queue import WORKERS_TOML, fairsched, queue
 
@@ -86,3 +88,62 @@ def test_retry_of_a_configured_type_or_on_a_host_without_workers_toml_is_silent(
     job_id = cancelled_job(db, "fax")
     result = fairsched("retry", str(job_id), url=db, cwd=elsewhere)
     assert (result.returncode, result.stderr) == (0, ""), result.stderr
+
+
+def test_retry_of_every_failed_job_of_a_type_runs_them_again(supervisors, db):
+    # The dead-letter list once the cause is fixed: one command, one statement, however many.
+    sup = supervisors(FAILING).start()
+    jobs = [int(sup.cli("submit", "flaky").stdout) for _ in range(3)]
+    for job_id in jobs:
+        failed_for_good(sup, job_id)
+    retried = sup.cli("retry", "--status", "failed", "--type", "flaky")
+    assert (retried.returncode, retried.stderr) == (0, ""), retried.stderr
+    assert retried.stdout == "3 failed jobs of type flaky pending again\n"
+    for job_id in jobs:  # run again by the supervisor: a fresh budget of 2 attempts, spent
+        wait_until(lambda job_id=job_id: (job := job_of(sup, job_id))["status"] == "failed"
+                   and "(attempt 2)" in job["last_error"] and job["finished_at"] is not None
+                   and job["run_after"] > job["created_at"], 30, f"job {job_id} to fail again")
+    again = sup.cli("retry", "--status", "cancelled")
+    assert (again.returncode, again.stdout) == (0, "no cancelled jobs to retry\n")
+
+
+def test_retry_of_several_ids_names_each_one_it_cannot_retry(db, tmp_path):
+    config = tmp_path / "workers.toml"
+    config.write_text(WORKERS_TOML)
+    first, second = cancelled_job(db, "pdf"), cancelled_job(db, "ocr")
+    with queue(db) as q:
+        pending = q.enqueue("pdf")
+    result = fairsched("retry", str(first), str(pending), "999", str(second),
+                       "--config", str(config), url=db)
+    assert result.returncode == 1
+    assert result.stdout == f"job {first} is pending again\njob {second} is pending again\n"
+    assert result.stderr == (f"fairsched: job {pending} is pending; only failed or cancelled "
+                             "jobs can be retried\nfairsched: no job with id 999\n")
+
+
+def test_retry_of_every_failed_job_names_those_whose_key_another_job_holds(db, tmp_path):
+    with queue(db) as q:
+        kept = q.enqueue("pdf", key="invoice-17")
+        assert q.cancel_job(kept) == "cancelled"
+        q.enqueue("pdf", key="invoice-17")  # queued again meanwhile
+    plain = cancelled_job(db, "pdf")
+    result = fairsched("retry", "--status", "cancelled", url=db, cwd=tmp_path)
+    assert (result.returncode, result.stdout) == (1, "1 cancelled job pending again\n")
+    assert result.stderr == (f"fairsched: 1 cancelled job left as it was: an unfinished job "
+                             f"holds its idempotency key: {kept}\n")
+    with queue(db) as q:
+        assert [q.get_job(j)["status"] for j in (kept, plain)] == ["cancelled", "pending"]
+
+
+@pytest.mark.parametrize("args, words", [
+    ([], "give the IDs of the jobs to retry, or --status failed (or cancelled) for every job "
+         "in that status"),
+    (["--type", "pdf"], "give the IDs of the jobs to retry, or --status failed (or cancelled) "
+                        "for every job in that status of that type"),
+    (["3", "--status", "failed"], "give job IDs or --status (and --type), not both"),
+    (["--status", "pending"], "--status must be failed or cancelled, got 'pending'"),
+])
+def test_retry_refuses_what_cannot_be_meant(db, tmp_path, args, words):
+    result = fairsched("retry", *args, url=db, cwd=tmp_path)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == f"fairsched: {words}\n"

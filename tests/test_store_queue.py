@@ -285,6 +285,51 @@ def test_retry_refuses_when_the_key_is_taken_again(queue):
     assert queue.get_job(old)["status"] == "failed"
 
 
+def test_retry_jobs_puts_every_job_of_a_status_back_in_one_statement(queue):
+    failed = [queue.enqueue("pdf") for _ in range(3)]
+    other_type = queue.enqueue("ocr")
+    cancelled = queue.enqueue("pdf")
+    for job_id in failed + [other_type]:
+        set_status(queue, job_id, "failed", attempts=3, max_attempts=3, last_error="boom")
+    set_status(queue, cancelled, "cancelled")
+    with psycopg.connect(queue.conn.info.dsn, autocommit=True) as listener:
+        listener.execute("LISTEN fairsched_jobs")
+        retried, left = queue.retry_jobs("failed", "pdf", max_attempts=5)
+        notes = [(n.channel, n.payload) for n in listener.notifies(timeout=5, stop_after=1)]
+    assert (retried, left) == ({job_id: "pdf" for job_id in failed}, [])
+    assert notes == [("fairsched_jobs", "pdf")]
+    for job_id in failed:
+        job = queue.get_job(job_id)
+        assert (job["status"], job["attempts"], job["max_attempts"], job["last_error"]) == (
+            "pending", 0, 5, None)
+    assert queue.get_job(other_type)["status"] == "failed"
+    assert queue.get_job(cancelled)["status"] == "cancelled"
+    assert queue.retry_jobs("failed") == ({other_type: "ocr"}, [])
+    assert queue.retry_jobs("failed") == ({}, [])
+    for bad in ("pending", "done"):
+        with pytest.raises(ValueError, match="status must be one of failed, cancelled"):
+            queue.retry_jobs(bad)
+
+
+def test_retry_jobs_leaves_a_job_whose_key_an_unfinished_job_holds(queue):
+    # Two unfinished jobs cannot share a key: of the failed ones that share it the newest
+    # goes back, and none where a pending job holds it already.
+    older, newer = queue.enqueue("mail", key="a"), None
+    set_status(queue, older, "failed")
+    newer = queue.enqueue("mail", key="a")
+    set_status(queue, newer, "failed")
+    blocked = queue.enqueue("mail", key="b")
+    set_status(queue, blocked, "failed")
+    holder = queue.enqueue("mail", key="b")
+    plain = queue.enqueue("mail")
+    set_status(queue, plain, "failed")
+    retried, left = queue.retry_jobs("failed", "mail")
+    assert retried == {newer: "mail", plain: "mail"}
+    assert left == [older, blocked]
+    assert [queue.get_job(j)["status"] for j in (older, newer, blocked, holder, plain)] == [
+        "failed", "pending", "failed", "pending", "pending"]
+
+
 def test_cancel_a_pending_job_at_once(queue):
     job_id = queue.enqueue("pdf")
     assert queue.cancel_job(job_id) == "cancelled"

@@ -36,7 +36,9 @@ from fairsched.cli.common import (
     terminal_columns,
 )
 from fairsched.config import Config, load_config, resolve_config_path
-from fairsched.store.schema import MAX_DELAY, MAX_PRIORITY, STATUSES
+from fairsched.logs import some_ids
+from fairsched.store.errors import JobNotFound, JobStateError
+from fairsched.store.schema import MAX_DELAY, MAX_PRIORITY, RETRIABLE, STATUSES
 
 if TYPE_CHECKING:
     from fairsched.store.queue import Queue
@@ -273,7 +275,7 @@ def show_jobs(ids: list[int], as_json: bool, config_path: str | None) -> int:
         output("\n\n".join(job_details(row, now, max_attempts) for row in found))
     missing = [job_id for job_id, row in rows.items() if row is None]
     for job_id in missing:
-        click.echo(f"fairsched: no job {job_id} in the job table", err=True)
+        click.echo(f"fairsched: {JobNotFound(job_id)}", err=True)
     return 1 if missing else 0
 
 
@@ -385,31 +387,79 @@ def parse_job_id(text: str) -> int:
     return parse_int("ID", text, 1, 2**63 - 1)
 
 
-@main.command(short_help="Put a failed or cancelled job back in the queue.")
-@click.argument("job_id", metavar="ID")
+@main.command(short_help="Put failed or cancelled jobs back in the queue.")
+@click.argument("job_ids", metavar="[ID]...", nargs=-1)
+@click.option("--status", metavar="S",
+              help="Every job in this status (failed or cancelled), in one statement.")
+@click.option("--type", "type_name", metavar="T", help="With --status: only jobs of this type.")
 @click.option("--max-attempts", metavar="N",
-              help="A new budget of attempts (default: the job keeps its max_attempts).")
+              help="A new budget of attempts (default: each job keeps its max_attempts).")
 @config_option
 @reports_errors
-def retry(job_id, max_attempts, config_path):
-    """Put a failed or cancelled job back in the queue, its attempts reset to 0.
+def retry(job_ids, status, type_name, max_attempts, config_path):
+    """Put failed or cancelled jobs back in the queue, their attempts reset to 0: those
+    given by ID, or with --status every job in that status (of --type T).
 
-    The job keeps the max_attempts it was given, at submit or by its worker group when it
+    A job keeps the max_attempts it was given, at submit or by its worker group when it
     was first claimed, even if the group's max_attempts has changed since; --max-attempts
     gives it a new one. A job of a type no group in workers.toml runs is retried all the
-    same (a supervisor elsewhere may run it), with a warning.
+    same (a supervisor elsewhere may run it), with a warning. Exit 1 if a job could not be
+    retried (each is named).
     """
-    job_id = parse_job_id(job_id)
+    if job_ids and (status is not None or type_name is not None):
+        raise UsageProblem("give job IDs or --status (and --type), not both")
+    if not job_ids and status is None:
+        raise UsageProblem("give the IDs of the jobs to retry, or --status failed (or "
+                           "cancelled) for every job in that status"
+                           + (" of that type" if type_name is not None else ""))
+    if status is not None and status not in RETRIABLE:
+        raise UsageProblem(f"--status must be failed or cancelled, got {status!r}")
+    ids = [parse_job_id(text) for text in job_ids]
     max_attempts = parse_int("--max-attempts", max_attempts, 1, 2**31 - 1)
     config = queue_config(config_path)
+    if status is not None:
+        sys.exit(_retry_all(config, status, type_name, max_attempts))
+    failed = False
     with open_queue(config) as queue:
-        type_name = queue.retry_job(job_id, max_attempts=max_attempts)
-    print_outcome(f"job {job_id} is pending again",
-                  f"job {job_id} is pending again, but this could not be printed")
+        for job_id in dict.fromkeys(ids):
+            try:
+                type_name = queue.retry_job(job_id, max_attempts=max_attempts)
+            except (JobNotFound, JobStateError) as exc:
+                if len(ids) == 1:
+                    raise
+                click.echo(f"fairsched: {exc}", err=True)
+                failed = True
+                continue
+            print_outcome(f"job {job_id} is pending again",
+                          f"job {job_id} is pending again, but this could not be printed")
+            _note_unknown_type(config, type_name, f"job {job_id} waits")
+    sys.exit(1 if failed else 0)
+
+
+def _retry_all(config: Config | None, status: str, type_name: str | None,
+               max_attempts: int | None) -> int:
+    with open_queue(config) as queue:
+        retried, left = queue.retry_jobs(status, type_name, max_attempts=max_attempts)
+    which = f"{status} job{'' if len(retried) == 1 else 's'}" + (
+        f" of type {printable(type_name)}" if type_name is not None else "")
+    said = f"{len(retried)} {which} pending again" if retried else f"no {which} to retry"
+    print_outcome(said, f"{said}, but this could not be printed")
+    for other in sorted(set(retried.values())):
+        _note_unknown_type(config, other, "they wait")
+    if left:
+        click.echo(f"fairsched: {len(left)} {status} job{'' if len(left) == 1 else 's'} left "
+                   f"as {'it was' if len(left) == 1 else 'they were'}: an unfinished job holds "
+                   f"{'its' if len(left) == 1 else 'their'} idempotency key: {some_ids(left)}",
+                   err=True)
+        return 1
+    return 0
+
+
+def _note_unknown_type(config: Config | None, type_name: str, waiting: str) -> None:
     if config is not None and type_name not in config.types:
         # Retried all the same: a supervisor on another host sharing the database may run it.
-        click.echo(f"{config.unknown_type(type_name)}: job {job_id} waits for a supervisor "
-                   "whose workers.toml does", err=True)
+        click.echo(f"{config.unknown_type(type_name)}: {waiting} for a supervisor whose "
+                   "workers.toml does", err=True)
 
 
 @main.command(short_help="Cancel a pending job, or stop a running one.")

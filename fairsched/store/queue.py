@@ -26,7 +26,7 @@ from fairsched.store.errors import (
     OtherDatabase,
 )
 from fairsched.store.jobs import INT4_MAX, INT8_MAX, encode_json, is_int, is_text, job_row
-from fairsched.store.schema import STATUSES, UNFINISHED
+from fairsched.store.schema import RETRIABLE, STATUSES, UNFINISHED
 
 # payload and result come as text, decoded by _job: a value nested too deeply to decode (one
 # written by hand) must not make every listing that includes it fail.
@@ -36,6 +36,29 @@ JOB_COLUMNS = (
     " idempotency_key, cancel_requested, claims"
 )
 
+
+# retry_jobs: the jobs in a status, of a type or of all, pending again as retry_job makes one.
+# A job whose idempotency key an unfinished job holds stays as it is, and of those in the
+# status sharing a key only the newest is retried: two unfinished jobs cannot hold one key.
+RETRY_ALL_SQL = """
+WITH chosen AS (
+    SELECT id, idempotency_key,
+           row_number() OVER (PARTITION BY idempotency_key ORDER BY id DESC) AS newest
+      FROM fairsched_jobs
+     WHERE status = %(status)s AND (%(type)s::text IS NULL OR type = %(type)s))
+UPDATE fairsched_jobs AS j SET status = 'pending', attempts = 0, last_error = NULL,
+       result = NULL, run_after = now(), started_at = NULL, finished_at = NULL,
+       claimed_by = NULL, cancel_requested = false,
+       max_attempts = coalesce(%(max_attempts)s, j.max_attempts)
+  FROM chosen
+ WHERE j.id = chosen.id AND j.status = %(status)s
+   AND (chosen.idempotency_key IS NULL OR (
+        chosen.newest = 1
+        AND NOT EXISTS (SELECT 1 FROM fairsched_jobs AS o
+                         WHERE o.idempotency_key = chosen.idempotency_key
+                           AND o.status IN ('pending', 'running'))))
+RETURNING j.id, j.type
+"""
 
 # One statement per batch, timed from the statement, not from the start of the caller's
 # transaction (now()): a job enqueued late in a long transaction neither starts older than
@@ -237,15 +260,40 @@ class Queue:
 
     # -- manage -------------------------------------------------------------------------------
 
+    def retry_jobs(self, status: str = "failed", type: str | None = None, *,
+                   max_attempts: int | None = None) -> tuple[dict[int, str], list[int]]:
+        """Every job in `status` ('failed' or 'cancelled'), of `type` if given, pending again in
+        one statement, as retry_job makes one. Returns the type of each job retried, by id,
+        and the ids left as they were: an unfinished job holds their idempotency key (or a
+        newer one of them, retried now, does)."""
+        if status not in RETRIABLE:
+            raise ValueError(f"status must be one of {', '.join(RETRIABLE)}, got {status!r}")
+        if type is not None and not is_text(type):
+            raise ValueError(f"type must be non-empty text (UTF-8, no NUL), got {type!r}")
+        _check_max_attempts(max_attempts)
+        params = {"status": status, "type": type, "max_attempts": max_attempts}
+        for _ in range(3):  # an enqueue that takes a key between our check and our write
+            try:
+                with self.conn.transaction():
+                    retried = dict(self.conn.execute(RETRY_ALL_SQL, params).fetchall())
+                    for type_name in sorted(set(retried.values())):
+                        self.conn.execute("SELECT pg_notify('fairsched_jobs', %s)", (type_name,))
+                    left = [row[0] for row in self.conn.execute(
+                        "SELECT id FROM fairsched_jobs WHERE status = %(status)s"
+                        " AND (%(type)s::text IS NULL OR type = %(type)s)"
+                        " AND idempotency_key IS NOT NULL ORDER BY id", params)]
+                return retried, left
+            except psycopg.errors.UniqueViolation:
+                continue
+        raise JobStateError(f"the {status} jobs could not be retried: new jobs kept taking "
+                            "their idempotency keys; try again")
+
     def retry_job(self, id: int, *, max_attempts: int | None = None) -> str:
         """A failed or cancelled job becomes pending again, with its attempts reset; returns
         its type. It keeps the max_attempts it was given (at enqueue, or from its worker group
         at its first claim) unless `max_attempts` gives it a new budget."""
         _check_id(id)
-        if max_attempts is not None and (not is_int(max_attempts)
-                                         or not 1 <= max_attempts <= INT4_MAX):
-            raise ValueError(f"max_attempts must be an integer from 1 to {INT4_MAX},"
-                             f" got {max_attempts!r}")
+        _check_max_attempts(max_attempts)
         try:
             with self.conn.transaction():
                 # The row is locked before its status is judged: read after a refused update
@@ -369,6 +417,13 @@ def _job(row: dict) -> dict:
                 # written by hand comes back written out in full): the JSON text it is.
                 pass
     return row
+
+
+def _check_max_attempts(max_attempts: Any) -> None:
+    if max_attempts is not None and (not is_int(max_attempts)
+                                     or not 1 <= max_attempts <= INT4_MAX):
+        raise ValueError(f"max_attempts must be an integer from 1 to {INT4_MAX},"
+                         f" got {max_attempts!r}")
 
 
 def _check_id(id: Any) -> None:
