@@ -8,6 +8,7 @@ import pytest
 
 from tests.supervisor_harness import wait_until
 from tests.test_cli_queue import WORKERS_TOML, fairsched, queue
+from tests.test_queue_supervisors import SLOW
 
 FAILING = """
 [[worker]]
@@ -145,5 +146,50 @@ def test_retry_of_every_failed_job_names_those_whose_key_another_job_holds(db, t
 ])
 def test_retry_refuses_what_cannot_be_meant(db, tmp_path, args, words):
     result = fairsched("retry", *args, url=db, cwd=tmp_path)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == f"fairsched: {words}\n"
+
+
+def test_cancel_of_every_running_and_pending_job_of_a_type(supervisors, db):
+    # A batch queued by mistake: its backlog cancelled in one statement, and the jobs already
+    # running stopped by their supervisor.
+    sup = supervisors(SLOW + "slots = 2\n").start()
+    jobs = [int(sup.cli("submit", "slow", "--payload", '{"seconds": 60}').stdout)
+            for _ in range(5)]
+    sup.wait_for(lambda ps: all(s["job_id"] is not None for s in ps["slots"]),
+                 what="two jobs running")
+    running = sorted(s["job_id"] for s in sup.slots())
+    pending = sup.cli("cancel", "--status", "pending", "--type", "slow")
+    assert (pending.returncode, pending.stderr) == (0, ""), pending.stderr
+    assert pending.stdout == "3 pending jobs of type slow cancelled\n"
+    stop = sup.cli("cancel", "--status", "running")
+    assert (stop.returncode, stop.stdout) == (0, "2 running jobs: cancel requested\n")
+    wait_until(lambda: all(job_of(sup, j)["status"] == "cancelled" for j in jobs), 20,
+               "every job cancelled")
+    for job_id in running:
+        sup.wait_output(rf"job {job_id} cancelled: type slow")
+    again = sup.cli("cancel", "--status", "pending")
+    assert (again.returncode, again.stdout) == (0, "no pending jobs to cancel\n")
+
+
+def test_cancel_of_several_ids_names_each_one_it_cannot_cancel(db, tmp_path):
+    with queue(db) as q:
+        first, second = q.enqueue("pdf"), q.enqueue("pdf")
+    done = cancelled_job(db, "pdf")
+    result = fairsched("cancel", str(first), str(done), str(second), url=db, cwd=tmp_path)
+    assert result.returncode == 1
+    assert result.stdout == f"job {first} cancelled\njob {second} cancelled\n"
+    assert result.stderr == (f"fairsched: job {done} already cancelled; only unfinished jobs "
+                             "can be cancelled\n")
+
+
+@pytest.mark.parametrize("args, words", [
+    ([], "give the IDs of the jobs to cancel, or --status pending (or running) for every job "
+         "in that status"),
+    (["--status", "failed"], "--status must be pending or running, got 'failed'"),
+    (["3", "--type", "pdf"], "give job IDs or --status (and --type), not both"),
+])
+def test_cancel_refuses_what_cannot_be_meant(db, tmp_path, args, words):
+    result = fairsched("cancel", *args, url=db, cwd=tmp_path)
     assert (result.returncode, result.stdout) == (2, "")
     assert result.stderr == f"fairsched: {words}\n"

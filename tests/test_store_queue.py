@@ -350,6 +350,26 @@ def test_cancel_a_running_job_asks_its_supervisor(queue):
     assert job["status"] == "running" and job["cancel_requested"]
 
 
+def test_cancel_jobs_cancels_every_pending_job_of_a_type_and_asks_for_running_ones(queue):
+    pending = [queue.enqueue("pdf") for _ in range(2)]
+    other_type = queue.enqueue("ocr")
+    running = [queue.enqueue("pdf") for _ in range(2)]
+    for job_id in running:
+        set_status(queue, job_id, "running", attempts=1)
+    assert queue.cancel_jobs("pending", "pdf") == pending
+    assert [queue.get_job(j)["status"] for j in pending + [other_type]] == [
+        "cancelled", "cancelled", "pending"]
+    with psycopg.connect(queue.conn.info.dsn, autocommit=True) as listener:
+        listener.execute("LISTEN fairsched_cancel")
+        assert queue.cancel_jobs("running") == running
+        notes = [(n.channel, n.payload) for n in listener.notifies(timeout=5, stop_after=2)]
+    assert sorted(notes) == [("fairsched_cancel", str(j)) for j in running]
+    assert all(queue.get_job(j)["cancel_requested"] for j in running)
+    assert queue.cancel_jobs("running") == []  # asked already
+    with pytest.raises(ValueError, match="status must be one of pending, running"):
+        queue.cancel_jobs("failed")
+
+
 def test_cancel_refuses_finished_and_unknown_jobs(queue):
     job_id = queue.enqueue("pdf")
     set_status(queue, job_id, "succeeded")

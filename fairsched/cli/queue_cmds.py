@@ -38,7 +38,7 @@ from fairsched.cli.common import (
 from fairsched.config import Config, load_config, resolve_config_path
 from fairsched.logs import some_ids
 from fairsched.store.errors import JobNotFound, JobStateError
-from fairsched.store.schema import MAX_DELAY, MAX_PRIORITY, RETRIABLE, STATUSES
+from fairsched.store.schema import MAX_DELAY, MAX_PRIORITY, RETRIABLE, STATUSES, UNFINISHED
 
 if TYPE_CHECKING:
     from fairsched.store.queue import Queue
@@ -406,53 +406,98 @@ def retry(job_ids, status, type_name, max_attempts, config_path):
     same (a supervisor elsewhere may run it), with a warning. Exit 1 if a job could not be
     retried (each is named).
     """
-    if job_ids and (status is not None or type_name is not None):
-        raise UsageProblem("give job IDs or --status (and --type), not both")
-    if not job_ids and status is None:
-        raise UsageProblem("give the IDs of the jobs to retry, or --status failed (or "
-                           "cancelled) for every job in that status"
-                           + (" of that type" if type_name is not None else ""))
-    if status is not None and status not in RETRIABLE:
-        raise UsageProblem(f"--status must be failed or cancelled, got {status!r}")
-    ids = [parse_job_id(text) for text in job_ids]
+    ids = _ids_or_status("retry", job_ids, status, type_name, RETRIABLE)
     max_attempts = parse_int("--max-attempts", max_attempts, 1, 2**31 - 1)
     config = queue_config(config_path)
-    if status is not None:
-        sys.exit(_retry_all(config, status, type_name, max_attempts))
-    failed = False
     with open_queue(config) as queue:
-        for job_id in dict.fromkeys(ids):
-            try:
-                type_name = queue.retry_job(job_id, max_attempts=max_attempts)
-            except (JobNotFound, JobStateError) as exc:
-                if len(ids) == 1:
-                    raise
-                click.echo(f"fairsched: {exc}", err=True)
-                failed = True
-                continue
-            print_outcome(f"job {job_id} is pending again",
-                          f"job {job_id} is pending again, but this could not be printed")
-            _note_unknown_type(config, type_name, f"job {job_id} waits")
-    sys.exit(1 if failed else 0)
+        if status is None:
+            def retry_one(job_id: int) -> None:
+                retried = queue.retry_job(job_id, max_attempts=max_attempts)
+                said(f"job {job_id} is pending again")
+                _note_unknown_type(config, retried, f"job {job_id} waits")
 
-
-def _retry_all(config: Config | None, status: str, type_name: str | None,
-               max_attempts: int | None) -> int:
-    with open_queue(config) as queue:
+            sys.exit(_each(ids, retry_one))
         retried, left = queue.retry_jobs(status, type_name, max_attempts=max_attempts)
-    which = f"{status} job{'' if len(retried) == 1 else 's'}" + (
-        f" of type {printable(type_name)}" if type_name is not None else "")
-    said = f"{len(retried)} {which} pending again" if retried else f"no {which} to retry"
-    print_outcome(said, f"{said}, but this could not be printed")
+    which = _jobs_named(len(retried), status, type_name)
+    said(f"{which} pending again" if retried else f"{which} to retry")
     for other in sorted(set(retried.values())):
         _note_unknown_type(config, other, "they wait")
     if left:
-        click.echo(f"fairsched: {len(left)} {status} job{'' if len(left) == 1 else 's'} left "
-                   f"as {'it was' if len(left) == 1 else 'they were'}: an unfinished job holds "
-                   f"{'its' if len(left) == 1 else 'their'} idempotency key: {some_ids(left)}",
-                   err=True)
-        return 1
-    return 0
+        one = len(left) == 1
+        click.echo(f"fairsched: {_jobs_named(len(left), status)} left as "
+                   f"{'it was' if one else 'they were'}: an unfinished job holds "
+                   f"{'its' if one else 'their'} idempotency key: {some_ids(left)}", err=True)
+        sys.exit(1)
+
+
+@main.command(short_help="Cancel pending jobs, or stop running ones.")
+@click.argument("job_ids", metavar="[ID]...", nargs=-1)
+@click.option("--status", metavar="S",
+              help="Every job in this status (pending or running), in one statement.")
+@click.option("--type", "type_name", metavar="T", help="With --status: only jobs of this type.")
+@config_option
+@reports_errors
+def cancel(job_ids, status, type_name, config_path):
+    """Cancel pending jobs, or ask the supervisors running them to stop them: those given by
+    ID, or with --status every job in that status (of --type T). Exit 1 if a job could not
+    be cancelled (each is named)."""
+    ids = _ids_or_status("cancel", job_ids, status, type_name, UNFINISHED)
+    config = queue_config(config_path)
+    with open_queue(config) as queue:
+        if status is None:
+            def cancel_one(job_id: int) -> None:
+                if queue.cancel_job(job_id) == "cancelled":
+                    said(f"job {job_id} cancelled")
+                else:
+                    said(f"job {job_id} is running: cancel requested")
+
+            sys.exit(_each(ids, cancel_one))
+        cancelled = queue.cancel_jobs(status, type_name)
+    which = _jobs_named(len(cancelled), status, type_name)
+    if not cancelled:
+        said(f"{which} to cancel")
+    else:
+        said(f"{which} cancelled" if status == "pending" else f"{which}: cancel requested")
+
+
+def _ids_or_status(verb: str, job_ids: tuple[str, ...], status: str | None,
+                   type_name: str | None, statuses: tuple[str, ...]) -> list[int]:
+    """The job ids given to `verb`, or [] for every job in `status`: one or the other."""
+    if job_ids and (status is not None or type_name is not None):
+        raise UsageProblem("give job IDs or --status (and --type), not both")
+    if not job_ids and status is None:
+        raise UsageProblem(f"give the IDs of the jobs to {verb}, or --status {statuses[0]} (or "
+                           f"{statuses[1]}) for every job in that status"
+                           + (" of that type" if type_name is not None else ""))
+    if status is not None and status not in statuses:
+        raise UsageProblem(f"--status must be {' or '.join(statuses)}, got {status!r}")
+    return [parse_job_id(text) for text in job_ids]
+
+
+def _each(ids: list[int], act) -> int:
+    """act(id) for each job in turn: one it cannot act on is named and the rest go on (exit
+    1 in the end); the only one given fails the command as it is."""
+    failed = False
+    for job_id in dict.fromkeys(ids):
+        try:
+            act(job_id)
+        except (JobNotFound, JobStateError) as exc:
+            if len(ids) == 1:
+                raise
+            click.echo(f"fairsched: {exc}", err=True)
+            failed = True
+    return 1 if failed else 0
+
+
+def _jobs_named(count: int, status: str, type_name: str | None = None) -> str:
+    """'3 failed jobs of type pdf', as the bulk commands count what they did ('no failed
+    jobs' for none)."""
+    return (f"{count or 'no'} {status} job{'' if count == 1 else 's'}"
+            + (f" of type {printable(type_name)}" if type_name is not None else ""))
+
+
+def said(line: str) -> None:
+    print_outcome(line, f"{line}, but this could not be printed")
 
 
 def _note_unknown_type(config: Config | None, type_name: str, waiting: str) -> None:
@@ -460,18 +505,3 @@ def _note_unknown_type(config: Config | None, type_name: str, waiting: str) -> N
         # Retried all the same: a supervisor on another host sharing the database may run it.
         click.echo(f"{config.unknown_type(type_name)}: {waiting} for a supervisor whose "
                    "workers.toml does", err=True)
-
-
-@main.command(short_help="Cancel a pending job, or stop a running one.")
-@click.argument("job_id", metavar="ID")
-@config_option
-@reports_errors
-def cancel(job_id, config_path):
-    """Cancel a pending job, or ask the supervisor running it to stop it."""
-    job_id = parse_job_id(job_id)
-    config = queue_config(config_path)
-    with open_queue(config) as queue:
-        status = queue.cancel_job(job_id)
-    said = (f"job {job_id} cancelled" if status == "cancelled"
-            else f"job {job_id} is running: cancel requested")
-    print_outcome(said, f"{said}, but this could not be printed")

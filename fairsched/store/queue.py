@@ -60,6 +60,21 @@ UPDATE fairsched_jobs AS j SET status = 'pending', attempts = 0, last_error = NU
 RETURNING j.id, j.type
 """
 
+# cancel_jobs: pending jobs end cancelled; running ones get their cancel asked for, and their
+# supervisors the notification that passes it on (as cancel_job does for one).
+CANCEL_ALL_SQL = """
+WITH cancelled AS (
+    UPDATE fairsched_jobs SET
+        status = CASE WHEN status = 'pending' THEN 'cancelled' ELSE status END,
+        finished_at = CASE WHEN status = 'pending' THEN now() ELSE finished_at END,
+        cancel_requested = (status = 'running')
+     WHERE status = %(status)s AND (%(type)s::text IS NULL OR type = %(type)s)
+       AND NOT cancel_requested
+    RETURNING id, status)
+SELECT id, CASE WHEN status = 'running' THEN pg_notify('fairsched_cancel', id::text) END
+  FROM cancelled
+"""
+
 # One statement per batch, timed from the statement, not from the start of the caller's
 # transaction (now()): a job enqueued late in a long transaction neither starts older than
 # it is nor has its delay cut short. Ids are drawn before the insert so every input row, inserted or
@@ -320,6 +335,17 @@ class Queue:
             other = f"job {holder[0]} ({holder[1]})" if holder else "another unfinished job"
             raise JobStateError(
                 f"job {id} cannot be retried: {other} now holds its idempotency key") from None
+
+    def cancel_jobs(self, status: str = "pending", type: str | None = None) -> list[int]:
+        """Every job in `status`, of `type` if given, cancelled in one statement, as cancel_job
+        cancels one: pending ones end 'cancelled', the supervisors of running ones are asked
+        to stop them (those asked already are left out). Returns their ids."""
+        if status not in UNFINISHED:
+            raise ValueError(f"status must be one of {', '.join(UNFINISHED)}, got {status!r}")
+        if type is not None and not is_text(type):
+            raise ValueError(f"type must be non-empty text (UTF-8, no NUL), got {type!r}")
+        return sorted(row[0] for row in self.conn.execute(CANCEL_ALL_SQL,
+                                                          {"status": status, "type": type}))
 
     def cancel_job(self, id: int) -> str:
         """Cancel a job: 'cancelled' if it was pending; 'running' if its supervisor was asked to.
