@@ -193,3 +193,16 @@ def test_cancel_refuses_what_cannot_be_meant(db, tmp_path, args, words):
     result = fairsched("cancel", *args, url=db, cwd=tmp_path)
     assert (result.returncode, result.stdout) == (2, "")
     assert result.stderr == f"fairsched: {words}\n"
+
+
+@pytest.mark.parametrize("command, status", [("retry", "failed"), ("cancel", "pending")])
+def test_a_bulk_command_that_finds_nothing_of_a_type_no_group_runs_suggests_one(
+        db, tmp_path, command, status):
+    config = tmp_path / "workers.toml"
+    config.write_text(WORKERS_TOML)
+    result = fairsched(command, "--status", status, "--type", "pfd", "--config", str(config),
+                       url=db)
+    assert (result.returncode, result.stdout) == (0, f"no {status} jobs of type pfd to "
+                                                     f"{command}\n")
+    assert result.stderr == (f"no worker group in {config} runs type 'pfd' (configured types: "
+                             "ocr, pdf); did you mean 'pdf'?\n")

@@ -255,9 +255,14 @@ def jobs(job_ids, status, type_name, limit, as_json, config_path):
     else:
         output(jobs_table(rows, now, config.max_attempts_by_type() if config else {},
                               terminal_columns(sys.stdout)))
-    if not rows and type_name is not None and config is not None \
-            and type_name not in config.types:
-        # Likely a typo, which submit refuses: say so, but the (empty) answer stands.
+    if not rows:
+        _hint_typo(config, type_name)
+
+
+def _hint_typo(config: Config | None, type_name: str | None) -> None:
+    """After an empty answer for --type T: a type no group here runs is likely a typo, which
+    submit refuses. Said on standard error; the (empty) answer stands."""
+    if type_name is not None and config is not None and type_name not in config.types:
         click.echo(config.unknown_type(type_name, suggest=True), err=True)
 
 
@@ -420,6 +425,8 @@ def retry(job_ids, status, type_name, max_attempts, config_path):
         retried, left = queue.retry_jobs(status, type_name, max_attempts=max_attempts)
     which = _jobs_named(len(retried), status, type_name)
     said(f"{which} pending again" if retried else f"{which} to retry")
+    if not retried and not left:
+        _hint_typo(config, type_name)
     for other in sorted(set(retried.values())):
         _note_unknown_type(config, other, "they wait")
     if left:
@@ -456,6 +463,7 @@ def cancel(job_ids, status, type_name, config_path):
     which = _jobs_named(len(cancelled), status, type_name)
     if not cancelled:
         said(f"{which} to cancel")
+        _hint_typo(config, type_name)
     else:
         said(f"{which} cancelled" if status == "pending" else f"{which}: cancel requested")
 
