@@ -198,3 +198,37 @@ def test_jobs_with_ids_refuses_what_cannot_be_meant(db, config, args, words):
     assert (result.returncode, result.stdout) == (2, "")
     assert result.stderr.startswith("fairsched: ") and words in result.stderr, result.stderr
     assert len(result.stderr.splitlines()) == 1
+
+
+def test_prune_deletes_what_finished_before_the_age_given_and_keeps_failed_jobs(db, config):
+    with queue(db) as q:
+        ids = {status: q.enqueue("pdf") for status in ("succeeded", "cancelled", "failed")}
+        fresh = q.enqueue("pdf")
+        q.conn.execute("UPDATE fairsched_jobs SET status = CASE id WHEN %s THEN 'succeeded'"
+                       " WHEN %s THEN 'cancelled' ELSE 'failed' END,"
+                       " finished_at = now() - interval '31 days' WHERE id <> %s",
+                       (ids["succeeded"], ids["cancelled"], fresh))
+    dry = fairsched("prune", "--older-than", "30d", "--dry-run", "--config", str(config), url=db)
+    assert (dry.returncode, dry.stderr) == (0, ""), dry.stderr
+    assert dry.stdout == ("2 succeeded or cancelled jobs finished more than 30d ago would be "
+                          "deleted\n")
+    done = fairsched("prune", "--older-than", "30d", "--config", str(config), url=db)
+    assert done.stdout == "deleted 2 succeeded or cancelled jobs finished more than 30d ago\n"
+    left = json.loads(fairsched("jobs", "--json", "--config", str(config), url=db).stdout)
+    assert sorted(job["id"] for job in left) == [ids["failed"], fresh]
+    failed = fairsched("prune", "--older-than", "720h", "--status", "failed", "--config",
+                       str(config), url=db)
+    assert failed.stdout == "deleted 1 failed job finished more than 720h ago\n"
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--older-than", "1 month"], "--older-than must be an age such as 30d, 12h, 45m or 90s, "
+                                  "got '1 month'"),
+    (["--older-than", "30d", "--status", "pending"],
+     "--status must be one of succeeded, failed, cancelled, got 'pending'"),
+    ([], "Missing option '--older-than'"),
+])
+def test_prune_refuses_what_cannot_be_meant(db, config, args, words):
+    result = fairsched("prune", *args, "--config", str(config), url=db)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.startswith(f"fairsched: {words}"), result.stderr

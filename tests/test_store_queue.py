@@ -370,6 +370,37 @@ def test_cancel_jobs_cancels_every_pending_job_of_a_type_and_asks_for_running_on
         queue.cancel_jobs("failed")
 
 
+def test_prune_deletes_old_finished_jobs_a_batch_at_a_time(queue):
+    def finished(status: str, days_ago: float, type_name: str = "pdf") -> int:
+        job_id = queue.enqueue(type_name)
+        queue.conn.execute("UPDATE fairsched_jobs SET status = %s, finished_at = now() -"
+                           " make_interval(days => %s) WHERE id = %s", (status, days_ago, job_id))
+        return job_id
+
+    old = [finished("succeeded", 40) for _ in range(5)]
+    old_cancelled = finished("cancelled", 40)
+    old_failed = finished("failed", 40)
+    old_ocr = finished("succeeded", 40, "ocr")
+    recent = finished("succeeded", 10)
+    pending = queue.enqueue("pdf")
+    month = 30 * 86400
+    assert queue.prune_jobs(month, ["succeeded"], "pdf", dry_run=True) == 5
+    assert queue.prune_jobs(month, ["succeeded", "cancelled"], "pdf", batch=2) == 6
+    assert [queue.get_job(j) for j in old + [old_cancelled]] == [None] * 6
+    assert queue.prune_jobs(month) == 1  # succeeded and cancelled of every type: the ocr one
+    assert queue.get_job(old_ocr) is None
+    kept = (old_failed, recent, pending)
+    assert all(queue.get_job(j) is not None for j in kept)
+    assert queue.prune_jobs(month, ["failed"]) == 1
+    assert queue.prune_jobs(0, ["succeeded"]) == 1  # the recent one
+    assert queue.get_job(pending)["status"] == "pending"
+    for bad in (["pending"], [], ["running", "failed"]):
+        with pytest.raises(ValueError, match="statuses must be some of succeeded, failed"):
+            queue.prune_jobs(month, bad)
+    with pytest.raises(ValueError, match="older_than must be a number of seconds >= 0"):
+        queue.prune_jobs(-1)
+
+
 def test_cancel_refuses_finished_and_unknown_jobs(queue):
     job_id = queue.enqueue("pdf")
     set_status(queue, job_id, "succeeded")

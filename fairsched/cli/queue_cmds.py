@@ -38,7 +38,14 @@ from fairsched.cli.common import (
 from fairsched.config import Config, load_config, resolve_config_path
 from fairsched.logs import some_ids
 from fairsched.store.errors import JobNotFound, JobStateError
-from fairsched.store.schema import MAX_DELAY, MAX_PRIORITY, RETRIABLE, STATUSES, UNFINISHED
+from fairsched.store.schema import (
+    FINISHED,
+    MAX_DELAY,
+    MAX_PRIORITY,
+    RETRIABLE,
+    STATUSES,
+    UNFINISHED,
+)
 
 if TYPE_CHECKING:
     from fairsched.store.queue import Queue
@@ -513,3 +520,49 @@ def _note_unknown_type(config: Config | None, type_name: str, waiting: str) -> N
         # Retried all the same: a supervisor on another host sharing the database may run it.
         click.echo(f"{config.unknown_type(type_name)}: {waiting} for a supervisor whose "
                    "workers.toml does", err=True)
+
+
+# -- prune ------------------------------------------------------------------------------------
+
+AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_age(option: str, text: str) -> float:
+    """An age such as 30d, 12h, 45m, 90s or 90 (seconds)."""
+    found = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)([smhd]?)", text)
+    if found is None:
+        raise UsageProblem(f"{option} must be an age such as 30d, 12h, 45m or 90s, got {text!r}")
+    seconds = float(found[1]) * AGE_UNITS[found[2] or "s"]
+    if not math.isfinite(seconds):
+        raise UsageProblem(f"{option} is too large: {text!r}")
+    return seconds
+
+
+@main.command(short_help="Delete finished jobs older than an age.")
+@click.option("--older-than", "age", metavar="AGE", required=True,
+              help="Jobs that finished longer ago than this: 30d, 12h, 45m, 90s.")
+@click.option("--status", "statuses", metavar="S", multiple=True,
+              help="Jobs in this status (succeeded, failed, cancelled; may be given more than "
+                   "once). Default: succeeded and cancelled; the failed ones, the dead-letter "
+                   "list, are kept unless named.")
+@click.option("--type", "type_name", metavar="T", help="Only jobs of this type.")
+@click.option("--dry-run", is_flag=True, help="Count them; delete nothing.")
+@config_option
+@reports_errors
+def prune(age, statuses, type_name, dry_run, config_path):
+    """Delete finished jobs that finished longer ago than --older-than, by the database
+    server's clock, a batch of rows at a time. Pending and running jobs are never touched."""
+    seconds = parse_age("--older-than", age)
+    statuses = list(dict.fromkeys(statuses)) or ["succeeded", "cancelled"]
+    for status in statuses:
+        if status not in FINISHED:
+            raise UsageProblem(f"--status must be one of {', '.join(FINISHED)}, got {status!r}")
+    config = queue_config(config_path)
+    with open_queue(config) as queue:
+        count = queue.prune_jobs(seconds, statuses, type_name, dry_run=dry_run)
+    which = (f"{' or '.join(statuses)} job{'' if count == 1 else 's'}"
+             + (f" of type {printable(type_name)}" if type_name is not None else "")
+             + f" finished more than {age} ago")
+    said(f"{count} {which} would be deleted" if dry_run else f"deleted {count} {which}")
+    if not count:
+        _hint_typo(config, type_name)

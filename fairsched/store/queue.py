@@ -26,7 +26,7 @@ from fairsched.store.errors import (
     OtherDatabase,
 )
 from fairsched.store.jobs import INT4_MAX, INT8_MAX, encode_json, is_int, is_text, job_row
-from fairsched.store.schema import RETRIABLE, STATUSES, UNFINISHED
+from fairsched.store.schema import FINISHED, RETRIABLE, STATUSES, UNFINISHED
 
 # payload and result come as text, decoded by _job: a value nested too deeply to decode (one
 # written by hand) must not make every listing that includes it fail.
@@ -59,6 +59,8 @@ UPDATE fairsched_jobs AS j SET status = 'pending', attempts = 0, last_error = NU
                            AND o.status IN ('pending', 'running'))))
 RETURNING j.id, j.type
 """
+
+PRUNE_BATCH = 10_000  # rows one statement of prune_jobs deletes
 
 # cancel_jobs: pending jobs end cancelled; running ones get their cancel asked for, and their
 # supervisors the notification that passes it on (as cancel_job does for one).
@@ -335,6 +337,36 @@ class Queue:
             other = f"job {holder[0]} ({holder[1]})" if holder else "another unfinished job"
             raise JobStateError(
                 f"job {id} cannot be retried: {other} now holds its idempotency key") from None
+
+    def prune_jobs(self, older_than: float, statuses: Iterable[str] = ("succeeded", "cancelled"),
+                   type: str | None = None, *, dry_run: bool = False,
+                   batch: int = PRUNE_BATCH) -> int:
+        """Delete the finished jobs in `statuses` (of `type` if given) that finished more than
+        `older_than` seconds ago, by the server's clock; how many. In statements of `batch`
+        rows, each its own transaction on a connection in autocommit mode, so that no lock is
+        held long. With `dry_run`, only count them."""
+        statuses = list(statuses)
+        if not statuses or any(status not in FINISHED for status in statuses):
+            raise ValueError(f"statuses must be some of {', '.join(FINISHED)}, got {statuses!r}")
+        if not isinstance(older_than, (int, float)) or not 0 <= older_than < float("inf"):
+            raise ValueError(f"older_than must be a number of seconds >= 0, got {older_than!r}")
+        if type is not None and not is_text(type):
+            raise ValueError(f"type must be non-empty text (UTF-8, no NUL), got {type!r}")
+        params = {"statuses": statuses, "type": type, "age": older_than, "batch": batch}
+        where = ("status = ANY(%(statuses)s::text[]) AND (%(type)s::text IS NULL OR type = %(type)s)"
+                 " AND finished_at < statement_timestamp() - make_interval(secs => %(age)s)")
+        if dry_run:
+            return self.conn.execute(
+                f"SELECT count(*) FROM fairsched_jobs WHERE {where}", params).fetchone()[0]
+        deleted = 0
+        while True:
+            with self.conn.transaction():
+                done = self.conn.execute(
+                    f"DELETE FROM fairsched_jobs WHERE id IN (SELECT id FROM fairsched_jobs"
+                    f" WHERE {where} LIMIT %(batch)s)", params).rowcount
+            deleted += done
+            if done < batch:
+                return deleted
 
     def cancel_jobs(self, status: str = "pending", type: str | None = None) -> list[int]:
         """Every job in `status`, of `type` if given, cancelled in one statement, as cancel_job

@@ -19,6 +19,7 @@ CANCEL_CHANNEL = "fairsched_cancel"
 STATUSES = ("pending", "running", "succeeded", "failed", "cancelled")
 UNFINISHED = ("pending", "running")
 RETRIABLE = ("failed", "cancelled")
+FINISHED = ("succeeded", "failed", "cancelled")
 MAX_PRIORITY = 10
 MAX_DELAY = 10 * 365 * 24 * 3600.0  # seconds a job may be delayed: ten years
 
