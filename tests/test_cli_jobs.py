@@ -232,3 +232,33 @@ def test_prune_refuses_what_cannot_be_meant(db, config, args, words):
     result = fairsched("prune", *args, "--config", str(config), url=db)
     assert (result.returncode, result.stdout) == (2, "")
     assert result.stderr.startswith(f"fairsched: {words}"), result.stderr
+
+
+def test_jobs_counts_shows_the_queue_by_type_configured_ones_included(db, config):
+    with queue(db) as q:
+        due = q.enqueue("pdf")
+        q.conn.execute("UPDATE fairsched_jobs SET run_after = now() - interval '5 minutes'"
+                       " WHERE id = %s", (due,))
+        q.enqueue("pdf", delay=3600)
+        for status in ("running", "failed", "failed", "succeeded"):
+            job_id = q.enqueue("pdf")
+            q.conn.execute("UPDATE fairsched_jobs SET status = %s WHERE id = %s",
+                           (status, job_id))
+        q.enqueue("fax")  # a type no group here runs: listed all the same
+    table = fairsched("jobs", "--counts", "--config", str(config), url=db)
+    assert (table.returncode, table.stderr) == (0, ""), table.stderr
+    header, *rows = table.stdout.splitlines()
+    assert header.split("  ")[0] == "TYPE" and header.endswith("OLDEST WAIT")
+    cells = {row.split()[0]: row.split()[1:] for row in rows}
+    assert cells["ocr"] == ["0", "0", "0", "0", "-"]  # configured, nothing queued
+    assert cells["pdf"][:4] == ["2", "1", "1", "2"] and cells["pdf"][4].startswith("5m")
+    assert cells["fax"][:4] == ["1", "0", "0", "0"]
+    assert list(cells) == ["fax", "ocr", "pdf"]
+    (pdf,) = json.loads(fairsched("jobs", "--counts", "--type", "pdf", "--json", "--config",
+                                  str(config), url=db).stdout)
+    assert {k: v for k, v in pdf.items() if k != "oldest_wait"} == {
+        "type": "pdf", "pending": 2, "delayed": 1, "running": 1, "failed": 2}
+    assert 300 <= pdf["oldest_wait"] < 400
+    refused = fairsched("jobs", "--counts", "--status", "failed", "--config", str(config),
+                        url=db)
+    assert (refused.returncode, refused.stdout) == (2, "")

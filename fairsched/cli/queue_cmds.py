@@ -231,10 +231,12 @@ MAX_TYPE_COLUMNS = 24  # a longer type is cut short, so one does not widen every
 @click.option("--status", metavar="S", help=f"Only jobs in this status ({', '.join(STATUSES)}).")
 @click.option("--type", "type_name", metavar="T", help="Only jobs of this type.")
 @click.option("--limit", metavar="N", help="At most N jobs, newest first (default 100).")
+@click.option("--counts", is_flag=True,
+              help="Per type: pending (delayed), running and failed jobs, and the oldest wait.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 @config_option
 @reports_errors
-def jobs(job_ids, status, type_name, limit, as_json, config_path):
+def jobs(job_ids, status, type_name, limit, counts, as_json, config_path):
     """List jobs, newest first; with IDs, each of those jobs in full (its payload, result,
     whole last error and times), whatever its age.
 
@@ -244,6 +246,11 @@ def jobs(job_ids, status, type_name, limit, as_json, config_path):
     type); --json gives null until it is claimed.
     """
     require_stdout()
+    if counts:
+        if job_ids or status is not None or limit is not None:
+            raise UsageProblem("--counts takes no job IDs, --status nor --limit (--type: one "
+                               "type's counts)")
+        return show_depth(type_name, as_json, config_path)
     if job_ids:
         if status is not None or type_name is not None or limit is not None:
             raise UsageProblem("give job IDs or --status, --type and --limit, not both")
@@ -271,6 +278,32 @@ def _hint_typo(config: Config | None, type_name: str | None) -> None:
     submit refuses. Said on standard error; the (empty) answer stands."""
     if type_name is not None and config is not None and type_name not in config.types:
         click.echo(config.unknown_type(type_name, suggest=True), err=True)
+
+
+def show_depth(type_name: str | None, as_json: bool, config_path: str | None) -> None:
+    """`fairsched jobs --counts`: the queue by type, the configured types with none too."""
+    config = queue_config(config_path)
+    with open_queue(config) as queue:
+        rows = {row["type"]: row for row in queue.depth(type_name)}
+    for name in config.types if config else ():
+        if type_name in (None, name):
+            rows.setdefault(name, {"type": name, "pending": 0, "delayed": 0, "running": 0,
+                                   "failed": 0, "oldest_wait": None})
+    rows = [rows[name] for name in sorted(rows)]
+    if as_json:
+        output(json.dumps(rows, indent=2, ensure_ascii=False))
+        return
+    header = ("TYPE", "PENDING", "DELAYED", "RUNNING", "FAILED", "OLDEST WAIT")
+    lines = [header] + [
+        (clip(printable(row["type"]), MAX_TYPE_COLUMNS), str(row["pending"]),
+         str(row["delayed"]), str(row["running"]), str(row["failed"]),
+         "-" if row["oldest_wait"] is None else duration(row["oldest_wait"]))
+        for row in rows]
+    widths = [max(display_width(line[i]) for line in lines) for i in range(len(header))]
+    output("\n".join("  ".join(pad(cell, w) for cell, w in zip(line, widths, strict=True))
+                      .rstrip() for line in lines))
+    if not rows:
+        _hint_typo(config, type_name)
 
 
 def show_jobs(ids: list[int], as_json: bool, config_path: str | None) -> int:

@@ -60,6 +60,18 @@ UPDATE fairsched_jobs AS j SET status = 'pending', attempts = 0, last_error = NU
 RETURNING j.id, j.type
 """
 
+DEPTH_SQL = """
+SELECT type, count(*) FILTER (WHERE status = 'pending') AS pending,
+       count(*) FILTER (WHERE status = 'pending' AND run_after > now()) AS delayed,
+       count(*) FILTER (WHERE status = 'running') AS running,
+       count(*) FILTER (WHERE status = 'failed') AS failed,
+       extract(epoch FROM now() - min(run_after)
+               FILTER (WHERE status = 'pending' AND run_after <= now()))::float8 AS oldest_wait
+  FROM fairsched_jobs
+ WHERE status IN ('pending', 'running', 'failed') AND (%(type)s::text IS NULL OR type = %(type)s)
+ GROUP BY type ORDER BY type
+"""
+
 PRUNE_BATCH = 10_000  # rows one statement of prune_jobs deletes
 
 # cancel_jobs: pending jobs end cancelled; running ones get their cancel asked for, and their
@@ -251,6 +263,16 @@ class Queue:
         params.append(limit)
         with self.conn.cursor(row_factory=dict_row) as cur:
             return [_job(row) for row in cur.execute(sql, params)]
+
+    def depth(self, type: str | None = None) -> list[dict]:
+        """By type (of `type` if given): how many jobs are pending (and of those, delayed),
+        running and failed, and how long the oldest pending one that may run has waited
+        (None when none does), in seconds. Finished rows other than failed ones, the whole
+        history, are not counted."""
+        if type is not None and not is_text(type):
+            raise ValueError(f"type must be non-empty text (UTF-8, no NUL), got {type!r}")
+        with self.conn.cursor(row_factory=dict_row) as cur:
+            return cur.execute(DEPTH_SQL, {"type": type}).fetchall()
 
     def server_time(self) -> datetime:
         """The database server's clock: the one created_at and run_after are set by, which
