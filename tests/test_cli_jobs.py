@@ -227,6 +227,7 @@ def test_prune_deletes_what_finished_before_the_age_given_and_keeps_failed_jobs(
     (["--older-than", "30d", "--status", "pending"],
      "--status must be one of succeeded, failed, cancelled, got 'pending'"),
     ([], "Missing option '--older-than'"),
+    (["--older-than", "99999999999d"], "--older-than must be at most 36500d, got '99999999999d'"),
 ])
 def test_prune_refuses_what_cannot_be_meant(db, config, args, words):
     result = fairsched("prune", *args, "--config", str(config), url=db)

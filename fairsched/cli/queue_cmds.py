@@ -558,6 +558,7 @@ def _note_unknown_type(config: Config | None, type_name: str, waiting: str) -> N
 # -- prune ------------------------------------------------------------------------------------
 
 AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+MAX_AGE_DAYS = 36500  # a century: past that, PostgreSQL's intervals overflow soon enough
 
 
 def parse_age(option: str, text: str) -> float:
@@ -566,8 +567,8 @@ def parse_age(option: str, text: str) -> float:
     if found is None:
         raise UsageProblem(f"{option} must be an age such as 30d, 12h, 45m or 90s, got {text!r}")
     seconds = float(found[1]) * AGE_UNITS[found[2] or "s"]
-    if not math.isfinite(seconds):
-        raise UsageProblem(f"{option} is too large: {text!r}")
+    if not seconds <= MAX_AGE_DAYS * 86400:
+        raise UsageProblem(f"{option} must be at most {MAX_AGE_DAYS}d, got {text!r}")
     return seconds
 
 
