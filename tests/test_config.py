@@ -285,8 +285,8 @@ def test_a_state_dir_that_is_a_file_is_one_line_not_a_traceback(tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["bogus"], "No such command 'bogus' (see `python -m fairsched --help`)"),
-    (["jobs", "--bogus"], "No such option '--bogus' (see `python -m fairsched jobs --help`)"),
-    (["retry"], "Missing argument 'ID' (see `python -m fairsched retry --help`)"),
+    (["jobs", "--zzz"], "No such option '--zzz' (see `python -m fairsched jobs --help`)"),
+    (["submit"], "Missing argument 'TYPE' (see `python -m fairsched submit --help`)"),
     (["supervise", "--log-level", "loud"], "Invalid value for '--log-level'"),
     (["jobs", "--config", ""], "--config is empty"),
     # An option of a command before the command's name, as supervisorctl -c takes it.

@@ -24,6 +24,7 @@ from fairsched.store.schema import CANCEL_CHANNEL, JOBS_CHANNEL
 # server's connections ran out. And a database-wide statement_timeout shorter than that (set
 # for the applications beside fairsched) would fail every large batch of outcomes for ever.
 ANSWER_WITHIN = 1 / 4
+SET_TRIES = 5  # times a connection tries to set its own statement_timeout
 
 
 async def open_connection(url: str, lease: float, lane: str = "claims") -> psycopg.AsyncConnection:
@@ -49,8 +50,16 @@ async def open_connection(url: str, lease: float, lane: str = "claims") -> psyco
         **{key: value for key, value in defaults.items() if key not in given})
     try:
         # A SET rather than the startup packet's `options`, which connection poolers refuse.
-        await conn.execute("SELECT set_config('statement_timeout', %s, false)",
-                           (f"{max(1, round(lease * ANSWER_WITHIN * 1000))}ms",))
+        # Under a statement_timeout of a millisecond or so set for others, even this may run
+        # out on a busy host: it is tried again, not taken for a lost connection.
+        for tries_left in reversed(range(SET_TRIES)):
+            try:
+                await conn.execute("SELECT set_config('statement_timeout', %s, false)",
+                                   (f"{max(1, round(lease * ANSWER_WITHIN * 1000))}ms",))
+                break
+            except psycopg.errors.QueryCanceled:
+                if not tries_left:
+                    raise
         if conn.info.server_version >= 140000:
             # Idle between heartbeats, and the LISTEN connection idle for hours: an
             # idle_session_timeout meant for others would end them, each time a lost

@@ -116,8 +116,15 @@ def open_database(state_dir: Path, url: str | None,
     try:
         with database.connect() as conn:
             # A migration may take its time: a statement_timeout set on the database for the
-            # applications beside fairsched is not for it.
-            conn.execute("SET statement_timeout = 0")
+            # applications beside fairsched is not for it (one short enough to end even this
+            # SET on a busy host: tried again).
+            for tries_left in reversed(range(5)):
+                try:
+                    conn.execute("SET statement_timeout = 0")
+                    break
+                except psycopg.errors.QueryCanceled:
+                    if not tries_left:
+                        raise
             migrate(conn)
     except BaseException:
         database.close()
