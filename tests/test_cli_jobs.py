@@ -214,6 +214,9 @@ def test_prune_deletes_what_finished_before_the_age_given_and_keeps_failed_jobs(
                           "deleted\n")
     done = fairsched("prune", "--older-than", "30d", "--config", str(config), url=db)
     assert done.stdout == "deleted 2 succeeded or cancelled jobs finished more than 30d ago\n"
+    again = fairsched("prune", "--older-than", "30d", "--dry-run", "--config", str(config), url=db)
+    assert again.stdout == ("no succeeded or cancelled jobs finished more than 30d ago would be "
+                            "deleted\n")
     left = json.loads(fairsched("jobs", "--json", "--config", str(config), url=db).stdout)
     assert sorted(job["id"] for job in left) == [ids["failed"], fresh]
     failed = fairsched("prune", "--older-than", "720h", "--status", "failed", "--config",

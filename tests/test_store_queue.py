@@ -44,6 +44,16 @@ def test_enqueue_stores_the_job_as_given(queue):
     assert queue.get_job(job_id + 1000) is None
 
 
+def test_get_jobs_finds_those_that_exist_in_one_call(queue):
+    first, second = queue.enqueue_many([{"type": "pdf", "payload": 1}, {"type": "xlsx"}])
+    found = queue.get_jobs([second, second + 1000, first, second])
+    assert sorted(found) == [first, second]
+    assert (found[first]["payload"], found[second]["type"]) == (1, "xlsx")
+    assert queue.get_jobs([]) == {}
+    with pytest.raises(ValueError, match="job id must be a positive integer, got 0"):
+        queue.get_jobs([first, 0])
+
+
 def test_a_delay_moves_the_eligible_time(queue):
     job = queue.get_job(queue.enqueue("pdf", delay=90.5))
     assert job["run_after"] - job["created_at"] == timedelta(seconds=90.5)

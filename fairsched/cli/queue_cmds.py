@@ -310,8 +310,9 @@ def show_jobs(ids: list[int], as_json: bool, config_path: str | None) -> int:
     """`fairsched jobs ID...`: each job in full, in the order asked; 1 if one is missing."""
     config = queue_config(config_path)
     with open_queue(config) as queue:
-        rows = {job_id: queue.get_job(job_id) for job_id in dict.fromkeys(ids)}
+        found_by_id = queue.get_jobs(ids)
         now = queue.server_time()
+    rows = {job_id: found_by_id.get(job_id) for job_id in dict.fromkeys(ids)}
     found = [row for row in rows.values() if row is not None]
     if as_json:
         output(json.dumps([job_json(row) for row in found], indent=2, ensure_ascii=False))
@@ -594,9 +595,7 @@ def prune(age, statuses, type_name, dry_run, config_path):
     config = queue_config(config_path)
     with open_queue(config) as queue:
         count = queue.prune_jobs(seconds, statuses, type_name, dry_run=dry_run)
-    which = (f"{' or '.join(statuses)} job{'' if count == 1 else 's'}"
-             + (f" of type {printable(type_name)}" if type_name is not None else "")
-             + f" finished more than {age} ago")
-    said(f"{count} {which} would be deleted" if dry_run else f"deleted {count} {which}")
+    which = f"{_jobs_named(count, ' or '.join(statuses), type_name)} finished more than {age} ago"
+    said(f"{which} would be deleted" if dry_run else f"deleted {which}")
     if not count:
         _hint_typo(config, type_name)

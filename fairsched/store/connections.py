@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from fairsched.store.database import connect_timeout
+from fairsched.store.database import SET_TRIES, connect_timeout
 from fairsched.store.schema import CANCEL_CHANNEL, JOBS_CHANNEL
 
 # A statement of the supervisor's that takes longer than this share of its lease is given up:
@@ -24,7 +24,6 @@ from fairsched.store.schema import CANCEL_CHANNEL, JOBS_CHANNEL
 # server's connections ran out. And a database-wide statement_timeout shorter than that (set
 # for the applications beside fairsched) would fail every large batch of outcomes for ever.
 ANSWER_WITHIN = 1 / 4
-SET_TRIES = 5  # times a connection tries to set its own statement_timeout
 
 
 async def open_connection(url: str, lease: float, lane: str = "claims") -> psycopg.AsyncConnection:

@@ -38,6 +38,7 @@ log = logging.getLogger("fairsched.database")
 ENV_URL = "FAIRSCHED_DATABASE_URL"
 CONNECT_TIMEOUT = 10
 STOP_TIMEOUT = 20.0
+SET_TRIES = 5  # times a connection tries to set its own statement_timeout
 
 
 @dataclass
@@ -118,7 +119,7 @@ def open_database(state_dir: Path, url: str | None,
             # A migration may take its time: a statement_timeout set on the database for the
             # applications beside fairsched is not for it (one short enough to end even this
             # SET on a busy host: tried again).
-            for tries_left in reversed(range(5)):
+            for tries_left in reversed(range(SET_TRIES)):
                 try:
                     conn.execute("SET statement_timeout = 0")
                     break

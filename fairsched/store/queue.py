@@ -37,19 +37,22 @@ JOB_COLUMNS = (
 )
 
 
+# What retrying sets: a job pending again with its attempts reset, and the max_attempts it
+# was given (at enqueue, or from its worker group at its first claim) unless a new budget.
+RETRY_SET = """status = 'pending', attempts = 0, last_error = NULL, result = NULL,
+       run_after = now(), started_at = NULL, finished_at = NULL, claimed_by = NULL,
+       cancel_requested = false, max_attempts = coalesce(%(max_attempts)s, max_attempts)"""
+
 # retry_jobs: the jobs in a status, of a type or of all, pending again as retry_job makes one.
 # A job whose idempotency key an unfinished job holds stays as it is, and of those in the
 # status sharing a key only the newest is retried: two unfinished jobs cannot hold one key.
-RETRY_ALL_SQL = """
+RETRY_ALL_SQL = f"""
 WITH chosen AS (
     SELECT id, idempotency_key,
            row_number() OVER (PARTITION BY idempotency_key ORDER BY id DESC) AS newest
       FROM fairsched_jobs
      WHERE status = %(status)s AND (%(type)s::text IS NULL OR type = %(type)s))
-UPDATE fairsched_jobs AS j SET status = 'pending', attempts = 0, last_error = NULL,
-       result = NULL, run_after = now(), started_at = NULL, finished_at = NULL,
-       claimed_by = NULL, cancel_requested = false,
-       max_attempts = coalesce(%(max_attempts)s, j.max_attempts)
+UPDATE fairsched_jobs AS j SET {RETRY_SET}
   FROM chosen
  WHERE j.id = chosen.id AND j.status = %(status)s
    AND (chosen.idempotency_key IS NULL OR (
@@ -74,20 +77,29 @@ SELECT type, count(*) FILTER (WHERE status = 'pending') AS pending,
 
 PRUNE_BATCH = 10_000  # rows one statement of prune_jobs deletes
 
-# cancel_jobs: pending jobs end cancelled; running ones get their cancel asked for, and their
-# supervisors the notification that passes it on (as cancel_job does for one).
-CANCEL_ALL_SQL = """
+
+def _cancel_sql(where: str) -> str:
+    """The jobs matching `where` cancelled: pending ones end cancelled; running ones get
+    their cancel asked for, and their supervisors the notification that passes it on.
+    Returns each one's id and its status now ('cancelled', or 'running' until its
+    supervisor has stopped it)."""
+    return f"""
 WITH cancelled AS (
     UPDATE fairsched_jobs SET
         status = CASE WHEN status = 'pending' THEN 'cancelled' ELSE status END,
         finished_at = CASE WHEN status = 'pending' THEN now() ELSE finished_at END,
         cancel_requested = (status = 'running')
-     WHERE status = %(status)s AND (%(type)s::text IS NULL OR type = %(type)s)
-       AND NOT cancel_requested
+     WHERE {where}
     RETURNING id, status)
-SELECT id, CASE WHEN status = 'running' THEN pg_notify('fairsched_cancel', id::text) END
+SELECT id, status, CASE WHEN status = 'running' THEN pg_notify('fairsched_cancel', id::text) END
   FROM cancelled
 """
+
+
+# cancel_jobs: every job in a status (of a type or of all) not asked to stop already.
+CANCEL_ALL_SQL = _cancel_sql("status = %(status)s AND (%(type)s::text IS NULL OR type = %(type)s)"
+                             " AND NOT cancel_requested")
+CANCEL_ONE_SQL = _cancel_sql("id = %(id)s AND status IN ('pending', 'running')")
 
 # One statement per batch, timed from the statement, not from the start of the caller's
 # transaction (now()): a job enqueued late in a long transaction neither starts older than
@@ -245,8 +257,7 @@ class Queue:
         """The newest jobs first, optionally of one status and one type."""
         if status is not None and status not in STATUSES:
             raise ValueError(f"status must be one of {', '.join(STATUSES)}, got {status!r}")
-        if type is not None and not is_text(type):
-            raise ValueError(f"type must be non-empty text (UTF-8, no NUL), got {type!r}")
+        _check_type(type)
         if not is_int(limit) or not 1 <= limit <= INT8_MAX:
             raise ValueError(f"limit must be an integer from 1 to {INT8_MAX}, got {limit!r}")
         where, params = [], []
@@ -269,8 +280,7 @@ class Queue:
         running and failed, and how long the oldest pending one that may run has waited
         (None when none does), in seconds. Finished rows other than failed ones, the whole
         history, are not counted."""
-        if type is not None and not is_text(type):
-            raise ValueError(f"type must be non-empty text (UTF-8, no NUL), got {type!r}")
+        _check_type(type)
         with self.conn.cursor(row_factory=dict_row) as cur:
             return cur.execute(DEPTH_SQL, {"type": type}).fetchall()
 
@@ -291,11 +301,17 @@ class Queue:
 
     def get_job(self, id: int) -> dict | None:
         """One job by id (payload and result decoded; one too deep to decode stays JSON text)."""
-        _check_id(id)
+        return self.get_jobs([id]).get(id)
+
+    def get_jobs(self, ids: Iterable[int]) -> dict[int, dict]:
+        """The jobs of these ids that exist, by id, in one round trip."""
+        ids = list(dict.fromkeys(ids))
+        for id in ids:
+            _check_id(id)
         with self.conn.cursor(row_factory=dict_row) as cur:
-            row = cur.execute(
-                f"SELECT {JOB_COLUMNS} FROM fairsched_jobs WHERE id = %s", (id,)).fetchone()
-        return _job(row) if row is not None else None
+            rows = cur.execute(f"SELECT {JOB_COLUMNS} FROM fairsched_jobs"
+                               " WHERE id = ANY(%s::bigint[])", (ids,)).fetchall()
+        return {row["id"]: _job(row) for row in rows}
 
     # -- manage -------------------------------------------------------------------------------
 
@@ -307,8 +323,7 @@ class Queue:
         newer one of them, retried now, does)."""
         if status not in RETRIABLE:
             raise ValueError(f"status must be one of {', '.join(RETRIABLE)}, got {status!r}")
-        if type is not None and not is_text(type):
-            raise ValueError(f"type must be non-empty text (UTF-8, no NUL), got {type!r}")
+        _check_type(type)
         _check_max_attempts(max_attempts)
         params = {"status": status, "type": type, "max_attempts": max_attempts}
         for _ in range(3):  # an enqueue that takes a key between our check and our write
@@ -344,11 +359,8 @@ class Queue:
                         f"job {id} {'has succeeded' if status == 'succeeded' else 'is ' + status};"
                         " only failed or cancelled jobs can be retried")
                 (type_name,) = self.conn.execute(
-                    "UPDATE fairsched_jobs SET status = 'pending', attempts = 0,"
-                    " last_error = NULL, result = NULL, run_after = now(), started_at = NULL,"
-                    " finished_at = NULL, claimed_by = NULL, cancel_requested = false,"
-                    " max_attempts = coalesce(%s, max_attempts)"
-                    " WHERE id = %s RETURNING type", (max_attempts, id)).fetchone()
+                    f"UPDATE fairsched_jobs SET {RETRY_SET} WHERE id = %(id)s RETURNING type",
+                    {"max_attempts": max_attempts, "id": id}).fetchone()
                 self.conn.execute("SELECT pg_notify('fairsched_jobs', %s)", (type_name,))
             return type_name
         except psycopg.errors.UniqueViolation:
@@ -372,8 +384,7 @@ class Queue:
             raise ValueError(f"statuses must be some of {', '.join(FINISHED)}, got {statuses!r}")
         if not isinstance(older_than, (int, float)) or not 0 <= older_than < float("inf"):
             raise ValueError(f"older_than must be a number of seconds >= 0, got {older_than!r}")
-        if type is not None and not is_text(type):
-            raise ValueError(f"type must be non-empty text (UTF-8, no NUL), got {type!r}")
+        _check_type(type)
         params = {"statuses": statuses, "type": type, "age": older_than, "batch": batch}
         where = ("status = ANY(%(statuses)s::text[]) AND (%(type)s::text IS NULL OR type = %(type)s)"
                  " AND finished_at < statement_timestamp() - make_interval(secs => %(age)s)")
@@ -401,10 +412,9 @@ class Queue:
         to stop them (those asked already are left out). Returns their ids."""
         if status not in UNFINISHED:
             raise ValueError(f"status must be one of {', '.join(UNFINISHED)}, got {status!r}")
-        if type is not None and not is_text(type):
-            raise ValueError(f"type must be non-empty text (UTF-8, no NUL), got {type!r}")
-        return sorted(row[0] for row in self.conn.execute(CANCEL_ALL_SQL,
-                                                          {"status": status, "type": type}))
+        _check_type(type)
+        rows = self.conn.execute(CANCEL_ALL_SQL, {"status": status, "type": type})
+        return sorted(row[0] for row in rows)
 
     def cancel_job(self, id: int) -> str:
         """Cancel a job: 'cancelled' if it was pending; 'running' if its supervisor was asked to.
@@ -420,17 +430,7 @@ class Queue:
             if status not in UNFINISHED:
                 raise JobStateError(
                     f"job {id} already {status}; only unfinished jobs can be cancelled")
-            return self.conn.execute(
-                "WITH cancelled AS ("
-                " UPDATE fairsched_jobs SET"
-                "  status = CASE WHEN status = 'pending' THEN 'cancelled' ELSE status END,"
-                "  finished_at = CASE WHEN status = 'pending' THEN now() ELSE finished_at END,"
-                "  cancel_requested = (status = 'running')"
-                " WHERE id = %s AND status IN ('pending', 'running')"
-                " RETURNING id, status)"
-                " SELECT status, CASE WHEN status = 'running'"
-                "  THEN pg_notify('fairsched_cancel', id::text) END FROM cancelled",
-                (id,)).fetchone()[0]
+            return self.conn.execute(CANCEL_ONE_SQL, {"id": id}).fetchone()[1]
 
     def _status(self, id: int, *, lock: bool = False) -> str:
         row = self.conn.execute("SELECT status FROM fairsched_jobs WHERE id = %s"
@@ -509,6 +509,11 @@ def _check_max_attempts(max_attempts: Any) -> None:
                                      or not 1 <= max_attempts <= INT4_MAX):
         raise ValueError(f"max_attempts must be an integer from 1 to {INT4_MAX},"
                          f" got {max_attempts!r}")
+
+
+def _check_type(type: Any) -> None:
+    if type is not None and not is_text(type):
+        raise ValueError(f"type must be non-empty text (UTF-8, no NUL), got {type!r}")
 
 
 def _check_id(id: Any) -> None:
