@@ -87,6 +87,36 @@ def time_cycles(impls, slots, cands, now, cycles, block=5):
     return {name: statistics.median(s) for name, s in samples.items()}, len(first[0])
 
 
+def skewed(cands, now, age):
+    """The same candidates plus one job of type 0 that has waited `age` seconds."""
+    out = Candidates()
+    for row in zip(cands.types, cands.priorities, cands.eligible_at, cands.on_demand,
+                   cands.job_ids, strict=True):
+        out.append(*row)
+    out.append(0, 0, now - age, False, len(cands))
+    return out
+
+
+def outlier_table(impls, quick):
+    """One far older job stretches the range of the scores; the cycle should barely notice."""
+    n_cands, n_slots, n_types, cycles = SIZES[2]
+    if quick:
+        cycles = 5
+    slots, cands, now = workload(n_cands, n_slots, n_types)
+    print(f"\n{n_cands} x {n_slots}, {n_types} types, with one job far older than the rest")
+    header = f"{'oldest job':>14} {'c us':>10} {'py us':>11} {'ratio':>7} {'c vs none':>10}"
+    print(header)
+    print("-" * len(header))
+    base = None
+    for label, age in [("(none)", None), ("1 day", 86400.0), ("1 year", 365 * 86400.0)]:
+        trial = cands if age is None else skewed(cands, now, age)
+        medians, _ = time_cycles(impls, slots, trial, now, cycles)
+        c_us, py_us = medians["c"], medians["py"]
+        base = base or c_us
+        print(f"{label:>14} {c_us:>10.1f} {py_us:>11.1f} {py_us / c_us:>6.1f}x "
+              f"{c_us / base:>9.2f}x")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="few cycles, for a smoke run")
@@ -111,6 +141,7 @@ def main(argv=None):
         print(f"{n_cands:>7} x {n_slots:<5} {n_types:>5} {placed:>6} {cycles:>4} {c_us:>10.1f} "
               f"{py_us:>11.1f} {py_us / c_us:>6.1f}x {c_us / n_cands:>10.3f} "
               f"{py_us / n_cands:>11.3f}")
+    outlier_table(impls, args.quick)
     return 0
 
 

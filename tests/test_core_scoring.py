@@ -86,6 +86,17 @@ def test_order_breaks_ties_by_age_then_job_id_then_position(core):
     assert list(order) == [4, 2, 3, 1, 0]
 
 
+def test_one_job_far_older_than_the_rest_leaves_the_order_exact(core):
+    # A job waiting for a year scores far above a backlog of minutes: the bulk of the scores
+    # lies in a sliver of the range, and must still come out in the exact order.
+    rows = [(t % 3, t % 11, 1e9 - (t * 7919) % 600, t % 20 == 0, t) for t in range(500)]
+    rows.append((0, 0, 1e9 - 365 * 86400.0, 0, 500))
+    scores, order = rank(core, 1e9, rows, free=[1, 2, 4])
+    expected = sorted(range(len(rows)), key=lambda i: (-scores[i], rows[i][2], rows[i][4]))
+    assert list(order) == expected
+    assert order[0] == 500
+
+
 def test_empty_candidates(core):
     scores, order = rank(core, 1.0, [])
     assert (list(scores), list(order)) == ([], [])
@@ -107,7 +118,8 @@ def test_absurd_times_still_give_a_total_order(core):
 
 
 def test_scores_spread_past_the_largest_double_still_order_exactly(core):
-    # 1.7e308 - -1.7e308 overflows: the compiled bucket sort falls back to one bucket.
+    # Scores from -1.7e308 to 1.7e308: their difference overflows a double, and the order
+    # must not depend on it.
     w = core.Weights(priority=1.7e308 / 2**62, age=0.0, rarity=0.0, on_demand_age=0.0)
     rows = [(0, -2**62, 0.0, 0, 1), (0, 2**62, 0.0, 0, 2), (0, 0, 0.0, 0, 3),
             (0, 2**61, 0.0, 0, 4), (0, -5, 0.0, 0, 5)]
@@ -117,8 +129,8 @@ def test_scores_spread_past_the_largest_double_still_order_exactly(core):
 
 
 def test_many_scores_spread_past_the_largest_double_order_exactly(core):
-    # As above with enough candidates to sort the one bucket by comparison (qsort), the
-    # lowest scores in it (high - score overflows there) taken in as well.
+    # As above with enough candidates that the 64 highest share a bucket of the compiled
+    # sort, which puts them in order by comparison (qsort).
     w = core.Weights(priority=1.7e308 / 2**62, age=0.0, rarity=0.0, on_demand_age=0.0)
     prios = [2**62 - k * 2**57 for k in range(64)] + [-5, 0, 7]
     rows = [(0, p, 0.0, 0, i) for i, p in enumerate(prios)]

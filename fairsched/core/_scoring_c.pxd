@@ -10,13 +10,12 @@ cdef struct ScoreWeights:
 
 
 cdef struct Entry:
-    double score
+    uint64_t key            # sorts like -score (see _rank_bits)
     long long idx
 
 
 cdef struct FullKey:
-    uint64_t key            # sorts like -score (see _rank_bits)
-    double score
+    uint64_t key
     double eligible_at
     long long job_id
     long long idx

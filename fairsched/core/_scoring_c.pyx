@@ -6,8 +6,8 @@ multiply-add), so both produce bit-identical scores.
 
 from cpython.array cimport array, clone
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
-from libc.math cimport INFINITY, isfinite
-from libc.stdint cimport UINT32_MAX, uint32_t, uint64_t
+from libc.math cimport INFINITY
+from libc.stdint cimport UINT32_MAX, UINT64_MAX, uint32_t, uint64_t
 from libc.stdlib cimport qsort
 from libc.string cimport memcpy, memset
 
@@ -94,12 +94,9 @@ cdef inline uint64_t _rank_bits(double score) noexcept:
 
 cdef inline bint _before(const Entry *a, const Entry *b, const double[::1] eligible_at,
                          const long long[::1] job_ids) noexcept:
-    # The full order: higher score, then older, then lower job id, then lower index.
-    # Only used within one bucket, where a NaN score meets only NaN and -inf, its equals.
-    if a.score > b.score:
-        return True
-    if a.score < b.score:
-        return False
+    # The full order: higher score (lower key), then older, then lower job id, then index.
+    if a.key != b.key:
+        return a.key < b.key
     if eligible_at[a.idx] != eligible_at[b.idx]:
         return eligible_at[a.idx] < eligible_at[b.idx]
     if job_ids[a.idx] != job_ids[b.idx]:
@@ -138,33 +135,16 @@ cdef int _sort_run(Entry *run, Py_ssize_t n, const double[::1] eligible_at,
     if full == NULL:
         raise MemoryError()
     for i in range(n):
-        full[i].key = _rank_bits(run[i].score)
-        full[i].score = run[i].score
+        full[i].key = run[i].key
         full[i].eligible_at = eligible_at[run[i].idx]
         full[i].job_id = job_ids[run[i].idx]
         full[i].idx = run[i].idx
     qsort(full, n, sizeof(FullKey), _full_cmp)
     for i in range(n):
-        run[i].score = full[i].score
+        run[i].key = full[i].key
         run[i].idx = full[i].idx
     PyMem_Free(full)
     return 0
-
-
-cdef inline Py_ssize_t _bucket(double score, double high, double scale,
-                               Py_ssize_t n) noexcept:
-    # Monotonic in score: buckets 0 .. n-1 for finite scores, highest first; n for the last.
-    cdef Py_ssize_t b
-    if isfinite(score):
-        if scale == 0.0:
-            # One bucket. Not (high - score) x 0: when the spread overflows, high - score
-            # is inf for the lowest scores, inf x 0 is NaN, and NaN has no integer value.
-            return 0
-        b = <Py_ssize_t>((high - score) * scale)
-        return b if b < n else n - 1
-    if score > 0.0:
-        return 0  # +inf
-    return n  # -inf and NaN, which the order treats alike
 
 
 # Scratch space for order_into, kept from one cycle to the next: glibc hands large freed
@@ -185,7 +165,7 @@ cdef int _reserve(Py_ssize_t n) except -1:
     if entries == NULL:
         raise MemoryError()
     _entries = entries
-    starts = <uint32_t *>PyMem_Realloc(_starts, (n + 2) * sizeof(uint32_t))
+    starts = <uint32_t *>PyMem_Realloc(_starts, (n + 1) * sizeof(uint32_t))
     if starts == NULL:
         raise MemoryError()
     _starts = starts
@@ -195,14 +175,15 @@ cdef int _reserve(Py_ssize_t n) except -1:
 
 cdef int order_into(const double[::1] scores, const double[::1] eligible_at,
                     const long long[::1] job_ids, long long[::1] order) except -1:
-    # A bucket sort: n buckets spread linearly between the highest and the lowest finite
-    # score, filled in one stable counting pass, then each bucket holding more than one
-    # candidate is put in the full order by comparison. The bucket map only has to be
-    # monotonic (rounding may merge close scores, never swap them), so the result is the
-    # exact order; it costs a few linear passes for spread-out scores and degrades to one
-    # comparison sort, never worse, when scores bunch up.
-    cdef Py_ssize_t i, b, end, n = scores.shape[0]
-    cdef double s, high = -INFINITY, low = INFINITY, scale = 0.0
+    # A bucket sort on the rank keys: key - lowest key, shifted right until at most n
+    # buckets remain, is monotonic in the key, so the buckets come in order and only
+    # candidates sharing one need comparing. The keys are a double's bits, so the buckets
+    # are spaced like floating point numbers: finer near zero, coarser for the far outliers
+    # (on-demand bonuses, long waits) that would stretch evenly spaced buckets and crowd
+    # the bulk of the scores into a few. One counting pass, one scatter, short sorts.
+    cdef Py_ssize_t i, b, end, n = scores.shape[0], n_buckets
+    cdef uint64_t k, low = UINT64_MAX, high = 0, span
+    cdef int shift = 0
     cdef uint32_t *starts
     cdef Entry *entries
     if n == 0:
@@ -212,32 +193,31 @@ cdef int order_into(const double[::1] scores, const double[::1] eligible_at,
     _reserve(n)
     starts, entries = _starts, _entries
     for i in range(n):
-        s = scores[i]
-        if isfinite(s):
-            if s > high:
-                high = s
-            if s < low:
-                low = s
-    # A spread past the largest double (scores near +-1.8e308) leaves scale 0: one bucket.
-    if high > low and isfinite(high - low):
-        scale = (n - 1) / (high - low)
-        if not (scale < INFINITY):
-            scale = 0.0
+        k = _rank_bits(scores[i])
+        if k < low:
+            low = k
+        if k > high:
+            high = k
+    span = high - low
+    while (span >> shift) >= <uint64_t>n:
+        shift += 1
+    n_buckets = <Py_ssize_t>(span >> shift) + 1
     # Counting pass: starts[b + 1] counts bucket b, then becomes where bucket b + 1 starts.
-    memset(starts, 0, (n + 2) * sizeof(uint32_t))
+    memset(starts, 0, (n_buckets + 1) * sizeof(uint32_t))
     for i in range(n):
-        starts[_bucket(scores[i], high, scale, n) + 1] += 1
-    for b in range(n + 1):
+        starts[((_rank_bits(scores[i]) - low) >> shift) + 1] += 1
+    for b in range(n_buckets):
         starts[b + 1] += starts[b]
-    # Scores travel with their index so that sorting a bucket reads memory in order.
+    # Keys travel with their index so that sorting a bucket reads memory in order.
     for i in range(n):
-        b = _bucket(scores[i], high, scale, n)
-        entries[starts[b]].score = scores[i]
+        k = _rank_bits(scores[i])
+        b = <Py_ssize_t>((k - low) >> shift)
+        entries[starts[b]].key = k
         entries[starts[b]].idx = i
         starts[b] += 1
     # starts[b] is now where bucket b ends, and so where bucket b + 1 begins.
     b = 0
-    for i in range(n + 1):
+    for i in range(n_buckets):
         end = starts[i]
         if end - b > 1:
             _sort_run(&entries[b], end - b, eligible_at, job_ids)
