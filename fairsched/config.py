@@ -34,7 +34,30 @@ MAX_LEVEL_SECONDS = 1e12  # priority_weight / age_weight: the wait one priority 
 NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.]*")
 TYPE_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:/-]*")
 HANDLER_RE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
+AGE_UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+MAX_AGE_DAYS = 36500  # a century: past that, PostgreSQL's intervals overflow soon enough
+_AGE = re.compile(r"([0-9]+(?:\.[0-9]+)?)([smhd]?)")
 _ADDRESS = re.compile(r"(?:\[(?P<ipv6>[0-9A-Fa-f:.]+)\]|(?P<host>[^:\s\[\]]*)):(?P<port>[0-9]{1,5})")
+
+
+def age_seconds(text: str) -> float:
+    """Seconds of an age such as 30d, 12h, 45m, 90s or 90 (seconds); ValueError saying what
+    is wrong, to follow the name of the option or key."""
+    found = _AGE.fullmatch(text)
+    if found is None:
+        raise ValueError(f"must be an age such as 30d, 12h, 45m or 90s, got {text!r}")
+    seconds = float(found[1]) * AGE_UNITS[found[2] or "s"]
+    if not seconds <= MAX_AGE_DAYS * 86400:
+        raise ValueError(f"must be at most {MAX_AGE_DAYS}d, got {text!r}")
+    return seconds
+
+
+def age_text(seconds: float) -> str:
+    """30d, 12h, 45m or 90s: the largest unit a whole number of which `seconds` is."""
+    for unit, size in AGE_UNITS.items():
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"
 
 
 def metrics_address(address: str) -> tuple[str, int, bool] | None:
@@ -57,6 +80,7 @@ class SupervisorSettings:
     heartbeat_interval: float = 3.0
     poll_interval: float = 5.0
     metrics: str | None = None
+    prune_after: float | None = None  # seconds after which finished jobs are deleted
 
 
 @dataclass(frozen=True)
@@ -280,6 +304,24 @@ def control_socket_of(path: str | os.PathLike) -> Path:
     return socket_path
 
 
+def _prune_after(sup: _Section) -> float | None:
+    # An age as the prune command takes it ("30d"), or a number of seconds.
+    value = sup.table.get("prune_after")
+    if value is None or isinstance(value, int | float) and not isinstance(value, bool):
+        return sup.get("prune_after", "number", minimum=1, maximum=MAX_AGE_DAYS * 86400)
+    sup.seen.add("prune_after")
+    if not isinstance(value, str):
+        sup.fail("prune_after", f"must be an age such as \"30d\" or a number of seconds, got "
+                                f"{_kind(value)}")
+    try:
+        seconds = age_seconds(value)
+    except ValueError as exc:
+        sup.fail("prune_after", str(exc))
+    if seconds < 1:
+        sup.fail("prune_after", f"must be at least 1s, got {value!r}")
+    return seconds
+
+
 def load_config(path: str | os.PathLike) -> Config:
     path = Path(path)
     file = path_name(path)
@@ -321,6 +363,7 @@ def load_config(path: str | os.PathLike) -> Config:
                                    minimum=MIN_INTERVAL),
         poll_interval=sup.get("poll_interval", "number", 5.0, minimum=MIN_INTERVAL),
         metrics=sup.get("metrics", "str"),
+        prune_after=_prune_after(sup),
     )
     if supervisor.heartbeat_interval > lease / 3:
         # A supervisor that misses its heartbeats for 2/3 of the lease gives its jobs back.

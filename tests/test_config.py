@@ -52,6 +52,14 @@ def test_good_config_loads_with_paths_relative_to_the_file(tmp_path):
     assert config.control_socket.parent.parent == tmp_path / "state"
 
 
+@pytest.mark.parametrize("value, seconds", [
+    (None, None), ('"30d"', 30 * 86400.0), ('"12h"', 43200.0), ('"1.5m"', 90.0), ("90", 90.0)])
+def test_prune_after_takes_an_age_or_seconds(tmp_path, value, seconds):
+    text = GOOD if value is None else GOOD.replace(
+        "shutdown_timeout = 3", f"shutdown_timeout = 3\nprune_after = {value}")
+    assert load_config(write(tmp_path, text)).supervisor.prune_after == seconds
+
+
 def test_a_command_path_is_taken_from_the_config_folder_a_bare_name_from_path(tmp_path):
     for given, expected in [("bin/tool", str(tmp_path / "bin" / "tool")),
                             ("../up/tool", str(tmp_path.parent / "up" / "tool")),
@@ -111,6 +119,14 @@ BAD = [
     ("poll so frequent it spins",
      GOOD.replace("shutdown_timeout = 3", "shutdown_timeout = 3\npoll_interval = 0.000001"),
      "[supervisor] key 'poll_interval' must be >= 0.1, got 1e-06"),
+    ("prune_after not an age", GOOD.replace("shutdown_timeout = 3", 'shutdown_timeout = 3\nprune_after = "a month"'),
+     "[supervisor] key 'prune_after' must be an age such as 30d, 12h, 45m or 90s, got 'a month'"),
+    ("prune_after of a list", GOOD.replace("shutdown_timeout = 3", 'shutdown_timeout = 3\nprune_after = ["30d"]'),
+     "[supervisor] key 'prune_after' must be an age such as \"30d\" or a number of seconds, got a list"),
+    ("prune_after under a second", GOOD.replace("shutdown_timeout = 3", 'shutdown_timeout = 3\nprune_after = "0.5s"'),
+     "[supervisor] key 'prune_after' must be at least 1s, got '0.5s'"),
+    ("prune_after of seconds under one", GOOD.replace("shutdown_timeout = 3", "shutdown_timeout = 3\nprune_after = 0"),
+     "[supervisor] key 'prune_after' must be >= 1, got 0"),
     ("lease too short to renew", GOOD.replace("shutdown_timeout = 3", "shutdown_timeout = 3\nlease = 1e-9"),
      "[supervisor] key 'lease' must be >= 1, got 1e-09"),
     # Its statement_timeout (a quarter) past PostgreSQL's range, TCP keepalives (a third) past

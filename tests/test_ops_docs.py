@@ -270,6 +270,7 @@ def test_the_metrics_table_gives_each_metric_its_type_and_labels():
     observer.job_unrecorded("pdf", "succeeded")
     observer.worker_restarted("pdf")
     observer.claims_lost(1)
+    observer.jobs_pruned(2)
     exported = {}
     for family in observer.registry.collect():
         name = family.name + ("_total" if family.type == "counter" else "")

@@ -35,7 +35,7 @@ from fairsched.cli.common import (
     require_stdout,
     terminal_columns,
 )
-from fairsched.config import Config, load_config, resolve_config_path
+from fairsched.config import Config, age_seconds, load_config, resolve_config_path
 from fairsched.logs import some_ids
 from fairsched.store.errors import JobNotFound, JobStateError
 from fairsched.store.schema import (
@@ -558,19 +558,12 @@ def _note_unknown_type(config: Config | None, type_name: str, waiting: str) -> N
 
 # -- prune ------------------------------------------------------------------------------------
 
-AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-MAX_AGE_DAYS = 36500  # a century: past that, PostgreSQL's intervals overflow soon enough
-
-
 def parse_age(option: str, text: str) -> float:
     """An age such as 30d, 12h, 45m, 90s or 90 (seconds)."""
-    found = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)([smhd]?)", text)
-    if found is None:
-        raise UsageProblem(f"{option} must be an age such as 30d, 12h, 45m or 90s, got {text!r}")
-    seconds = float(found[1]) * AGE_UNITS[found[2] or "s"]
-    if not seconds <= MAX_AGE_DAYS * 86400:
-        raise UsageProblem(f"{option} must be at most {MAX_AGE_DAYS}d, got {text!r}")
-    return seconds
+    try:
+        return age_seconds(text)
+    except ValueError as exc:
+        raise UsageProblem(f"{option} {exc}") from None
 
 
 @main.command(short_help="Delete finished jobs older than an age.")

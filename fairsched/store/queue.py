@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -374,11 +374,12 @@ class Queue:
 
     def prune_jobs(self, older_than: float, statuses: Iterable[str] = ("succeeded", "cancelled"),
                    type: str | None = None, *, dry_run: bool = False,
-                   batch: int = PRUNE_BATCH) -> int:
+                   batch: int = PRUNE_BATCH, stop: Callable[[], bool] | None = None) -> int:
         """Delete the finished jobs in `statuses` (of `type` if given) that finished more than
         `older_than` seconds ago, by the server's clock; how many. In statements of `batch`
         rows, each its own transaction on a connection in autocommit mode, so that no lock is
-        held long. With `dry_run`, only count them."""
+        held long; `stop()`, if given, is asked after each whether to leave the rest for
+        later. With `dry_run`, only count them."""
         statuses = list(statuses)
         if not statuses or any(status not in FINISHED for status in statuses):
             raise ValueError(f"statuses must be some of {', '.join(FINISHED)}, got {statuses!r}")
@@ -402,7 +403,7 @@ class Queue:
                     f"    ORDER BY id LIMIT %(batch)s) RETURNING id)"
                     f" SELECT count(*), max(id) FROM gone", params).fetchone()
             deleted += done
-            if done < batch:
+            if done < batch or (stop is not None and stop()):
                 return deleted
             params["after"] = last
 

@@ -26,3 +26,6 @@ class Observer:
 
     def claims_lost(self, count: int) -> None:
         pass
+
+    def jobs_pruned(self, count: int) -> None:
+        """Finished jobs deleted from the table (prune_after); called from the loop."""

@@ -365,6 +365,8 @@ class PrometheusObserver(Observer):
                                 "after an exit or an operator's restart.", ["group"], registry=r)
         self.losses = Counter("fairsched_claim_losses", "Claims lost to another supervisor.",
                               registry=r)
+        self.pruned = Counter("fairsched_jobs_pruned", "Finished jobs this supervisor deleted "
+                              "from the job table (prune_after).", registry=r)
         r.register(_StateCollector(self))
 
     # -- the Observer hooks, on the actor's loop -----------------------------------------------
@@ -424,6 +426,9 @@ class PrometheusObserver(Observer):
 
     def claims_lost(self, count: int) -> None:
         self.losses.inc(count)
+
+    def jobs_pruned(self, count: int) -> None:
+        self.pruned.inc(count)
 
     # -- the snapshot ---------------------------------------------------------------------------
 

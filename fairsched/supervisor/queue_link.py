@@ -13,15 +13,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 
 import psycopg
 
+from fairsched.config import age_text
 from fairsched.logs import first_line, some_ids
 from fairsched.store.aqueue import AsyncStore
 from fairsched.store.connections import ANSWER_WITHIN
 from fairsched.store.database import open_database
 from fairsched.store.errors import DatabaseUnavailable
+from fairsched.store.queue import Queue
 from fairsched.supervisor.locked_rows import LockedRows
 from fairsched.supervisor.outbox import Failure, Outbox
 from fairsched.supervisor.peers import Heartbeats
@@ -33,6 +36,9 @@ RECONNECT_MAX = 5.0
 # After writing outcomes, let the next ones gather this long: a slot is free again the moment
 # its worker answers, so this delays only the row's update, and folds many commits into one.
 OUTCOME_LINGER = 0.005
+# With prune_after set, finished jobs are deleted this often (a quarter of prune_after when that
+# is shorter), a batch of rows at a time, so the table holds about prune_after's worth of them.
+PRUNE_EVERY = 3600.0
 # A database that takes no writes (a standby, as a failover can leave one) is as good as lost:
 # reconnecting is how the supervisor finds the primary again, wherever the URL now leads.
 READ_ONLY = psycopg.errors.ReadOnlySqlTransaction
@@ -71,6 +77,8 @@ class QueueLink(Heartbeats):
         self._task: asyncio.Task | None = None
         self._writer_task: asyncio.Task | None = None
         self._listen_task: asyncio.Task | None = None
+        self._prune_task: asyncio.Task | None = None
+        self._prune_stop = threading.Event()  # a prune in its thread stops after its batch
         self._next_heartbeat = 0.0
         self._in_touch_since = 0.0  # monotonic time of the claim lane's last (re)connection
         self._peer_beats: dict[int, tuple[float, float]] = {}  # id: (heartbeat_at, seen since)
@@ -136,6 +144,8 @@ class QueueLink(Heartbeats):
         await self._connect()
         self._task = asyncio.create_task(self._run(), name="fairsched-queue")
         self._writer_task = asyncio.create_task(self._run_outcomes(), name="fairsched-outcomes")
+        if self.settings.prune_after is not None:
+            self._prune_task = asyncio.create_task(self._run_prune(), name="fairsched-prune")
 
     async def _connect(self) -> None:
         if self.database.kind == "embedded":
@@ -197,9 +207,11 @@ class QueueLink(Heartbeats):
                       "supervisor returns them to the queue as failed attempts (finished ones "
                       "run again)", len(ids), "" if len(ids) == 1 else "s", some_ids(ids))
         self.closing = True
+        self._prune_stop.set()
         self._wake.set()  # lanes that wait see `closing`, even if a cancel should get lost
         self._outbox_wake.set()
-        tasks = [t for t in (self._task, self._writer_task, self._listen_task) if t is not None]
+        tasks = [t for t in (self._task, self._writer_task, self._listen_task, self._prune_task)
+                 if t is not None]
         for _ in range(3):
             if not tasks:
                 break
@@ -380,6 +392,39 @@ class QueueLink(Heartbeats):
                               waiting, "" if waiting == 1 else "s", delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self.reconnect_max)
+
+    async def _run_prune(self) -> None:
+        """Delete the succeeded and cancelled jobs that finished more than prune_after ago, at
+        start and then every PRUNE_EVERY, on a connection of its own in a thread: its batches
+        never hold up a claim, an outcome or a heartbeat. Failed jobs (the dead-letter list)
+        stay. Supervisors sharing a database may all prune: a row goes once."""
+        age = self.settings.prune_after
+        every = min(PRUNE_EVERY, max(1.0, age / 4))
+        loop = asyncio.get_running_loop()
+        while not self.closing:
+            if not self.connected:  # the claim lane says so, and reconnects
+                await asyncio.sleep(min(every, 1.0))
+                continue
+            try:
+                count = await loop.run_in_executor(None, self._prune, age)
+            except (psycopg.Error, DatabaseUnavailable) as exc:
+                if self.connected:
+                    log.warning("could not prune finished jobs: %s; trying again in %s",
+                                first_line(exc), age_text(every))
+            except Exception:  # never expected: say so, loudly, and keep the lane alive
+                log.exception("could not prune finished jobs; trying again in %s",
+                              age_text(every))
+            else:
+                if count:
+                    self.sup.observer.jobs_pruned(count)
+                    log.info("pruned %d succeeded or cancelled job%s that finished more than %s "
+                             "ago (prune_after)", count, "" if count == 1 else "s", age_text(age))
+            await asyncio.sleep(every)
+
+    def _prune(self, age: float) -> int:
+        # In an executor thread: psycopg's synchronous connection, closed before returning.
+        with self.database.connect() as conn:
+            return Queue(conn).prune_jobs(age, stop=self._prune_stop.is_set)
 
     async def _drain(self) -> None:
         store = self.store

@@ -1,0 +1,65 @@
+"""[supervisor] prune_after: a running supervisor deletes old succeeded and cancelled jobs."""
+
+import json
+import re
+
+from tests.supervisor_harness import wait_until
+from tests.test_metrics import free_port, scrape, value
+
+WORKERS = """
+[[worker]]
+name = "pdf"
+types = ["pdf"]
+handler = "sup_handlers:echo"
+
+[[worker]]
+name = "bad"
+types = ["bad"]
+handler = "sup_handlers:fail_permanently"
+"""
+
+AGE = 5  # seconds: prune_after, so a supervisor looks for old jobs every 1.25 s
+
+
+def submitted(sup, *args) -> int:
+    result = sup.cli("submit", *args)
+    assert result.returncode == 0, result.stderr
+    return int(result.stdout)
+
+
+def jobs(sup, *args) -> dict:
+    result = sup.cli("jobs", "--json", *args)
+    assert result.returncode in (0, 1), result.stderr  # 1: some of the IDs asked for are gone
+    return {row["id"]: row["status"] for row in json.loads(result.stdout)}
+
+
+def pruned_in_log(sup) -> int:
+    found = re.findall(rf"pruned (\d+) succeeded or cancelled jobs? that finished more than "
+                       rf"{AGE}s ago \(prune_after\)", sup.output())
+    return sum(int(n) for n in found)
+
+
+def test_old_succeeded_and_cancelled_jobs_go_failed_ones_stay(supervisors):
+    port = free_port()
+    sup = supervisors(WORKERS, supervisor=f'prune_after = "{AGE}s"\n'
+                                          f'metrics = "127.0.0.1:{port}"').start()
+    done = [submitted(sup, "pdf", "--payload", json.dumps({"n": n})) for n in range(3)]
+    failed = submitted(sup, "bad")
+    later = submitted(sup, "pdf", "--delay", "3600")
+    assert sup.cli("cancel", str(later)).returncode == 0
+    wait_until(lambda: jobs(sup, *map(str, done + [failed])) == {
+        **dict.fromkeys(done, "succeeded"), failed: "failed"}, what="the jobs to finish")
+
+    # Kept while younger than prune_after: a job that just finished is still there.
+    fresh = submitted(sup, "pdf")
+    wait_until(lambda: jobs(sup, str(fresh)) == {fresh: "succeeded"}, what="the fresh job")
+    gone = set(done) | {later}
+    wait_until(lambda: not gone & jobs(sup).keys(), timeout=4 * AGE, what="the old jobs pruned")
+    left = jobs(sup)
+    assert left.get(failed) == "failed"  # the dead-letter list stays
+
+    wait_until(lambda: pruned_in_log(sup) >= 4, what="the log lines")
+    wait_until(lambda: fresh not in jobs(sup), timeout=4 * AGE, what="the fresh job pruned too")
+    wait_until(lambda: pruned_in_log(sup) == 5, what="its log line")
+    assert value(scrape(port), "fairsched_jobs_pruned_total") == 5
+    assert jobs(sup) == {failed: "failed"}
