@@ -1,11 +1,13 @@
 """Benchmark the scheduling core: one planning cycle (score + plan), compiled vs twin.
 
 Both implementations run side by side in one process on the same workloads; the table
-shows the median time per cycle, the speed ratio, and the time per candidate so that the
-growth with the cycle size is visible. Run with `make bench`, or with --quick for a smoke run.
+shows the median time per cycle, the speed ratio, the time per candidate, and how the
+compiled cycle's cost grew from the size before against n log n. Run with `make bench`, or
+with --quick for a smoke run.
 """
 
 import argparse
+import math
 import random
 import statistics
 import sys
@@ -129,18 +131,25 @@ def main(argv=None):
     print(f"python {sys.version.split()[0]}; one cycle = score + plan_cycle; median of N cycles, "
           "run in alternating blocks of 5")
     header = (f"{'cands x slots':>14} {'types':>5} {'placed':>6} {'N':>4} {'c us':>10} "
-              f"{'py us':>11} {'ratio':>7} {'c us/cand':>10} {'py us/cand':>11}")
+              f"{'py us':>11} {'ratio':>7} {'c us/cand':>10} {'py us/cand':>11} "
+              f"{'c growth':>9}")
     print(header)
     print("-" * len(header))
+    previous = None  # (c us, n log n) of the row before
     for n_cands, n_slots, n_types, cycles in SIZES:
         if args.quick:
             cycles = max(5, cycles // 20)
         slots, cands, now = workload(n_cands, n_slots, n_types)
         medians, placed = time_cycles(impls, slots, cands, now, cycles)
         c_us, py_us = medians["c"], medians["py"]
+        # The compiled cycle's growth from the row before, over what n log n would give
+        # (n = candidates + slots): 1.00 or less is growth no faster than n log n.
+        n_log_n = (n_cands + n_slots) * math.log2(n_cands + n_slots)
+        growth = "" if previous is None else f"{c_us / previous[0] / (n_log_n / previous[1]):.2f}"
+        previous = (c_us, n_log_n)
         print(f"{n_cands:>7} x {n_slots:<5} {n_types:>5} {placed:>6} {cycles:>4} {c_us:>10.1f} "
               f"{py_us:>11.1f} {py_us / c_us:>6.1f}x {c_us / n_cands:>10.3f} "
-              f"{py_us / n_cands:>11.3f}")
+              f"{py_us / n_cands:>11.3f} {growth:>9}")
     outlier_table(impls, args.quick)
     return 0
 
