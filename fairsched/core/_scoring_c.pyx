@@ -152,13 +152,15 @@ cdef int _sort_run(Entry *run, Py_ssize_t n, const double[::1] eligible_at,
 # Only ever used with the GIL held and without calling back into Python.
 cdef Entry *_entries = NULL
 cdef uint32_t *_starts = NULL
+cdef uint64_t *_keys = NULL
 cdef Py_ssize_t _capacity = 0
 
 
 cdef int _reserve(Py_ssize_t n) except -1:
-    global _entries, _starts, _capacity
+    global _entries, _starts, _keys, _capacity
     cdef Entry *entries
     cdef uint32_t *starts
+    cdef uint64_t *keys
     if n <= _capacity:
         return 0
     entries = <Entry *>PyMem_Realloc(_entries, n * sizeof(Entry))
@@ -169,6 +171,10 @@ cdef int _reserve(Py_ssize_t n) except -1:
     if starts == NULL:
         raise MemoryError()
     _starts = starts
+    keys = <uint64_t *>PyMem_Realloc(_keys, n * sizeof(uint64_t))
+    if keys == NULL:
+        raise MemoryError()
+    _keys = keys
     _capacity = n
     return 0
 
@@ -180,20 +186,23 @@ cdef int order_into(const double[::1] scores, const double[::1] eligible_at,
     # candidates sharing one need comparing. The keys are a double's bits, so the buckets
     # are spaced like floating point numbers: finer near zero, coarser for the far outliers
     # (on-demand bonuses, long waits) that would stretch evenly spaced buckets and crowd
-    # the bulk of the scores into a few. One counting pass, one scatter, short sorts.
+    # the bulk of the scores into a few. One pass for the keys, one counting pass, one
+    # scatter, short sorts.
     cdef Py_ssize_t i, b, end, n = scores.shape[0], n_buckets
     cdef uint64_t k, low = UINT64_MAX, high = 0, span
     cdef int shift = 0
     cdef uint32_t *starts
+    cdef uint64_t *keys
     cdef Entry *entries
     if n == 0:
         return 0
     if n >= <Py_ssize_t>UINT32_MAX:
         raise ValueError(f"too many candidates for one cycle: {n}")
     _reserve(n)
-    starts, entries = _starts, _entries
+    starts, entries, keys = _starts, _entries, _keys
     for i in range(n):
         k = _rank_bits(scores[i])
+        keys[i] = k
         if k < low:
             low = k
         if k > high:
@@ -205,12 +214,12 @@ cdef int order_into(const double[::1] scores, const double[::1] eligible_at,
     # Counting pass: starts[b + 1] counts bucket b, then becomes where bucket b + 1 starts.
     memset(starts, 0, (n_buckets + 1) * sizeof(uint32_t))
     for i in range(n):
-        starts[((_rank_bits(scores[i]) - low) >> shift) + 1] += 1
+        starts[((keys[i] - low) >> shift) + 1] += 1
     for b in range(n_buckets):
         starts[b + 1] += starts[b]
     # Keys travel with their index so that sorting a bucket reads memory in order.
     for i in range(n):
-        k = _rank_bits(scores[i])
+        k = keys[i]
         b = <Py_ssize_t>((k - low) >> shift)
         entries[starts[b]].key = k
         entries[starts[b]].idx = i
