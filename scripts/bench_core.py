@@ -16,7 +16,7 @@ import time
 from fairsched.core import Candidates, Weights, compiled_error, implementations
 
 # (candidates, slots, job types, cycles to time)
-SIZES = [(32, 16, 16, 400), (512, 256, 24, 100), (2000, 1000, 32, 40), (20000, 10000, 64, 10)]
+SIZES = [(32, 16, 16, 400), (512, 256, 24, 200), (2000, 1000, 32, 100), (20000, 10000, 64, 30)]
 OUTLIER_SIZE = SIZES[2]
 
 
