@@ -83,7 +83,16 @@ slots = 2
                               "PROGRESS", "RESTARTS"], header
     assert all(display_width(line) <= 80 for line in [header, *rows]), seen
     busy = next(row for row in rows if " busy " in row)
-    assert "pdf,excel,in" in busy and "50% page 2/… " in busy, busy  # TYPES as room allows
+    # PROGRESS is cut short first (to no fewer than 12 columns), then TYPES, as far as the
+    # room needs: how far depends on how wide the pids are.
+    progress = busy[header.index("PROGRESS"):header.index("RESTARTS")].strip()
+    types = busy[header.index("TYPES"):header.index("STATE")].strip()
+    assert display_width(header) == 80, seen
+    assert progress.endswith("…") and len(progress) >= 12, busy
+    assert "50% page 2/5, figures".startswith(progress[:-1]), busy
+    if types != "pdf,excel,index":
+        assert types.endswith("…") and len(types) >= 12, busy
+        assert "pdf,excel,index".startswith(types[:-1]) and len(progress) == 12, busy
     assert piped.stdout.splitlines()[1].split()[-3:] == ["UPTIME", "RSS", "CPU"], piped.stdout
     busy = next(row for row in narrow.decode().splitlines() if " busy " in row)
     assert "pdf,excel,i… " in busy and "50% page 2/… " in busy, busy
