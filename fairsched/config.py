@@ -196,6 +196,13 @@ class _Section:
                 self.fail(key, "is required")
             return default
         value = self.table[key]
+        if kind == "age":  # "30d", as the prune command takes it, or a number of seconds
+            if isinstance(value, str):
+                return self._age(key, value, minimum, maximum)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                self.fail(key, f"must be an age such as \"30d\" or a number of seconds, got "
+                               f"{_kind(value)}")
+            kind = "number"
         if kind == "int":
             if isinstance(value, bool) or not isinstance(value, int):
                 self.fail(key, f"must be an integer, got {_kind(value)}")
@@ -237,6 +244,17 @@ class _Section:
         if maximum is not None and value > maximum:
             self.fail(key, f"must be <= {_bound(maximum)}, got {_number(value)}")
         return value
+
+    def _age(self, key: str, text: str, minimum: float | None, maximum: float | None) -> float:
+        try:
+            seconds = age_seconds(text)
+        except ValueError as exc:
+            self.fail(key, str(exc))
+        if minimum is not None and seconds < minimum:
+            self.fail(key, f"must be at least {age_text(minimum)}, got {text!r}")
+        if maximum is not None and seconds > maximum:
+            self.fail(key, f"must be at most {age_text(maximum)}, got {text!r}")
+        return seconds
 
     def finish(self):
         unknown = sorted(set(self.table) - self.seen)
@@ -304,24 +322,6 @@ def control_socket_of(path: str | os.PathLike) -> Path:
     return socket_path
 
 
-def _prune_after(sup: _Section) -> float | None:
-    # An age as the prune command takes it ("30d"), or a number of seconds.
-    value = sup.table.get("prune_after")
-    if value is None or isinstance(value, int | float) and not isinstance(value, bool):
-        return sup.get("prune_after", "number", minimum=1, maximum=MAX_AGE_DAYS * 86400)
-    sup.seen.add("prune_after")
-    if not isinstance(value, str):
-        sup.fail("prune_after", f"must be an age such as \"30d\" or a number of seconds, got "
-                                f"{_kind(value)}")
-    try:
-        seconds = age_seconds(value)
-    except ValueError as exc:
-        sup.fail("prune_after", str(exc))
-    if seconds < 1:
-        sup.fail("prune_after", f"must be at least 1s, got {value!r}")
-    return seconds
-
-
 def load_config(path: str | os.PathLike) -> Config:
     path = Path(path)
     file = path_name(path)
@@ -363,7 +363,7 @@ def load_config(path: str | os.PathLike) -> Config:
                                    minimum=MIN_INTERVAL),
         poll_interval=sup.get("poll_interval", "number", 5.0, minimum=MIN_INTERVAL),
         metrics=sup.get("metrics", "str"),
-        prune_after=_prune_after(sup),
+        prune_after=sup.get("prune_after", "age", minimum=1, maximum=MAX_AGE_DAYS * 86400),
     )
     if supervisor.heartbeat_interval > lease / 3:
         # A supervisor that misses its heartbeats for 2/3 of the lease gives its jobs back.
