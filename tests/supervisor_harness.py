@@ -70,6 +70,13 @@ class Supervisor:
     def cli(self, *args, timeout=60, input=None):
         return fairsched(*args, env=self.env, timeout=timeout, input=input)
 
+    def enqueue(self, type_name: str, *args: str, payload=None) -> int:
+        """`fairsched submit TYPE [ARGS]` with `payload` as JSON, if given: the new job's id."""
+        extra = () if payload is None else ("--payload", json.dumps(payload))
+        result = self.cli("submit", type_name, *extra, *args)
+        assert result.returncode == 0, result.stderr
+        return int(result.stdout)
+
     def spawn_cli(self, *args) -> subprocess.Popen:
         child = subprocess.Popen([sys.executable, "-m", "fairsched", *args], env=self.env,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -46,12 +46,6 @@ def on_demand(sup, type_name: str, payload: dict) -> dict:
     return json.loads(result.stdout)
 
 
-def queued(sup, type_name: str, payload: dict, *args) -> int:
-    result = sup.cli("submit", type_name, "--payload", json.dumps(payload), *args)
-    assert result.returncode == 0, result.stderr
-    return int(result.stdout)
-
-
 def jobs_by_id(sup) -> dict[int, dict]:
     result = sup.cli("jobs", "--json")
     assert result.returncode == 0, result.stderr
@@ -81,9 +75,9 @@ def test_pdf_excel_and_a_worker_killed(example, samples):
     index = on_demand(sup, "index", {"text": "to be or not to be"})
     assert index["terms"] == 4 and index["index"]["be"] == [1, 5]
 
-    manual = queued(sup, "pdf", {"path": str(samples / "manual.pdf")}, "--priority", "5")
-    budget = queued(sup, "excel", {"path": str(samples / "budget.xlsx")})
-    broken = queued(sup, "pdf", {"path": str(samples / "broken.pdf")})
+    manual = sup.enqueue("pdf", "--priority", "5", payload={"path": str(samples / "manual.pdf")})
+    budget = sup.enqueue("excel", payload={"path": str(samples / "budget.xlsx")})
+    broken = sup.enqueue("pdf", payload={"path": str(samples / "broken.pdf")})
     sup.wait_for(lambda ps: all(jobs_by_id(sup)[i]["status"] in ("succeeded", "failed")
                                 for i in (manual, budget, broken)), what="the queued jobs")
     jobs = jobs_by_id(sup)
@@ -111,7 +105,7 @@ def test_pdf_excel_and_a_worker_killed(example, samples):
     assert "worker excel-1 killed by SIGKILL" in sup.output()
 
     # A paced job, watched in ps and cancelled there, as the README shows.
-    slow = queued(sup, "pdf", {"path": str(samples / "manual.pdf"), "pace": 2})
+    slow = sup.enqueue("pdf", payload={"path": str(samples / "manual.pdf"), "pace": 2})
     ps = sup.wait_for(lambda ps: any(s["job_id"] == slow and s["message"] == "page 2/12"
                                      for s in ps["slots"]), what="the paced job's progress")
     row = next(s for s in ps["slots"] if s["job_id"] == slow)
@@ -126,7 +120,7 @@ def test_pdf_excel_and_a_worker_killed(example, samples):
     assert "the payload must be a JSON object" in odd.stderr, odd.stderr
     assert re.search(r"job od-\d+ failed for good: .*the payload must be a JSON object",
                      sup.output()), sup.output()[-2000:]
-    bad_pace = queued(sup, "pdf", {"path": str(samples / "manual.pdf"), "pace": "fast"})
+    bad_pace = sup.enqueue("pdf", payload={"path": str(samples / "manual.pdf"), "pace": "fast"})
     sup.wait_for(lambda ps: jobs_by_id(sup)[bad_pace]["status"] == "failed", what="failed")
     assert jobs_by_id(sup)[bad_pace]["attempts"] == 1
     assert "payload field 'pace' must be a number of seconds" in jobs_by_id(sup)[bad_pace][
@@ -162,7 +156,7 @@ def test_a_pdf_broken_past_its_header_fails_for_good_at_once(example, samples):
     (samples / "pages.pdf").write_bytes(report.replace(b"/Kids [5 0 R 7 0 R 9 0 R]",
                                                        b"/Kids 5 0 R"))
     sup = example
-    broken = queued(sup, "pdf", {"path": str(samples / "pages.pdf")})
+    broken = sup.enqueue("pdf", payload={"path": str(samples / "pages.pdf")})
     job = first_end(sup, broken)
     assert (job["status"], job["attempts"]) == ("failed", 1), job
     assert "pages.pdf: not a readable PDF: " in job["last_error"], job["last_error"]
@@ -177,7 +171,7 @@ def test_an_encrypted_pdf_fails_for_good_saying_so(example, samples):
     with open(samples / "locked.pdf", "wb") as f:
         writer.write(f)
     sup = example
-    locked = queued(sup, "pdf", {"path": str(samples / "locked.pdf")})
+    locked = sup.enqueue("pdf", payload={"path": str(samples / "locked.pdf")})
     job = first_end(sup, locked)
     assert (job["status"], job["attempts"]) == ("failed", 1), job
     assert "locked.pdf: the PDF is encrypted" in job["last_error"], job["last_error"]
@@ -193,7 +187,7 @@ def test_a_workbook_broken_past_its_header_fails_for_good_at_once(example, sampl
             data = good.read(name)
             cut.writestr(name, data[:len(data) // 2] if name.endswith("sheet2.xml") else data)
     sup = example
-    broken = queued(sup, "excel", {"path": str(samples / "cut.xlsx")})
+    broken = sup.enqueue("excel", payload={"path": str(samples / "cut.xlsx")})
     job = first_end(sup, broken)
     assert (job["status"], job["attempts"]) == ("failed", 1), job
     assert "cut.xlsx: not a readable workbook: " in job["last_error"], job["last_error"]
@@ -202,7 +196,7 @@ def test_a_workbook_broken_past_its_header_fails_for_good_at_once(example, sampl
 @pytest.mark.parametrize("pace", [-1, 1e300])
 def test_a_pace_no_sleep_takes_fails_for_good_at_once(example, samples, pace):
     sup = example
-    odd = queued(sup, "pdf", {"path": str(samples / "invoice.pdf"), "pace": pace})
+    odd = sup.enqueue("pdf", payload={"path": str(samples / "invoice.pdf"), "pace": pace})
     job = first_end(sup, odd)
     assert (job["status"], job["attempts"]) == ("failed", 1), job
     assert "payload field 'pace' must be a number of seconds" in job["last_error"], job

@@ -21,12 +21,6 @@ handler = "sup_handlers:fail_permanently"
 AGE = 5  # seconds: prune_after, so a supervisor looks for old jobs every 1.25 s
 
 
-def submitted(sup, *args) -> int:
-    result = sup.cli("submit", *args)
-    assert result.returncode == 0, result.stderr
-    return int(result.stdout)
-
-
 def jobs(sup, *args) -> dict:
     result = sup.cli("jobs", "--json", *args)
     assert result.returncode in (0, 1), result.stderr  # 1: some of the IDs asked for are gone
@@ -43,15 +37,15 @@ def test_old_succeeded_and_cancelled_jobs_go_failed_ones_stay(supervisors):
     port = free_port()
     sup = supervisors(WORKERS, supervisor=f'prune_after = "{AGE}s"\n'
                                           f'metrics = "127.0.0.1:{port}"').start()
-    done = [submitted(sup, "pdf", "--payload", json.dumps({"n": n})) for n in range(3)]
-    failed = submitted(sup, "bad")
-    later = submitted(sup, "pdf", "--delay", "3600")
+    done = [sup.enqueue("pdf", payload={"n": n}) for n in range(3)]
+    failed = sup.enqueue("bad")
+    later = sup.enqueue("pdf", "--delay", "3600")
     assert sup.cli("cancel", str(later)).returncode == 0
     wait_until(lambda: jobs(sup, *map(str, done + [failed])) == {
         **dict.fromkeys(done, "succeeded"), failed: "failed"}, what="the jobs to finish")
 
     # Kept while younger than prune_after: a job that just finished is still there.
-    fresh = submitted(sup, "pdf")
+    fresh = sup.enqueue("pdf")
     wait_until(lambda: jobs(sup, str(fresh)) == {fresh: "succeeded"}, what="the fresh job")
     gone = set(done) | {later}
     wait_until(lambda: not gone & jobs(sup).keys(), timeout=4 * AGE, what="the old jobs pruned")
