@@ -84,10 +84,18 @@ class Supervisor:
         return child
 
     def ps(self) -> dict:
-        result = self.cli("ps", "--json")
-        if result.returncode != 0:
-            raise RuntimeError(result.stderr.strip())
-        data = json.loads(result.stdout)
+        """What `fairsched ps --json` prints, asked over the control socket from this process
+        (the tests that check the command itself run it): a poll costs a round trip, not the
+        start of a Python interpreter. RuntimeError while the supervisor does not answer."""
+        from fairsched.cli.supervisor_cmds import add_process_figures
+        from fairsched.config import control_socket_of
+        from fairsched.control_client import ControlClient, NoAnswer, NotRunning
+
+        client = ControlClient(control_socket_of(self.config), timeout=30.0, starting_within=0)
+        try:
+            data = add_process_figures(client.ps())
+        except (NotRunning, NoAnswer, OSError) as exc:
+            raise RuntimeError(str(exc)) from None
         self.seen_pids.update(s["pid"] for s in data["slots"] if s["pid"])
         return data
 
