@@ -17,6 +17,7 @@ from typing import Any
 
 from fairsched.core.weights import Weights
 from fairsched.errors import ConfigError, path_name
+from fairsched.job_types import type_name_problem
 from fairsched.permissions import not_writable, who_may_read
 
 DEFAULT_CONFIG = "workers.toml"
@@ -32,7 +33,6 @@ MIN_INTERVAL = 0.1
 LONG_INTEGER = 10**20  # and longer: a message gives its number of digits, not the digits
 MAX_LEVEL_SECONDS = 1e12  # priority_weight / age_weight: the wait one priority level is worth
 NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.]*")
-TYPE_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:/-]*")
 HANDLER_RE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 AGE_UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 MAX_AGE_DAYS = 36500  # a century: past that, PostgreSQL's intervals overflow soon enough
@@ -432,8 +432,9 @@ def _load_worker(sec: _Section, base: Path) -> WorkerSpec:
     if not types:
         sec.fail("types", "must not be empty")
     for t in types:
-        if not TYPE_RE.fullmatch(t):
-            sec.fail("types", f"has an invalid type name {t!r}")
+        problem = type_name_problem(t)
+        if problem is not None:
+            sec.fail("types", f"has an {problem}")
     if len(set(types)) != len(types):
         sec.fail("types", "lists a type twice")
     handler = sec.get("handler", "str")

@@ -161,7 +161,7 @@ BAD = [
      "key 'name' must use letters, digits, '_' and '.', not starting with '.' ('-' is for "
      "process names such as pdf-1), got 'tool\\n'"),
     ("type ending in a line break", GOOD.replace('["pdf", "excel"]', '["pdf", "excel\\n"]'),
-     "key 'types' has an invalid type name 'excel\\n'"),
+     "key 'types' has an invalid job type 'excel\\n': a type name is "),
     ("handler ending in a line break",
      GOOD.replace('"handlers:render_pdf"', '"handlers:render_pdf\\n"'),
      "key 'handler' must look like 'package.module:function', got 'handlers:render_pdf\\n'"),

@@ -36,6 +36,7 @@ from fairsched.cli.common import (
     terminal_columns,
 )
 from fairsched.config import Config, age_seconds, load_config, resolve_config_path
+from fairsched.job_types import type_name_problem
 from fairsched.logs import some_ids
 from fairsched.store.errors import JobNotFound, JobStateError
 from fairsched.store.schema import (
@@ -193,6 +194,9 @@ def submit_queued(config: Config | None, type_name: str, payload: Any, *, priori
 def submit(type_name, payload, priority, max_attempts, delay, key, on_demand, timeout,
            socket_path, config_path):
     """Enqueue a job of TYPE and print its id (with --on-demand: wait for its result)."""
+    problem = type_name_problem(type_name)
+    if problem is not None:  # whatever a workers.toml here says: none can run it
+        raise UsageProblem(problem)
     payload = parse_payload(payload)
     priority = parse_int("--priority", priority, 0, MAX_PRIORITY) or 0
     if on_demand:

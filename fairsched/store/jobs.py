@@ -9,6 +9,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from fairsched.job_types import check_type_name
 from fairsched.protocol import MAX_DEPTH, MAX_PAYLOAD, json_depth
 from fairsched.store.schema import MAX_DELAY, MAX_PRIORITY
 
@@ -27,8 +28,6 @@ def job_row(job: Mapping[str, Any], index: int = 0, several: bool = False) -> tu
         message = str(exc)
         if not several or message.startswith(f"job {index}: "):
             raise
-        if message.startswith("job type "):
-            message = message[len("job "):]
         raise ValueError(f"job {index}: {message}") from None
 
 
@@ -42,8 +41,7 @@ def _job_row(job: Mapping[str, Any], index: int) -> tuple:
     if "type" not in job:
         raise ValueError(f"job {index}: 'type' is required")
     type_ = job["type"]
-    if not is_text(type_):
-        raise ValueError(f"job type must be non-empty text (UTF-8, no NUL), got {type_!r}")
+    check_type_name(type_)
     priority = job.get("priority", 0)
     if not is_int(priority) or not 0 <= priority <= MAX_PRIORITY:
         raise ValueError(f"priority must be an integer from 0 to {MAX_PRIORITY}, got {priority!r}")
