@@ -25,7 +25,6 @@ from fairsched.cli.common import (
     config_option,
     display_width,
     duration,
-    fail,
     output,
     pad,
     parse_seconds,
@@ -159,18 +158,10 @@ def check_type(config: Config | None, type_name: str) -> None:
 def submit_queued(config: Config | None, type_name: str, payload: Any, *, priority: int,
                   max_attempts: int | None, delay: float, key: str | None) -> int:
     """Enqueue one job and return its id (the existing job's id for a key in use, when it is
-    the same job; another job under that key is an error, as with any idempotency key)."""
+    the same job; another job under that key is KeyConflict, exit 1)."""
     with open_queue(config) as queue:
-        job_id = queue.enqueue(type_name, payload, priority=priority, max_attempts=max_attempts,
-                               delay=delay, key=key)
-        if key is None or queue.same_job(job_id, type_name, payload, priority):
-            return job_id
-        held = queue.get_job(job_id)
-    if held is not None:
-        fail(f"key {key!r} is held by job {job_id} (type {held['type']}, priority "
-             f"{held['priority']}, payload {json.dumps(held['payload'])[:60]}), not this job; "
-             f"nothing was queued", 1)
-    return job_id
+        return queue.enqueue(type_name, payload, priority=priority, max_attempts=max_attempts,
+                             delay=delay, key=key)
 
 
 @main.command(short_help="Enqueue a job (with --on-demand: run it now and wait).")
