@@ -260,7 +260,7 @@ def jobs(job_ids, status, type_name, limit, counts, as_json, config_path):
         # host's may be off, and a due job would read as delayed (or the reverse).
         now = queue.server_time()
     if as_json:
-        output(json.dumps([job_json(row) for row in rows], indent=2, ensure_ascii=False))
+        output(json_output([job_json(row) for row in rows]))
     else:
         output(jobs_table(rows, now, config.max_attempts_by_type() if config else {},
                               terminal_columns(sys.stdout)))
@@ -286,7 +286,7 @@ def show_depth(type_name: str | None, as_json: bool, config_path: str | None) ->
                                    "failed": 0, "oldest_wait": None})
     rows = [rows[name] for name in sorted(rows)]
     if as_json:
-        output(json.dumps(rows, indent=2, ensure_ascii=False))
+        output(json_output(rows))
         return
     header = ("TYPE", "PENDING", "DELAYED", "RUNNING", "FAILED", "OLDEST WAIT")
     lines = [header] + [
@@ -310,7 +310,7 @@ def show_jobs(ids: list[int], as_json: bool, config_path: str | None) -> int:
     rows = {job_id: found_by_id.get(job_id) for job_id in dict.fromkeys(ids)}
     found = [row for row in rows.values() if row is not None]
     if as_json:
-        output(json.dumps([job_json(row) for row in found], indent=2, ensure_ascii=False))
+        output(json_output([job_json(row) for row in found]))
     elif found:
         max_attempts = config.max_attempts_by_type() if config else {}
         output("\n\n".join(job_details(row, now, max_attempts) for row in found))
@@ -366,6 +366,16 @@ def _when(moment: datetime, now: datetime) -> str:
 
 def _json_text(value: Any) -> str:
     return "null" if value is None else printable(json.dumps(value, ensure_ascii=False))
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def json_output(value: Any) -> str:
+    """`value` as --json prints it: non-ASCII text as it is, and a lone surrogate (a result
+    may hold one), which no encoding writes, as JSON escapes it."""
+    text = json.dumps(value, indent=2, ensure_ascii=False)
+    return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def job_json(row: dict) -> dict:

@@ -28,7 +28,15 @@ from fairsched.store.errors import (
     KeyConflict,
     OtherDatabase,
 )
-from fairsched.store.jobs import INT4_MAX, INT8_MAX, encode_json, is_int, is_text, job_row
+from fairsched.store.jobs import (
+    INT4_MAX,
+    INT8_MAX,
+    decode_result,
+    encode_json,
+    is_int,
+    is_text,
+    job_row,
+)
 from fairsched.store.schema import FINISHED, RETRIABLE, STATUSES, UNFINISHED
 
 # payload and result come as text, decoded by _job: a value nested too deeply to decode (one
@@ -545,7 +553,9 @@ def _job(row: dict) -> dict:
             except (RecursionError, ValueError):
                 # Too deep, or an integer longer than Python reads (4300 digits: 1e5000
                 # written by hand comes back written out in full): the JSON text it is.
-                pass
+                continue
+    if row["result"] is not None:
+        row["result"] = decode_result(row["result"])  # as its handler returned it
     return row
 
 

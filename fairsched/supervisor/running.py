@@ -11,7 +11,7 @@ import time
 from fairsched.logs import fields, quoted
 from fairsched.protocol import ProtocolError, encode_run
 from fairsched.store.aqueue import retry_delay
-from fairsched.store.jobs import encode_json
+from fairsched.store.jobs import encode_result
 from fairsched.supervisor.jobs import Request, RunningJob
 from fairsched.supervisor.outbox import Failure
 from fairsched.supervisor.states import ProcessState
@@ -138,8 +138,8 @@ class JobHandling:
     def _finish_queued(self, rj, outcome, result, error, permanent, duration) -> None:
         if outcome == "succeeded":
             try:
-                text = encode_json(result, "result")
-            except ValueError as exc:  # NaN, a NUL character: jsonb cannot hold it
+                text = encode_result(result)
+            except ValueError as exc:  # no JSON (NaN): a worker's frame never holds one
                 outcome, error = "failed", f"the result could not be stored: {exc}"
                 permanent = True
         # A job that did its work succeeded, whatever cancel came too late to stop it.
