@@ -34,6 +34,8 @@ LONG_INTEGER = 10**20  # and longer: a message gives its number of digits, not t
 MAX_LEVEL_SECONDS = 1e12  # priority_weight / age_weight: the wait one priority level is worth
 NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.]*")
 HANDLER_RE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
+ON_TIMEOUT = ("retry", "fail")  # [[worker]] on_timeout: what becomes of a job past its timeout
+MAX_GRACE = 86400.0  # seconds of cancel_grace: a timer the loop can arm
 AGE_UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 MAX_AGE_DAYS = 36500  # a century: past that, PostgreSQL's intervals overflow soon enough
 _AGE = re.compile(r"([0-9]+(?:\.[0-9]+)?)([smhd]?)")
@@ -93,6 +95,8 @@ class WorkerSpec:
     slots: int = 1
     max_attempts: int = 3
     timeout: float | None = None
+    on_timeout: str = "retry"  # a job past its timeout: tried again ("retry") or "fail"
+    cancel_grace: float = 10.0  # seconds a cancelled job may run on before its worker is stopped
     start_timeout: float = 60.0  # seconds to import the handler and say hello
     retry_backoff: float = 1.0
     max_restarts: int = 5
@@ -452,6 +456,9 @@ def _load_worker(sec: _Section, base: Path) -> WorkerSpec:
     # whose folder is missing ends `fatal` saying so, while the others run.
     cwd = base / sec.get("cwd", "str", ".")
     timeout = sec.get("timeout", "number", None, above=0)
+    on_timeout = sec.get("on_timeout", "str", "retry")
+    if on_timeout not in ON_TIMEOUT:
+        sec.fail("on_timeout", f"must be \"retry\" or \"fail\", got {on_timeout!r}")
     spec = WorkerSpec(
         name=name,
         types=tuple(types),
@@ -461,6 +468,8 @@ def _load_worker(sec: _Section, base: Path) -> WorkerSpec:
         slots=sec.get("slots", "int", 1, minimum=1),
         max_attempts=sec.get("max_attempts", "int", 3, minimum=1, maximum=2**31 - 1),
         timeout=timeout,
+        on_timeout=on_timeout,
+        cancel_grace=sec.get("cancel_grace", "number", 10.0, minimum=0, maximum=MAX_GRACE),
         start_timeout=sec.get("start_timeout", "number", 60.0, above=0),
         retry_backoff=sec.get("retry_backoff", "number", 1.0, minimum=0),
         max_restarts=sec.get("max_restarts", "int", 5, minimum=0),
