@@ -16,6 +16,11 @@ import fairsched
 
 TEXT = (str, "a string")
 MAX_PACE = 86400  # seconds per page
+# Cells of a workbook read, at most: those holding a value (each takes microseconds to parse),
+# and the empty ones a row is filled with up to its last cell (a stray cell in the last column,
+# XFD, makes 16,384 of a row; fast, but not free).
+MAX_CELLS = 5_000_000
+MAX_EMPTY_CELLS = 100_000_000
 
 
 def options(job: fairsched.Job, **expected: tuple[type, str]) -> dict:
@@ -43,7 +48,7 @@ def render_pdf(job: fairsched.Job):
             time.sleep(0.05)
         return {"pages": 3, "pid": os.getpid()}
     from pypdf import PdfReader
-    from pypdf.errors import PyPdfError
+    from pypdf.errors import DependencyError
 
     pace = float(payload.get("pace", 0))
     if not 0 <= pace <= MAX_PACE:  # time.sleep refuses less than 0, and past ~1e10 s
@@ -51,23 +56,52 @@ def render_pdf(job: fairsched.Job):
                                        f"from 0 to {MAX_PACE}, got {pace:g}")
     pages = []
     # A file can open as a PDF and break further on (its page tree, a page's stream): that
-    # too is the file's own, and reading it again cannot help.
+    # too is the file's own, and reading it again cannot help. pypdf repairs what it can (an
+    # xref table whose offsets are wrong, as editing tools leave them) and raises whatever its
+    # parser meets in what it cannot, not only its own errors.
     try:
         reader = PdfReader(path)
-        if reader.is_encrypted:  # AES would need the cryptography package, and a password
-            raise fairsched.PermanentError(f"{path}: the PDF is encrypted; give the worker "
-                                           "a copy without a password")
-        title = reader.metadata.title if reader.metadata else None
+        if reader.is_encrypted:
+            unlock(reader, path)
+        title = pdf_title(reader)
         for number, page in enumerate(reader.pages, 1):
             job.progress((number - 1) / len(reader.pages), f"page {number}/{len(reader.pages)}")
             if job.cancelled():
                 return None
             pages.append(page.extract_text() or "")
             time.sleep(pace)
-    except (OSError, PyPdfError) as exc:
-        raise fairsched.PermanentError(f"{path}: not a readable PDF: {exc}") from None
+    except fairsched.PermanentError:
+        raise
+    except DependencyError:  # AES: pypdf needs the cryptography package for it
+        raise fairsched.PermanentError(f"{path}: the PDF is encrypted with AES, which takes "
+                                       "the cryptography package (pip install cryptography); "
+                                       "or give the worker a copy without encryption") from None
+    except Exception as exc:
+        raise fairsched.PermanentError(f"{path}: not a readable PDF: "
+                                       f"{type(exc).__name__}: {exc}") from None
     return {"pages": len(pages), "title": title, "chars": sum(map(len, pages)),
             "text": pages[0][:200] if pages else "", "pid": os.getpid()}
+
+
+def unlock(reader, path: str) -> None:
+    """Open an encrypted PDF that needs no password to read (an owner password only, as
+    tools set to forbid printing or editing); one that needs a password fails for good."""
+    from pypdf import PasswordType
+
+    if reader.decrypt("") == PasswordType.NOT_DECRYPTED:
+        raise fairsched.PermanentError(f"{path}: the PDF is encrypted with a password; give "
+                                       "the worker a copy without one")
+
+
+def pdf_title(reader) -> str | None:
+    """The document's title, or None when it has none or its metadata is broken (the pages
+    may be fine). Trailing NUL characters, the end of a C string that some tools write into
+    it, are dropped; any other character is kept."""
+    try:
+        title = reader.metadata.title if reader.metadata else None
+    except Exception:
+        return None
+    return title.rstrip("\x00") if isinstance(title, str) else None
 
 
 def read_excel(job: fairsched.Job):
@@ -89,17 +123,33 @@ def read_excel(job: fairsched.Job):
         book = load_workbook(path, read_only=True, data_only=True)
     except unreadable as exc:
         raise fairsched.PermanentError(f"{path}: not a readable workbook: {exc}") from None
-    sums, rows = {}, {}
+    sums, rows, cells, empty = {}, {}, 0, 0
     try:
         for number, sheet in enumerate(book.worksheets, 1):
             job.progress((number - 1) / len(book.worksheets), sheet.title)
             if job.cancelled():
                 return None
+            # The size a sheet declares can be the whole grid (A1:XFD1048576, as some tools
+            # write it), and read-only mode would widen every row to it, 16,384 cells: only
+            # the rows and cells the file holds are read.
+            sheet.reset_dimensions()
             total, count = 0.0, 0
             for row in sheet.iter_rows(values_only=True):
-                count += 1
-                total += sum(v for v in row
-                             if isinstance(v, int | float) and not isinstance(v, bool))
+                if job.cancelled():  # a sheet can take minutes: asked on every row
+                    return None
+                values = [v for v in row if v is not None]
+                cells += len(values)
+                empty += len(row) - len(values) or 1  # an empty row costs as much as a cell
+                if cells > MAX_CELLS or empty > MAX_EMPTY_CELLS:
+                    what = (f"{MAX_CELLS:,} cells with a value" if cells > MAX_CELLS else
+                            f"{MAX_EMPTY_CELLS:,} empty cells within its rows")
+                    raise fairsched.PermanentError(
+                        f"{path}: more than {what} (sheet {sheet.title!r}, row {count + 1} of "
+                        "those with values); split the workbook, or clear the cells far off")
+                if values:
+                    count += 1
+                    total += sum(v for v in values
+                                 if isinstance(v, int | float) and not isinstance(v, bool))
             sums[sheet.title] = total
             rows[sheet.title] = count
     except unreadable as exc:

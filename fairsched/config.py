@@ -17,6 +17,7 @@ from typing import Any
 
 from fairsched.core.weights import Weights
 from fairsched.errors import ConfigError, path_name
+from fairsched.job_types import type_name_problem
 from fairsched.permissions import not_writable, who_may_read
 
 DEFAULT_CONFIG = "workers.toml"
@@ -32,8 +33,9 @@ MIN_INTERVAL = 0.1
 LONG_INTEGER = 10**20  # and longer: a message gives its number of digits, not the digits
 MAX_LEVEL_SECONDS = 1e12  # priority_weight / age_weight: the wait one priority level is worth
 NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.]*")
-TYPE_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:/-]*")
 HANDLER_RE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
+ON_TIMEOUT = ("retry", "fail")  # [[worker]] on_timeout: what becomes of a job past its timeout
+MAX_GRACE = 86400.0  # seconds of cancel_grace: a timer the loop can arm
 AGE_UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 MAX_AGE_DAYS = 36500  # a century: past that, PostgreSQL's intervals overflow soon enough
 _AGE = re.compile(r"([0-9]+(?:\.[0-9]+)?)([smhd]?)")
@@ -93,6 +95,8 @@ class WorkerSpec:
     slots: int = 1
     max_attempts: int = 3
     timeout: float | None = None
+    on_timeout: str = "retry"  # a job past its timeout: tried again ("retry") or "fail"
+    cancel_grace: float = 10.0  # seconds a cancelled job may run on before its worker is stopped
     start_timeout: float = 60.0  # seconds to import the handler and say hello
     retry_backoff: float = 1.0
     max_restarts: int = 5
@@ -432,8 +436,9 @@ def _load_worker(sec: _Section, base: Path) -> WorkerSpec:
     if not types:
         sec.fail("types", "must not be empty")
     for t in types:
-        if not TYPE_RE.fullmatch(t):
-            sec.fail("types", f"has an invalid type name {t!r}")
+        problem = type_name_problem(t)
+        if problem is not None:
+            sec.fail("types", f"has an {problem}")
     if len(set(types)) != len(types):
         sec.fail("types", "lists a type twice")
     handler = sec.get("handler", "str")
@@ -451,6 +456,9 @@ def _load_worker(sec: _Section, base: Path) -> WorkerSpec:
     # whose folder is missing ends `fatal` saying so, while the others run.
     cwd = base / sec.get("cwd", "str", ".")
     timeout = sec.get("timeout", "number", None, above=0)
+    on_timeout = sec.get("on_timeout", "str", "retry")
+    if on_timeout not in ON_TIMEOUT:
+        sec.fail("on_timeout", f"must be \"retry\" or \"fail\", got {on_timeout!r}")
     spec = WorkerSpec(
         name=name,
         types=tuple(types),
@@ -460,6 +468,8 @@ def _load_worker(sec: _Section, base: Path) -> WorkerSpec:
         slots=sec.get("slots", "int", 1, minimum=1),
         max_attempts=sec.get("max_attempts", "int", 3, minimum=1, maximum=2**31 - 1),
         timeout=timeout,
+        on_timeout=on_timeout,
+        cancel_grace=sec.get("cancel_grace", "number", 10.0, minimum=0, maximum=MAX_GRACE),
         start_timeout=sec.get("start_timeout", "number", 60.0, above=0),
         retry_backoff=sec.get("retry_backoff", "number", 1.0, minimum=0),
         max_restarts=sec.get("max_restarts", "int", 5, minimum=0),

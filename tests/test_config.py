@@ -48,8 +48,15 @@ def test_good_config_loads_with_paths_relative_to_the_file(tmp_path):
     assert pdf.process_names() == ["pdf-1", "pdf-2"]
     assert tool.command == (str(tmp_path / "bin" / "tool"), "--fast")
     assert tool.slots == 3 and tool.timeout == 5.0
+    assert (tool.on_timeout, tool.cancel_grace) == ("retry", 10.0)  # the defaults
     assert config.types == {"pdf", "excel"}
     assert config.control_socket.parent.parent == tmp_path / "state"
+
+
+def test_on_timeout_and_cancel_grace_are_read(tmp_path):
+    text = GOOD.replace("timeout = 5", 'timeout = 5\non_timeout = "fail"\ncancel_grace = 0.5')
+    tool = load_config(write(tmp_path, text)).workers[1]
+    assert (tool.on_timeout, tool.cancel_grace) == ("fail", 0.5)
 
 
 @pytest.mark.parametrize("value, seconds", [
@@ -161,7 +168,15 @@ BAD = [
      "key 'name' must use letters, digits, '_' and '.', not starting with '.' ('-' is for "
      "process names such as pdf-1), got 'tool\\n'"),
     ("type ending in a line break", GOOD.replace('["pdf", "excel"]', '["pdf", "excel\\n"]'),
-     "key 'types' has an invalid type name 'excel\\n'"),
+     "key 'types' has an invalid job type 'excel\\n': a type name is "),
+    ("on_timeout of neither kind", GOOD.replace("timeout = 5", 'timeout = 5\non_timeout = "later"'),
+     "[[worker]] 'tool' key 'on_timeout' must be \"retry\" or \"fail\", got 'later'"),
+    ("on_timeout as a boolean", GOOD.replace("timeout = 5", "timeout = 5\non_timeout = true"),
+     "[[worker]] 'tool' key 'on_timeout' must be a non-empty string, got boolean true"),
+    ("cancel_grace below 0", GOOD.replace("timeout = 5", "timeout = 5\ncancel_grace = -1"),
+     "[[worker]] 'tool' key 'cancel_grace' must be >= 0, got -1.0"),
+    ("cancel_grace past a day", GOOD.replace("timeout = 5", "timeout = 5\ncancel_grace = 1e9"),
+     "[[worker]] 'tool' key 'cancel_grace' must be <= 86400, got 1000000000.0"),
     ("handler ending in a line break",
      GOOD.replace('"handlers:render_pdf"', '"handlers:render_pdf\\n"'),
      "key 'handler' must look like 'package.module:function', got 'handlers:render_pdf\\n'"),

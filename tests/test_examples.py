@@ -200,3 +200,146 @@ def test_a_pace_no_sleep_takes_fails_for_good_at_once(example, samples, pace):
     job = first_end(sup, odd)
     assert (job["status"], job["attempts"]) == ("failed", 1), job
     assert "payload field 'pace' must be a number of seconds" in job["last_error"], job
+
+
+def a_pdf(samples: Path, name: str, title: str) -> Path:
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        from make_samples import PDFS, pdf_bytes
+    finally:
+        sys.path.remove(str(EXAMPLES))
+    (samples / name).write_bytes(pdf_bytes(title, PDFS["report.pdf"][1]))
+    return samples / name
+
+
+def test_a_nul_in_a_pdf_title_is_kept_queued_or_on_demand(example, samples):
+    # A title ending in NUL (the end of a C string, as some tools write it) succeeded on
+    # demand, but its queued job failed: "result contains a NUL character".
+    from pypdf import PdfReader, PdfWriter
+
+    sup = example
+    ended = a_pdf(samples, "ended.pdf", "Quarterly report\x00")
+    # One inside the title is the title's own: kept. (pypdf writes it as UTF-16.)
+    writer = PdfWriter(clone_from=PdfReader(samples / "report.pdf"))
+    writer.add_metadata({"/Title": "Quarterly\x00report"})
+    inside = samples / "inside.pdf"
+    with open(inside, "wb") as f:
+        writer.write(f)
+    assert on_demand(sup, "pdf", {"path": str(ended)})["title"] == "Quarterly report"
+    assert on_demand(sup, "pdf", {"path": str(inside)})["title"] == "Quarterly\x00report"
+    queued = {sup.enqueue("pdf", payload={"path": str(path)}): path for path in (ended, inside)}
+    sup.wait_for(lambda ps: all(jobs_by_id(sup)[i]["status"] in ("succeeded", "failed")
+                                for i in queued), what="the queued jobs")
+    titles = {queued[i].name: job["result"]["title"] for i, job in jobs_by_id(sup).items()
+              if job["status"] == "succeeded"}
+    assert titles == {"ended.pdf": "Quarterly report", "inside.pdf": "Quarterly\x00report"}
+
+
+def test_a_pdf_whose_xref_table_is_wrong_is_read_all_the_same(example, samples):
+    report = (samples / "report.pdf").read_bytes()
+    xref = report.index(b"xref\n")
+    # Offsets one byte off, as an editing tool leaves them: pypdf finds the objects anyway.
+    (samples / "offsets.pdf").write_bytes(report[:xref] + report[xref:].replace(
+        b"0000000", b"0000001", 4))
+    # No xref table, no startxref: nothing to read it by, for good.
+    (samples / "no-xref.pdf").write_bytes(report[:xref] + b"%%EOF\n")
+    sup = example
+    read = on_demand(sup, "pdf", {"path": str(samples / "offsets.pdf")})
+    assert (read["pages"], read["title"]) == (3, "Quarterly report")
+    broken = sup.enqueue("pdf", payload={"path": str(samples / "no-xref.pdf")})
+    job = first_end(sup, broken)
+    assert (job["status"], job["attempts"]) == ("failed", 1), job
+    assert "no-xref.pdf: not a readable PDF: " in job["last_error"], job["last_error"]
+
+
+def test_an_encrypted_pdf_without_a_user_password_is_read(example, samples):
+    # An owner password only (printing or editing forbidden): any reader opens it.
+    from pypdf import PdfReader, PdfWriter
+
+    writer = PdfWriter(clone_from=PdfReader(samples / "report.pdf"))
+    writer.encrypt(user_password="", owner_password="owner", algorithm="RC4-128")
+    with open(samples / "owned.pdf", "wb") as f:
+        writer.write(f)
+    # The same, marked AES: pypdf reads AES only with the cryptography package.
+    owned = (samples / "owned.pdf").read_bytes()
+    assert b"/V 2\n/R 3\n" in owned
+    (samples / "aes.pdf").write_bytes(owned.replace(b"/V 2\n/R 3\n", (
+        b"/V 4\n/R 4\n/CF << /StdCF << /CFM /AESV2 /AuthEvent /DocOpen /Length 16 >> >>\n"
+        b"/StmF /StdCF\n/StrF /StdCF\n")))
+    sup = example
+    read = on_demand(sup, "pdf", {"path": str(samples / "owned.pdf")})
+    assert (read["pages"], read["title"]) == (3, "Quarterly report")
+    aes = sup.enqueue("pdf", payload={"path": str(samples / "aes.pdf")})
+    job = first_end(sup, aes)
+    assert (job["status"], job["attempts"]) == ("failed", 1), job
+    assert "aes.pdf: the PDF is encrypted with AES, which takes the cryptography package" in (
+        job["last_error"]), job["last_error"]
+
+
+def rewrite_sheets(source: Path, target: Path, change) -> None:
+    """A copy of workbook `source` whose worksheets' XML went through change(text)."""
+    import zipfile
+
+    with zipfile.ZipFile(source) as good, \
+            zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as out:
+        for name in good.namelist():
+            data = good.read(name)
+            if name.startswith("xl/worksheets/sheet"):
+                data = change(data.decode()).encode()
+            out.writestr(name, data)
+
+
+def whole_grid(text: str) -> str:
+    """A sheet that says it spans the whole grid, as some tools write it, and holds empty
+    (formatted) rows down to row 200,000."""
+    text = re.sub(r'<dimension ref="[^"]*"', '<dimension ref="A1:XFD1048576"', text)
+    rows = "".join(f'<row r="{i}" customFormat="1"/>' for i in range(5, 200_001))
+    return text.replace("</sheetData>", rows + "</sheetData>")
+
+
+def test_a_workbook_that_says_it_fills_the_whole_grid_is_read_as_it_is(example, samples):
+    # Each row was read 16,384 cells wide, as the sheet's size said: 600 rows a second, the
+    # slot pinned until the timeout (and twice more on retries).
+    rewrite_sheets(samples / "sales.xlsx", samples / "grid.xlsx", whole_grid)
+    sup = example
+    result = sup.cli("submit", "excel", "--on-demand", "--timeout", "60", "--payload",
+                     json.dumps({"path": str(samples / "grid.xlsx")}))
+    assert result.returncode == 0, result.stderr
+    sales = json.loads(result.stdout)
+    assert sales["sheets"] == {"North": 4250.5, "South": 2775.25, "East": 750}
+    assert sales["rows"] == {"North": 4, "South": 4, "East": 4}
+
+
+def test_a_workbook_past_the_cell_cap_fails_for_good_naming_it(example, samples):
+    # Each row holds a cell in the last column: 16,384 cells a row, read or not.
+    from openpyxl import Workbook
+
+    book = Workbook()
+    for row in range(1, 7000):
+        book.active.cell(row=row, column=16384, value=1)
+    book.save(samples / "wide.xlsx")
+    sup = example
+    wide = sup.enqueue("excel", payload={"path": str(samples / "wide.xlsx")})
+    job = first_end(sup, wide)
+    assert (job["status"], job["attempts"]) == ("failed", 1), job
+    assert ("wide.xlsx: more than 100,000,000 empty cells within its rows (sheet 'Sheet', row "
+            "6104 of those with values)") in job["last_error"], job["last_error"]
+
+
+def test_a_long_sheet_stops_on_a_cancel_without_its_worker_stopped(example, samples):
+    # One sheet of 300,000 rows: the handler asked job.cancelled() only between sheets, so
+    # the cancel waited for the whole sheet.
+    rows = "".join(f'<row r="{i}"><c r="A{i}"><v>{i}</v></c><c r="B{i}"><v>1</v></c></row>'
+                   for i in range(1, 300_001))
+    rewrite_sheets(samples / "budget.xlsx", samples / "long.xlsx", lambda text: re.sub(
+        r"<sheetData>.*</sheetData>", "<sheetData>" + rows + "</sheetData>", text, flags=re.S))
+    sup = example
+    long = sup.enqueue("excel", payload={"path": str(samples / "long.xlsx")})
+    ps = sup.wait_for(lambda ps: any(s["job_id"] == long and s["message"] == "2024"
+                                     for s in ps["slots"]), what="the first sheet being read")
+    worker = next(s for s in ps["slots"] if s["job_id"] == long)
+    assert sup.cli("cancel", str(long)).returncode == 0
+    sup.wait_for(lambda ps: jobs_by_id(sup)[long]["status"] == "cancelled", what="cancelled")
+    after = next(s for s in sup.slots(worker["worker"]) if s["slot"] == worker["slot"])
+    assert (after["pid"], after["restarts"]) == (worker["pid"], worker["restarts"])
+    assert "stopping the worker" not in sup.output()

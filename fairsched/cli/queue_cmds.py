@@ -25,7 +25,6 @@ from fairsched.cli.common import (
     config_option,
     display_width,
     duration,
-    fail,
     output,
     pad,
     parse_seconds,
@@ -36,6 +35,7 @@ from fairsched.cli.common import (
     terminal_columns,
 )
 from fairsched.config import Config, age_seconds, load_config, resolve_config_path
+from fairsched.job_types import type_name_problem
 from fairsched.logs import some_ids
 from fairsched.store.errors import JobNotFound, JobStateError
 from fairsched.store.schema import (
@@ -158,18 +158,10 @@ def check_type(config: Config | None, type_name: str) -> None:
 def submit_queued(config: Config | None, type_name: str, payload: Any, *, priority: int,
                   max_attempts: int | None, delay: float, key: str | None) -> int:
     """Enqueue one job and return its id (the existing job's id for a key in use, when it is
-    the same job; another job under that key is an error, as with any idempotency key)."""
+    the same job; another job under that key is KeyConflict, exit 1)."""
     with open_queue(config) as queue:
-        job_id = queue.enqueue(type_name, payload, priority=priority, max_attempts=max_attempts,
-                               delay=delay, key=key)
-        if key is None or queue.same_job(job_id, type_name, payload, priority):
-            return job_id
-        held = queue.get_job(job_id)
-    if held is not None:
-        fail(f"key {key!r} is held by job {job_id} (type {held['type']}, priority "
-             f"{held['priority']}, payload {json.dumps(held['payload'])[:60]}), not this job; "
-             f"nothing was queued", 1)
-    return job_id
+        return queue.enqueue(type_name, payload, priority=priority, max_attempts=max_attempts,
+                             delay=delay, key=key)
 
 
 @main.command(short_help="Enqueue a job (with --on-demand: run it now and wait).")
@@ -193,6 +185,9 @@ def submit_queued(config: Config | None, type_name: str, payload: Any, *, priori
 def submit(type_name, payload, priority, max_attempts, delay, key, on_demand, timeout,
            socket_path, config_path):
     """Enqueue a job of TYPE and print its id (with --on-demand: wait for its result)."""
+    problem = type_name_problem(type_name)
+    if problem is not None:  # whatever a workers.toml here says: none can run it
+        raise UsageProblem(problem)
     payload = parse_payload(payload)
     priority = parse_int("--priority", priority, 0, MAX_PRIORITY) or 0
     if on_demand:
@@ -265,7 +260,7 @@ def jobs(job_ids, status, type_name, limit, counts, as_json, config_path):
         # host's may be off, and a due job would read as delayed (or the reverse).
         now = queue.server_time()
     if as_json:
-        output(json.dumps([job_json(row) for row in rows], indent=2, ensure_ascii=False))
+        output(json_output([job_json(row) for row in rows]))
     else:
         output(jobs_table(rows, now, config.max_attempts_by_type() if config else {},
                               terminal_columns(sys.stdout)))
@@ -291,7 +286,7 @@ def show_depth(type_name: str | None, as_json: bool, config_path: str | None) ->
                                    "failed": 0, "oldest_wait": None})
     rows = [rows[name] for name in sorted(rows)]
     if as_json:
-        output(json.dumps(rows, indent=2, ensure_ascii=False))
+        output(json_output(rows))
         return
     header = ("TYPE", "PENDING", "DELAYED", "RUNNING", "FAILED", "OLDEST WAIT")
     lines = [header] + [
@@ -315,7 +310,7 @@ def show_jobs(ids: list[int], as_json: bool, config_path: str | None) -> int:
     rows = {job_id: found_by_id.get(job_id) for job_id in dict.fromkeys(ids)}
     found = [row for row in rows.values() if row is not None]
     if as_json:
-        output(json.dumps([job_json(row) for row in found], indent=2, ensure_ascii=False))
+        output(json_output([job_json(row) for row in found]))
     elif found:
         max_attempts = config.max_attempts_by_type() if config else {}
         output("\n\n".join(job_details(row, now, max_attempts) for row in found))
@@ -371,6 +366,16 @@ def _when(moment: datetime, now: datetime) -> str:
 
 def _json_text(value: Any) -> str:
     return "null" if value is None else printable(json.dumps(value, ensure_ascii=False))
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def json_output(value: Any) -> str:
+    """`value` as --json prints it: non-ASCII text as it is, and a lone surrogate (a result
+    may hold one), which no encoding writes, as JSON escapes it."""
+    text = json.dumps(value, indent=2, ensure_ascii=False)
+    return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def job_json(row: dict) -> dict:

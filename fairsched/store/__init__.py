@@ -10,7 +10,7 @@ _HOMES = {
     "AsyncStore": "aqueue", "Candidate": "aqueue", "QueuedJob": "aqueue", "retry_delay": "aqueue",
     "Database": "database", "open_database": "database",
     "DatabaseUnavailable": "errors", "JobNotFound": "errors", "JobStateError": "errors",
-    "SchemaError": "errors", "StoreError": "errors",
+    "KeyConflict": "errors", "SchemaError": "errors", "StoreError": "errors",
     "Queue": "queue",
 }
 

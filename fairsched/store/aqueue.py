@@ -22,7 +22,7 @@ from typing import Any
 import psycopg
 
 from fairsched.store.connections import Notifications, open_connection
-from fairsched.store.jobs import encode_json, storable_text
+from fairsched.store.jobs import encode_result, storable_text
 from fairsched.store.statements import (
     CANCEL_FINISH_SQL,
     CLAIM_SQL,
@@ -196,13 +196,14 @@ class AsyncStore:
         """Mark jobs succeeded, items (id, claim, result) fenced on that claim (QueuedJob.claim);
         return the ids that changed.
 
-        A result jsonb cannot hold (NaN, a NUL character) fails its job for good instead,
-        with the reason in last_error, so one bad result never blocks the batch.
+        A result that is no JSON (NaN) fails its job for good instead, with the reason in
+        last_error, so one bad result never blocks the batch; any JSON is stored
+        (jobs.encode_result).
         """
         storable, unstorable = [], []
         for job_id, claim, result in items:
             try:
-                storable.append((job_id, claim, encode_json(result, "result")))
+                storable.append((job_id, claim, encode_result(result)))
             except ValueError as exc:
                 unstorable.append((job_id, claim, f"the result could not be stored: {exc}"))
         failed = [job_id for job_id, claim, error in unstorable
@@ -210,7 +211,7 @@ class AsyncStore:
         return failed + await self.complete_encoded(storable)
 
     async def complete_encoded(self, items: list[tuple[int, int, str | None]]) -> list[int]:
-        """complete() for results already encoded (jobs.encode_json): (id, claim, JSON text
+        """complete() for results already encoded (jobs.encode_result): (id, claim, JSON text
         or None); return the ids that changed."""
         if not items:
             return []

@@ -42,3 +42,17 @@ class JobNotFound(StoreError, LookupError):
 
 class JobStateError(StoreError, ValueError):
     """The job exists but its status does not allow the operation."""
+
+
+class KeyConflict(StoreError):
+    """An enqueue named an idempotency key that an unfinished job holds, or that another job
+    of the same call names, with a job that is not that one (another type, payload or
+    priority): nothing of the call was queued. `key`, the key; `job_id`, the unfinished job
+    holding it (None when the other job is one of the call's); `index`, the position in the
+    call of the job refused."""
+
+    def __init__(self, message: str, key: str, job_id: int | None, index: int):
+        super().__init__(message)
+        self.key = key
+        self.job_id = job_id
+        self.index = index

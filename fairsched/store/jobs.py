@@ -9,7 +9,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from fairsched.protocol import MAX_DEPTH, MAX_PAYLOAD, json_depth
+from fairsched.job_types import check_type_name
+from fairsched.protocol import MAX_DEPTH, MAX_PAYLOAD, json_depth, payload_json
 from fairsched.store.schema import MAX_DELAY, MAX_PRIORITY
 
 JOB_FIELDS = frozenset({"type", "payload", "priority", "max_attempts", "delay", "key"})
@@ -27,8 +28,6 @@ def job_row(job: Mapping[str, Any], index: int = 0, several: bool = False) -> tu
         message = str(exc)
         if not several or message.startswith(f"job {index}: "):
             raise
-        if message.startswith("job type "):
-            message = message[len("job "):]
         raise ValueError(f"job {index}: {message}") from None
 
 
@@ -42,8 +41,7 @@ def _job_row(job: Mapping[str, Any], index: int) -> tuple:
     if "type" not in job:
         raise ValueError(f"job {index}: 'type' is required")
     type_ = job["type"]
-    if not is_text(type_):
-        raise ValueError(f"job type must be non-empty text (UTF-8, no NUL), got {type_!r}")
+    check_type_name(type_)
     priority = job.get("priority", 0)
     if not is_int(priority) or not 0 <= priority <= MAX_PRIORITY:
         raise ValueError(f"priority must be an integer from 0 to {MAX_PRIORITY}, got {priority!r}")
@@ -85,21 +83,78 @@ def encode_json(value: Any, what: str) -> str | None:
     """JSON text PostgreSQL's jsonb accepts, or None for SQL NULL."""
     if value is None:
         return None
+    text = _json_text(value, what)
+    problem = _refused_by_jsonb(text, value)
+    if problem is not None:
+        raise ValueError(f"{what} contains {problem}, which PostgreSQL jsonb cannot store")
+    return text
+
+
+# The one key of the object a result is stored as when jsonb cannot hold it as it is: its
+# value is the result's JSON text, a string jsonb takes whatever the result holds.
+RESULT_AS_TEXT = "fairsched:json"
+
+
+def encode_result(value: Any) -> str | None:
+    """A handler's result as the result column stores it (None for SQL NULL): as it is, which
+    jsonb queries see, or, when jsonb would refuse it (a NUL character, a lone surrogate) or
+    give it back changed (a float with a positive exponent comes back an integer, -0.0 as 0),
+    as {RESULT_AS_TEXT: its JSON text}; so is a result that looks like that object itself.
+    decode_result gives back the result. ValueError for what is no JSON (NaN)."""
+    if value is None:
+        return None
+    text = _json_text(value, "result")
+    if (_refused_by_jsonb(text, value) is None and not _changed_by_jsonb(text)
+            and not (type(value) is dict and len(value) == 1 and RESULT_AS_TEXT in value)):
+        return text
+    inner, _ = payload_json(value)  # UTF-8, where a lone surrogate leaves it escaped
+    return json.dumps({RESULT_AS_TEXT: inner}, separators=(",", ":"))
+
+
+def decode_result(value: Any) -> Any:
+    """A result as the handler returned it, from the decoded result column (encode_result)."""
+    if type(value) is dict and len(value) == 1 and type(value.get(RESULT_AS_TEXT)) is str:
+        return json.loads(value[RESULT_AS_TEXT])
+    return value
+
+
+def _json_text(value: Any, what: str) -> str:
     try:
-        text = json.dumps(value, allow_nan=False, separators=(",", ":"))
+        return json.dumps(value, allow_nan=False, separators=(",", ":"))
     except RecursionError:
         raise ValueError(f"{what} nests too deeply to be JSON") from None
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{what} is not JSON-serialisable: {exc}") from None
+
+
+def _refused_by_jsonb(text: str, value: Any) -> str | None:
+    """What in `value` (its JSON `text`, all ASCII) jsonb refuses, or None."""
     if "\\u0000" in text and _NUL_ESCAPE.search(text):  # not a backslash before "u0000"
-        raise ValueError(f"{what} contains a NUL character, which PostgreSQL jsonb cannot store")
+        return "a NUL character"
     if "\\ud" in text or "\\uD" in text:  # surrogates: jsonb takes them only in valid pairs
         try:
             json.dumps(value, ensure_ascii=False).encode("utf-8")
         except UnicodeEncodeError:
-            raise ValueError(f"{what} contains a lone surrogate (a broken UTF-16 pair), which "
-                             "PostgreSQL jsonb cannot store") from None
-    return text
+            return "a lone surrogate (a broken UTF-16 pair)"
+    return None
+
+
+def _changed_by_jsonb(text: str) -> bool:
+    """Whether a number in JSON `text` (as json.dumps writes it) comes back from jsonb as
+    another: jsonb keeps numbers as numeric, written out in full, so 1e+23 comes back the
+    integer 100000000000000000000000 and -0.0 comes back 0.0."""
+    if "e+" not in text and "-0.0" not in text:
+        return False
+    changed = False
+
+    def number(token: str) -> float:
+        nonlocal changed
+        if "e+" in token or (token.startswith("-") and float(token) == 0):
+            changed = True
+        return 0.0
+
+    json.loads(text, parse_float=number)
+    return changed
 
 
 def stored_size(text: str | None, value: Any) -> int:

@@ -6,6 +6,7 @@ autocommit mode, an enqueued job exists once the caller commits, together with i
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -18,14 +19,24 @@ import psycopg
 from psycopg.rows import dict_row
 
 from fairsched.errors import path_name
+from fairsched.logs import printable_line
 from fairsched.store.database import EXTERNAL_MARK, Database, chosen_url, open_database
 from fairsched.store.errors import (
     DatabaseUnavailable,
     JobNotFound,
     JobStateError,
+    KeyConflict,
     OtherDatabase,
 )
-from fairsched.store.jobs import INT4_MAX, INT8_MAX, encode_json, is_int, is_text, job_row
+from fairsched.store.jobs import (
+    INT4_MAX,
+    INT8_MAX,
+    decode_result,
+    encode_json,
+    is_int,
+    is_text,
+    job_row,
+)
 from fairsched.store.schema import FINISHED, RETRIABLE, STATUSES, UNFINISHED
 
 # payload and result come as text, decoded by _job: a value nested too deeply to decode (one
@@ -104,35 +115,58 @@ CANCEL_ONE_SQL = _cancel_sql("id = %(id)s AND status IN ('pending', 'running')")
 # One statement per batch, timed from the statement, not from the start of the caller's
 # transaction (now()): a job enqueued late in a long transaction neither starts older than
 # it is nor has its delay cut short. Ids are drawn before the insert so every input row, inserted or
-# not, is matched to its id by position; a row whose key names an unfinished job gets that
-# job's id instead (seen in the statement's snapshot, taken before the insert). Rows go in
-# in key order: each waits on an unfinished insert of its key, and batches sharing keys in
-# different orders would otherwise wait on each other (a deadlock); ids stay in input order.
+# not, is matched to its id by position. A row whose key names a job gets that job's id: an
+# unfinished one in the table (seen in the statement's snapshot, taken before the insert),
+# else the first row of the batch with that key; `same` says whether it is the same job (type,
+# payload as jsonb compares it, priority), and when any row is not, nothing is inserted and
+# the job its key names is described. Rows go in in key order: each waits on an unfinished
+# insert of its key, and batches sharing keys in different orders would otherwise wait on
+# each other (a deadlock); ids stay in input order.
 ENQUEUE_SQL = """
 WITH input AS MATERIALIZED (
     SELECT nextval('fairsched_jobs_id_seq') AS id, u.*
       FROM unnest(%(types)s::text[], %(priorities)s::smallint[], %(payloads)s::jsonb[],
                   %(max_attempts)s::integer[], %(delays)s::float8[], %(keys)s::text[])
            WITH ORDINALITY AS u(type, priority, payload, max_attempts, delay, key, ord)
+), named AS MATERIALIZED (
+    SELECT i.ord, i.first_ord, first.id AS first_id, held.id AS held_id,
+           coalesce(held.type, first.type) AS type,
+           coalesce(held.priority, first.priority) AS priority,
+           CASE WHEN held.id IS NULL THEN first.payload ELSE held.payload END AS payload,
+           coalesce(held.type, first.type) = i.type
+           AND coalesce(held.priority, first.priority) = i.priority
+           AND (CASE WHEN held.id IS NULL THEN first.payload ELSE held.payload END)
+               IS NOT DISTINCT FROM i.payload AS same
+      FROM (SELECT *, CASE WHEN key IS NULL THEN ord
+                           ELSE min(ord) OVER (PARTITION BY key) END AS first_ord
+              FROM input) AS i
+      JOIN input AS first ON first.ord = i.first_ord
+      LEFT JOIN fairsched_jobs AS held
+             ON held.idempotency_key = i.key AND held.status IN ('pending', 'running')
 ), inserted AS (
     INSERT INTO fairsched_jobs
            (id, type, priority, payload, max_attempts, created_at, run_after, idempotency_key)
     OVERRIDING SYSTEM VALUE
-    SELECT id, type, priority, payload, max_attempts, statement_timestamp(),
-           statement_timestamp() + delay * interval '1 second', key
-      FROM input ORDER BY key COLLATE "C", ord
+    SELECT input.id, input.type, input.priority, input.payload, input.max_attempts,
+           statement_timestamp(), statement_timestamp() + input.delay * interval '1 second',
+           input.key
+      FROM input JOIN named ON named.ord = input.ord
+     WHERE named.ord = named.first_ord AND named.held_id IS NULL
+       AND NOT EXISTS (SELECT 1 FROM named WHERE NOT named.same)
+     ORDER BY input.key COLLATE "C", input.ord
     ON CONFLICT (idempotency_key)
        WHERE idempotency_key IS NOT NULL AND status IN ('pending', 'running')
        DO NOTHING
     RETURNING id
 )
-SELECT input.ord, coalesce(inserted.id, existing.id)
-  FROM input
-  LEFT JOIN inserted ON inserted.id = input.id
-  LEFT JOIN fairsched_jobs existing
-         ON inserted.id IS NULL AND existing.idempotency_key = input.key
-        AND existing.status IN ('pending', 'running')
- ORDER BY input.ord
+SELECT named.ord, coalesce(named.held_id, inserted.id), named.same, named.held_id,
+       named.first_ord,
+       CASE WHEN NOT named.same THEN named.type END,
+       CASE WHEN NOT named.same THEN named.priority END,
+       CASE WHEN NOT named.same THEN left(named.payload::text, 60) END
+  FROM named
+  LEFT JOIN inserted ON inserted.id = named.first_id
+ ORDER BY named.ord
 """
 
 
@@ -197,58 +231,76 @@ class Queue:
     def enqueue(self, type: str, payload: Any = None, *, priority: int = 0,
                 max_attempts: int | None = None, delay: float = 0.0,
                 key: str | None = None) -> int:
-        """Add one job; with `key`, return the unfinished job holding that key if there is one."""
+        """Add one job; with `key`, return the unfinished job holding that key if it is this
+        same job (type, payload, priority), and raise KeyConflict if it is another."""
         return self.enqueue_many([{"type": type, "payload": payload, "priority": priority,
                                    "max_attempts": max_attempts, "delay": delay, "key": key}])[0]
 
     def enqueue_many(self, jobs: Iterable[Mapping[str, Any]]) -> list[int]:
-        """Add jobs in one round trip; the ids come back in input order."""
+        """Add jobs in one round trip; the ids come back in input order. A key repeated in
+        the call names one job, the first with it; KeyConflict when a job's key is held by
+        another job (unfinished in the table, or earlier in the call), and then nothing at all
+        is queued."""
         jobs = list(jobs)
         rows = [job_row(job, i, len(jobs) > 1) for i, job in enumerate(jobs)]
         if not rows:
             return []
-        # A key repeated within the batch names one job: the first occurrence.
-        first_of_key: dict[str, int] = {}
-        alias: dict[int, int] = {}
-        batch: list[int] = []
-        for i, row in enumerate(rows):
-            key = row[5]
-            if key is not None and key in first_of_key:
-                alias[i] = first_of_key[key]
-                continue
-            if key is not None:
-                first_of_key[key] = i
-            batch.append(i)
-        ids: dict[int, int] = {}
-        for _ in range(5):
-            found = self._insert([rows[i] for i in batch])
-            for position, job_id in zip(batch, found, strict=True):
-                if job_id is not None:
-                    ids[position] = job_id
-            # A key left unresolved raced with a job that finished or started meanwhile.
-            batch = [i for i in batch if i not in ids]
-            if not batch:
-                break
-        else:
-            raise JobStateError("could not enqueue: idempotency keys kept changing hands, try again")
-        return [ids[alias.get(i, i)] for i in range(len(rows))]
-
-    def _insert(self, rows: list[tuple]) -> list[int | None]:
-        columns = list(zip(*rows, strict=True))
-        params = dict(zip(("types", "priorities", "payloads", "max_attempts", "delays", "keys"),
-                          (list(c) for c in columns), strict=True))
         # A statement of its own (autocommit, no transaction open) can be run again if a
         # caller's transaction deadlocked with it; inside a transaction the caller decides.
         alone = (self.conn.autocommit
                  and self.conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE)
+        # Without keys the one statement is the whole call; with them, a key taken meanwhile
+        # takes a second look after the first statement has written the rest.
+        keyed = any(row[5] is not None for row in rows)
         for attempt in range(3):
             try:
-                result = self.conn.execute(ENQUEUE_SQL, params).fetchall()
-                break
+                with self._all_or_nothing() if keyed else contextlib.nullcontext():
+                    return self._enqueue(rows, len(rows) > 1)
             except psycopg.errors.DeadlockDetected:
                 if not alone or attempt == 2:
                     raise
-        return [job_id for _, job_id in result]
+        raise AssertionError("unreachable")
+
+    @contextlib.contextmanager
+    def _all_or_nothing(self):
+        """What the block writes is kept only if it ends without an error: a transaction of
+        its own in autocommit mode, a savepoint in the caller's transaction. On a connection
+        not in autocommit mode with no transaction open, the one the block's first statement
+        opens holds nothing else, and the caller commits it (it is rolled back on an error):
+        a transaction() block would commit it here."""
+        conn = self.conn
+        if conn.autocommit or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            with conn.transaction():
+                yield
+            return
+        try:
+            yield
+        except BaseException:
+            with contextlib.suppress(psycopg.Error):
+                conn.rollback()
+            raise
+
+    def _enqueue(self, rows: list[tuple], several: bool) -> list[int]:
+        ids: list[int | None] = [None] * len(rows)
+        left = list(range(len(rows)))
+        for _ in range(5):
+            for position, (job_id, same, held_by, first, *named) in zip(
+                    left, self._insert([rows[i] for i in left]), strict=True):
+                if not same:
+                    raise _key_conflict(rows[position][5], position, held_by,
+                                        left[first - 1], named, several)
+                ids[position] = job_id
+            # A key left unresolved raced with a job that finished or started meanwhile.
+            left = [i for i in left if ids[i] is None]
+            if not left:
+                return ids
+        raise JobStateError("could not enqueue: idempotency keys kept changing hands, try again")
+
+    def _insert(self, rows: list[tuple]) -> list[tuple]:
+        columns = list(zip(*rows, strict=True))
+        params = dict(zip(("types", "priorities", "payloads", "max_attempts", "delays", "keys"),
+                          (list(c) for c in columns), strict=True))
+        return [row[1:] for row in self.conn.execute(ENQUEUE_SQL, params).fetchall()]
 
     # -- inspect ------------------------------------------------------------------------------
 
@@ -501,8 +553,24 @@ def _job(row: dict) -> dict:
             except (RecursionError, ValueError):
                 # Too deep, or an integer longer than Python reads (4300 digits: 1e5000
                 # written by hand comes back written out in full): the JSON text it is.
-                pass
+                continue
+    if row["result"] is not None:
+        row["result"] = decode_result(row["result"])  # as its handler returned it
     return row
+
+
+def _key_conflict(key: str, index: int, held_by: int | None, first: int, named: list,
+                  several: bool) -> KeyConflict:
+    """The error for job `index` of a call, whose key `held_by` (an unfinished job) or, when
+    None, job `first` of the call names; `named`: that job's type, priority and the start of
+    its payload."""
+    type_name, priority, payload = named
+    other = (f"job {held_by}" if held_by is not None
+             else f"job {first} of this call")
+    return KeyConflict(
+        f"{f'job {index}: ' if several else ''}key {key!r} is held by {other} "
+        f"(type {type_name}, priority {priority}, payload {printable_line(payload or 'null')}), "
+        f"not this job; nothing was queued", key, held_by, index)
 
 
 def _check_max_attempts(max_attempts: Any) -> None:

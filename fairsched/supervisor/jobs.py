@@ -54,7 +54,9 @@ class RunningJob:
     message: str = ""
     cancel_reason: str | None = None  # "user", "shutdown", "restart", "caller"
     failure: str | None = None  # why the worker was killed under this job (timeout)
-    timer: Any = None
+    failure_final: bool = False  # `failure` ends the job for good (on_timeout = "fail")
+    timer: Any = None  # its timeout
+    cancel_timer: Any = None  # cancel_grace after a user's cancel
 
     @property
     def on_demand(self) -> bool:

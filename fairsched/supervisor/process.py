@@ -54,7 +54,9 @@ class WorkerProcess:
     kill_timer: object | None = None
     hello_timer: object | None = None
     signalled: set = field(default_factory=set)  # signals the supervisor sent this incarnation
-    timed_out: bool = False  # stopped because a job ran past its timeout: not a crash
+    # Why it was stopped for one of its jobs ("its job timed out", or did not stop when
+    # cancelled): the job failed or was cancelled, and the worker is no crash.
+    stopped_for_job: str | None = None
     queued_jobs: int = 0  # queued (not on-demand) jobs running on it: the lease watchdog's
     lease_killed: bool = False  # the lease watchdog killed it (watchdog.py)
     fenced_kill: bool = False  # this supervisor killed it under a job of its expiring lease

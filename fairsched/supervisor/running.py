@@ -11,7 +11,7 @@ import time
 from fairsched.logs import fields, quoted
 from fairsched.protocol import ProtocolError, encode_run
 from fairsched.store.aqueue import retry_delay
-from fairsched.store.jobs import encode_json
+from fairsched.store.jobs import encode_result
 from fairsched.supervisor.jobs import Request, RunningJob
 from fairsched.supervisor.outbox import Failure
 from fairsched.supervisor.states import ProcessState
@@ -78,9 +78,32 @@ class JobHandling:
         if self.running.get(rj.slot_id) is not rj:
             return
         rj.failure = f"timed out after {rj.proc.spec.timeout:g} s"
-        rj.proc.timed_out = True
+        if rj.proc.spec.on_timeout == "fail":
+            rj.failure += ' (on_timeout = "fail": not tried again)'
+            rj.failure_final = True
         log.warning("job %s on worker %s %s; stopping the worker", rj.job_id, rj.proc.name,
                     rj.failure)
+        self._stop_worker_for(rj, "its job timed out")
+
+    def _on_cancel_overdue(self, rj: RunningJob) -> None:
+        """`fairsched cancel` asked the job to stop cancel_grace seconds ago, and it has not:
+        its handler does not check job.cancelled() (or not often enough). The job ends
+        cancelled when its worker is gone."""
+        rj.cancel_timer = None
+        self.read_pending([rj.proc])  # its answer may be waiting there
+        if self.running.get(rj.slot_id) is not rj or self.shutting_down:
+            return
+        grace = rj.proc.spec.cancel_grace
+        log.warning("job %s on worker %s did not stop within %g s of its cancel (cancel_grace);"
+                    " stopping the worker", rj.job_id, rj.proc.name, grace)
+        rj.proc.kill_reason = rj.proc.kill_reason or (
+            f"job {rj.job_id} did not stop within cancel_grace, {grace:g} s after its cancel")
+        self._stop_worker_for(rj, "its job did not stop when cancelled")
+
+    def _stop_worker_for(self, rj: RunningJob, why: str) -> None:
+        """Stop the worker of `rj` for what `rj` did (SIGTERM, then SIGKILL): not a crash, and
+        the jobs beside it go back to the queue unspent."""
+        rj.proc.stopped_for_job = rj.proc.stopped_for_job or why
         self.spare_jobs_beside(rj)
         self.stop_worker(rj.proc)  # its free slots take no more work
 
@@ -95,6 +118,9 @@ class JobHandling:
     def cancel_job(self, rj: RunningJob, reason: str) -> None:
         if rj.cancel_reason is None or reason == "user":
             rj.cancel_reason = reason
+        if reason == "user" and rj.cancel_timer is None:
+            rj.cancel_timer = self.loop.call_later(rj.proc.spec.cancel_grace,
+                                                   self._on_cancel_overdue, rj)
         self.send(rj.proc, {"t": "cancel", "incarnation": rj.proc.incarnation,
                             "slot": rj.slot_index, "job_id": rj.job_id})
 
@@ -110,8 +136,13 @@ class JobHandling:
             # which the next renewal sends; with the lease in doubt, none may come in time.
             if rj.proc.queued_jobs == 0 and self.lease.fenced and self.watchdog is not None:
                 self.watchdog.refresh()
-        if rj.timer is not None:
-            rj.timer.cancel()
+        for timer in (rj.timer, rj.cancel_timer):
+            if timer is not None:
+                timer.cancel()
+        if rj.failure_final and outcome != "succeeded":
+            permanent = True  # it ran past its timeout, and on_timeout = "fail"
+            if error and error != rj.failure:
+                error = f"{rj.failure}; then: {error}"
         if outcome == "stopped" and rj.cancel_reason is None and rj.failure is None:
             self.worker_leaving(rj.proc)  # stopped unasked: it was told to stop by another
         self.pool.release(rj.slot_id)  # a no-op when the worker (and its slots) is gone
@@ -138,8 +169,8 @@ class JobHandling:
     def _finish_queued(self, rj, outcome, result, error, permanent, duration) -> None:
         if outcome == "succeeded":
             try:
-                text = encode_json(result, "result")
-            except ValueError as exc:  # NaN, a NUL character: jsonb cannot hold it
+                text = encode_result(result)
+            except ValueError as exc:  # no JSON (NaN): a worker's frame never holds one
                 outcome, error = "failed", f"the result could not be stored: {exc}"
                 permanent = True
         # A job that did its work succeeded, whatever cancel came too late to stop it.

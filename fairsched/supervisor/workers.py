@@ -82,7 +82,7 @@ class WorkerLifecycle:
         self.next_generation += 1
         proc.incarnation = f"{proc.name}.{proc.generation}.{secrets.token_hex(4)}"
         proc.signalled.clear()
-        proc.timed_out = False
+        proc.stopped_for_job = None
         proc.lease_killed = proc.fenced_kill = False
         proc.write_failed = None
         proc.refused_work = proc.leaving = False
@@ -240,14 +240,16 @@ class WorkerLifecycle:
                                   exit=how, restart_in=None))
             return
         fenced = lease_ran_out or proc.fenced_kill
-        if fenced or proc.timed_out:
+        if fenced or proc.stopped_for_job:
             # This supervisor stalled or could not renew its lease, or the worker was stopped
-            # under a job past its timeout (the job failed, not the worker): back at once, not
-            # counted as a crash, nor taken for an operator's restart.
+            # under a job past its timeout or deaf to its cancel (the job failed or was
+            # cancelled, not the worker): back at once, not counted as a crash, nor taken for
+            # an operator's restart.
+            after = "" if fenced else f" after {proc.stopped_for_job}"
             if not fenced:
-                proc.last_exit = f"{how} after its job timed out"
+                proc.last_exit = f"{how}{after}"
             log.log(logging.WARNING if fenced else logging.INFO, "worker %s %s%s; restarting",
-                    proc.name, how, "" if fenced else " after its job timed out",
+                    proc.name, how, after,
                     extra=fields(event="worker_exited", worker=proc.name, group=proc.group,
                                  exit=how, restart_in=0.0))
             proc.set_state(ProcessState.DOWN)

@@ -2,6 +2,7 @@
 
 import asyncio
 import gc
+import json
 import os
 import subprocess
 import sys
@@ -305,3 +306,9 @@ def prints_much(job: fairsched.Job):
         print("out", n, "." * 100)
         print("err", n, "." * 100, file=sys.stderr)
     return {"printed": job.payload["lines"], "pid": os.getpid()}
+
+
+def returns(job: fairsched.Job):
+    """Returns the JSON value written as text in payload['json']: one a payload cannot hold
+    (a NUL character, a lone surrogate) reaches the handler so."""
+    return json.loads(job.payload["json"])
