@@ -30,10 +30,12 @@ def stranger_account() -> pwd.struct_passwd:
         pass
     if os.geteuid() != 0:
         pytest.fail("these tests create a second account and need to run as root")
-    subprocess.run(["useradd", "--system", "--no-create-home", "--user-group",
-                    "--shell", "/usr/sbin/nologin", STRANGER],
-                   check=True, capture_output=True)
-    return pwd.getpwnam(STRANGER)
+    done = subprocess.run(["useradd", "--system", "--no-create-home", "--user-group",
+                           "--shell", "/usr/sbin/nologin", STRANGER], capture_output=True)
+    try:  # made by this call, or by another test process at the same moment
+        return pwd.getpwnam(STRANGER)
+    except KeyError:
+        pytest.fail(f"useradd {STRANGER} failed: {done.stderr.decode().strip()}")
 
 
 def as_stranger(fn, *args):
