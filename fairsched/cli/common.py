@@ -136,6 +136,32 @@ def clip(text: str, columns: int, mark: str = "…") -> str:
     return text
 
 
+def clip_middle(text: str, columns: int, mark: str = "…") -> str:
+    """`text` in at most `columns` terminal columns: when it is longer, its start and its
+    end with `mark` between them. An error says what failed first ('RuntimeError: ', 'worker
+    pdf-1 ...') and why last: the start is kept up to its first ': ' (else to a space), in
+    at most two fifths of the room, and the rest goes to the end."""
+    if display_width(text) <= columns:
+        return text
+    room = columns - display_width(mark)
+    head_room = room * 2 // 5
+    head = clip(text, head_room, mark="")
+    name = head.find(": ")
+    space = head.rfind(" ")
+    if name > 0:
+        head = head[:name + 2]
+    elif space >= len(head) // 2:
+        head = head[:space + 1]
+    tail_room, start = room - display_width(head), len(text)
+    while start > 0 and tail_room - _char_width(text[start - 1]) >= 0:
+        start -= 1
+        tail_room -= _char_width(text[start])
+    space = text.find(" ", start, start + 12)  # a word cut at its start reads as another word
+    if space >= 0:
+        start = space + 1
+    return head + mark + text[start:]
+
+
 def pad(text: str, columns: int) -> str:
     """`text` padded with spaces to `columns` terminal columns."""
     return text + " " * (columns - display_width(text))
