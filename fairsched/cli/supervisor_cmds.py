@@ -404,7 +404,7 @@ def render_ps(data: dict, width: int | None = None) -> str:
         if s["state"] == "fatal" and s.get("fatal_reason"):
             notes.append(f"{s['worker']} is fatal: {printable(s['fatal_reason'])} "
                          f"(fix it, then `fairsched restart {s['worker']}`)")
-        elif s["restarts"] and s.get("last_exit"):
+        elif s["restarts"] and s.get("last_exit") and not s.get("recovered"):
             notes.append(f"{s['worker']} last exited: {printable(s['last_exit'])}")
         if s.get("suspended"):
             notes.append(f"{s['worker']} (pid {s['pid']}) is stopped by a signal (SIGSTOP, "

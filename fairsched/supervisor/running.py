@@ -112,6 +112,8 @@ class JobHandling:
                 self.watchdog.refresh()
         if rj.timer is not None:
             rj.timer.cancel()
+        if outcome == "succeeded":
+            rj.proc.jobs_succeeded += 1
         if outcome == "stopped" and rj.cancel_reason is None and rj.failure is None:
             self.worker_leaving(rj.proc)  # stopped unasked: it was told to stop by another
         self.pool.release(rj.slot_id)  # a no-op when the worker (and its slots) is gone

@@ -87,6 +87,7 @@ class WorkerLifecycle:
         proc.write_failed = None
         proc.refused_work = proc.leaving = False
         proc.kill_reason = proc.said_fatal = proc.incompatible = None
+        proc.jobs_succeeded = 0
         proc.warned_progress = proc.warned_stale = proc.warned_log_lost = False
         spec = launch_spec(proc, self.log_dir)
         template = None if cold else self.templates.get(proc.group)
