@@ -303,8 +303,9 @@ class JobHandling:
         if any(p.state is not ProcessState.FATAL for p in procs):
             return None
         names = ", ".join(p.name for p in procs)
+        # The reason after a colon, not in parentheses: it may hold some of its own.
         return (f"no worker can run {type_name!r} jobs: {names} "
-                f"{'is' if len(procs) == 1 else 'are'} fatal ({procs[0].fatal_reason}); "
+                f"{'is' if len(procs) == 1 else 'are'} fatal: {procs[0].fatal_reason}; "
                 f"see `fairsched ps`, and `fairsched restart {procs[0].group}` once fixed")
 
     def fail_unrunnable_requests(self) -> None:

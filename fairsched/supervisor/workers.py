@@ -108,7 +108,7 @@ class WorkerLifecycle:
                 launched = launch(spec, proc.incarnation)
                 sock, pid = launched.sock, launched.pid
         except OSError as exc:
-            self._make_fatal(proc, f"could not start ({exc})")
+            self._make_fatal(proc, f"could not start: {exc}")
             return
         proc.pid = None
         proc.sock = sock
@@ -263,14 +263,14 @@ class WorkerLifecycle:
             self._respawn(proc)
             return
         if proc.incompatible is not None:
-            self._make_fatal(proc, f"could not start ({proc.incompatible})")
+            self._make_fatal(proc, f"could not start: {proc.incompatible}")
             return
         if before_hello and os.WIFEXITED(status) and os.WEXITSTATUS(status) == EXIT_CANNOT_START:
             why = proc.said_fatal
             if why is None:
                 line = self._last_log_line(proc)  # the runtime's "... could not start: why"
                 why = line.partition(' could not start: ')[2] or line
-            self._make_fatal(proc, f"could not start ({why})")
+            self._make_fatal(proc, f"could not start: {why}")
             return
         blamed = self._job_to_blame(jobs)
         recent = len(proc.crash_times) if blamed is not None else proc.record_crash()
