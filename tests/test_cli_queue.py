@@ -202,6 +202,18 @@ def test_config_comes_from_fairsched_config_or_the_current_folder(db, config):
     (["submit", "pdf", "--payload", "@"], "--payload @ names no file: give @PATH, or - for"),
     (["submit", "pdf", "--payload", '"\\ud800"'], "payload contains a lone surrogate"),
     (["submit", "pdf", "--payload", "[" * 5000 + "]" * 5000], "--payload nests too deeply"),
+    # Valid JSON, which Python's int() would not read: its words advised
+    # sys.set_int_max_str_digits().
+    (["submit", "pdf", "--payload", '{"n": -' + "7" * 5000 + "}"],
+     "--payload holds an integer of 5000 digits, where numbers take at most 4300: send a "
+     "longer one as a string"),
+    # What was typed comes back as its start and its length, not 5,000 digits on a line.
+    (["submit", "pdf", "--priority", "1" * 5000],
+     "--priority must be an integer from 0 to 10, got '1111111111111111111111111111111111111111'"
+     "... (5000 characters)"),
+    (["submit", "pdf", "--delay", "1" * 5000],
+     "--delay must be a number of seconds from 0 to 315360000, got '11111111111111111111111111"
+     "11111111111111'... (5000 characters)"),
     (["submit", "pdf", "--payload", "[" * 600 + "]" * 600], "payload nests deeper than 500 levels"),
     (["submit", "pdf", "--payload", "[" + ",".join(["1e308"] * 4000) + "]"],
      "payload is 1240001 bytes of JSON once its numbers are written out in full"),

@@ -16,7 +16,7 @@ from typing import NoReturn
 
 import click
 
-from fairsched.errors import ConfigError, FairschedError, path_name
+from fairsched.errors import ConfigError, FairschedError, given, path_name
 from fairsched.logs import JsonFormatter
 
 config_option = click.option(
@@ -47,7 +47,7 @@ def parse_seconds(option: str, text: str | None, *, positive: bool = False,
         if maximum is not None:
             bound = (f"> 0 and at most {maximum:.0f}" if positive
                      else f"from 0 to {maximum:.0f}")
-        raise UsageProblem(f"{option} must be a number of seconds {bound}, got {text!r}")
+        raise UsageProblem(f"{option} must be a number of seconds {bound}, got {given(text)}")
     return value if value else 0.0  # -0.0 is said as 0
 
 

@@ -37,6 +37,7 @@ from fairsched.cli.common import (
     terminal_columns,
 )
 from fairsched.config import Config, age_seconds, load_config, resolve_config_path
+from fairsched.errors import LongInteger, given, read_int
 from fairsched.logs import some_ids
 from fairsched.store.errors import JobNotFound, JobStateError
 from fairsched.store.schema import (
@@ -120,7 +121,10 @@ def parse_payload(text: str | None) -> Any:
             raise UsageProblem(f"{where} is not UTF-8 text: {exc.reason} at byte "
                                f"{exc.start}") from None
     try:
-        return json.loads(text, parse_constant=_not_a_number, parse_float=_finite)
+        return json.loads(text, parse_constant=_not_a_number, parse_float=_finite,
+                          parse_int=read_int)
+    except LongInteger as exc:  # valid JSON, that neither this command nor a worker reads
+        raise UsageProblem(f"{where} holds {exc}: send a longer one as a string") from None
     except ValueError as exc:
         raise UsageProblem(f"{where} is not valid JSON: {exc}") from None
     except RecursionError:
@@ -147,7 +151,7 @@ def parse_int(option: str, text: str | None, low: int, high: int | None = None) 
     value = int(text) if re.fullmatch(r"-?[0-9]{1,20}", text) else None
     if value is None or value < low or (high is not None and value > high):
         bounds = f"from {low} to {high}" if high is not None else f">= {low}"
-        raise UsageProblem(f"{option} must be an integer {bounds}, got {text!r}")
+        raise UsageProblem(f"{option} must be an integer {bounds}, got {given(text)}")
     return value
 
 
