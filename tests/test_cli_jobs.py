@@ -226,6 +226,23 @@ def test_prune_deletes_what_finished_before_the_age_given_and_keeps_failed_jobs(
     assert failed.stdout == "deleted 1 failed job finished more than 720h ago\n"
 
 
+def test_prune_says_an_age_of_0_as_any_age_and_a_bare_number_with_its_unit(db, config):
+    # They were "finished more than 0 ago" and "finished more than 7200 ago".
+    with queue(db) as q:
+        done = q.enqueue("pdf")
+        q.conn.execute("UPDATE fairsched_jobs SET status = 'succeeded', finished_at = now()"
+                       " WHERE id = %s", (done,))
+    bare = fairsched("prune", "--older-than", "7200", "--dry-run", "--config", str(config),
+                     url=db)
+    assert (bare.returncode, bare.stderr) == (0, ""), bare.stderr
+    assert bare.stdout == ("no succeeded or cancelled jobs finished more than 2h ago would be "
+                           "deleted\n")
+    zero = fairsched("prune", "--older-than", "0", "--config", str(config), url=db)
+    assert (zero.returncode, zero.stderr) == (0, ""), zero.stderr
+    assert zero.stdout == "deleted 1 succeeded or cancelled job of any age\n"
+    assert json.loads(fairsched("jobs", "--json", "--config", str(config), url=db).stdout) == []
+
+
 @pytest.mark.parametrize("args, words", [
     (["--older-than", "1 month"], "--older-than must be an age such as 30d, 12h, 45m or 90s, "
                                   "got '1 month'"),

@@ -36,7 +36,14 @@ from fairsched.cli.common import (
     require_stdout,
     terminal_columns,
 )
-from fairsched.config import Config, age_seconds, load_config, resolve_config_path
+from fairsched.config import (
+    AGE_UNITS,
+    Config,
+    age_seconds,
+    age_text,
+    load_config,
+    resolve_config_path,
+)
 from fairsched.errors import LongInteger, given, read_int
 from fairsched.logs import some_ids
 from fairsched.store.errors import JobNotFound, JobStateError
@@ -606,7 +613,11 @@ def prune(age, statuses, type_name, dry_run, config_path):
     config = queue_config(config_path)
     with open_queue(config) as queue:
         count = queue.prune_jobs(seconds, statuses, type_name, dry_run=dry_run)
-    which = f"{_jobs_named(count, ' or '.join(statuses), type_name)} finished more than {age} ago"
+    which = _jobs_named(count, ' or '.join(statuses), type_name)
+    if not seconds:  # "finished more than 0 ago": every one that has finished
+        which += " of any age"
+    else:  # a bare number is seconds: said with its unit, "90" as 90s and "7200" as 2h
+        which += f" finished more than {age if age[-1] in AGE_UNITS else age_text(seconds)} ago"
     said(f"{which} would be deleted" if dry_run else f"deleted {which}")
     if not count:
         _hint_typo(config, type_name)
