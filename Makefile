@@ -1,26 +1,39 @@
-# fairsched: `make test` and `make run` set everything up from nothing.
+# fairsched: `make test` and `make run` set everything up from nothing, saying each step in
+# one line; pip and the compiler speak only when something goes wrong.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 PY := $(BIN)/python
 PYX := $(wildcard fairsched/core/*.pyx fairsched/core/*.pxd)
 CONFIG ?= examples/workers.toml
+# setuptools warns at every editable install that a folder named like the package could be
+# imported instead of it: that folder is this checkout, which is the point.
+PIP := PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip -q
+# [build-system] requires, for the editable install below to build without an isolated env.
+BUILD_TOOLS := pip "setuptools>=77" wheel "Cython>=3.0,<3.4"
 
 .PHONY: all venv build test run bench bench-all lint clean
 
 all: build
 
-$(BIN)/activate:
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip "setuptools>=77" wheel "Cython>=3.0,<3.4"
+# A stamp rather than .venv itself: a first run cut short (no network) starts over.
+$(VENV)/.created:
+	@$(PYTHON) scripts/check_prereqs.py
+	@echo "==> creating $(VENV) with $(PYTHON) ($$($(PYTHON) -c 'import platform; print(platform.python_version())')) and the build tools"
+	@$(PYTHON) -m venv $(VENV)
+	@$(PIP) install --upgrade $(BUILD_TOOLS)
+	@touch $@
 
-$(VENV)/.installed: $(BIN)/activate pyproject.toml setup.py
-	$(PY) -m pip install -q -e '.[test,lint,plot,examples]'
-	touch $@
+# The core is compiled in the next step, on its own line.
+$(VENV)/.installed: $(VENV)/.created pyproject.toml setup.py
+	@echo "==> installing fairsched and its dependencies into $(VENV) (pip; a minute or two the first time)"
+	@FAIRSCHED_NO_EXTENSIONS=1 $(PIP) install --no-build-isolation -e '.[test,lint,plot,examples]'
+	@touch $@
 
 $(VENV)/.built: $(VENV)/.installed $(PYX)
-	$(PY) setup.py -q build_ext --inplace
-	touch $@
+	@echo "==> compiling the scheduling core (Cython, then the C compiler)"
+	@$(PY) setup.py -q build_ext --inplace
+	@touch $@
 
 venv: $(VENV)/.installed
 
@@ -30,16 +43,18 @@ build: $(VENV)/.built
 	@$(PY) -m compileall -q fairsched
 
 test: build
-	FAIRSCHED_REQUIRE_EXTENSIONS=1 $(PY) -m pytest $(PYTEST_ARGS)
+	@echo "==> running the tests"
+	@FAIRSCHED_REQUIRE_EXTENSIONS=1 $(PY) -m pytest $(PYTEST_ARGS)
 
 run: build
-	$(BIN)/fairsched supervise --config $(CONFIG)
+	@echo "==> starting the supervisor on $(CONFIG) (Ctrl-C or fairsched stop ends it)"
+	@$(BIN)/fairsched supervise --config $(CONFIG)
 
 bench: build
 	$(PY) scripts/bench_core.py
 
 bench-all: build
-	$(PY) -m pip install -q -e '.[bench]'
+	@FAIRSCHED_NO_EXTENSIONS=1 $(PIP) install --no-build-isolation -e '.[bench]'
 	$(PY) scripts/bench_core.py
 	$(PY) scripts/bench_ondemand.py
 	$(PY) scripts/bench_spawn.py

@@ -10,13 +10,14 @@ import difflib
 import math
 import os
 import re
+import sys
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from fairsched.core.weights import Weights
-from fairsched.errors import ConfigError, path_name
+from fairsched.errors import ConfigError, given, long_integer, path_name
 from fairsched.job_types import type_name_problem
 from fairsched.permissions import not_writable, who_may_read
 
@@ -47,10 +48,10 @@ def age_seconds(text: str) -> float:
     is wrong, to follow the name of the option or key."""
     found = _AGE.fullmatch(text)
     if found is None:
-        raise ValueError(f"must be an age such as 30d, 12h, 45m or 90s, got {text!r}")
+        raise ValueError(f"must be an age such as 30d, 12h, 45m or 90s, got {given(text)}")
     seconds = float(found[1]) * AGE_UNITS[found[2] or "s"]
     if not seconds <= MAX_AGE_DAYS * 86400:
-        raise ValueError(f"must be at most {MAX_AGE_DAYS}d, got {text!r}")
+        raise ValueError(f"must be at most {MAX_AGE_DAYS}d, got {given(text)}")
     return seconds
 
 
@@ -313,10 +314,10 @@ def control_socket_of(path: str | os.PathLike) -> Path:
     except ConfigError as exc:
         error = exc
     try:
-        raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        raw = tomllib.loads(Path(path).read_text(encoding="utf-8-sig"))
         state_dir = raw.get("supervisor", {}).get("state_dir", DEFAULT_STATE_DIR)
-    except (OSError, ValueError, AttributeError):  # ValueError: TOMLDecodeError, an unreadable
-        # integer, a file that is not UTF-8
+    except (OSError, ValueError, AttributeError, RecursionError):  # ValueError: TOMLDecodeError,
+        # an unreadable integer, a file that is not UTF-8
         raise error from None
     if not isinstance(state_dir, str) or not state_dir:
         raise error
@@ -326,11 +327,26 @@ def control_socket_of(path: str | os.PathLike) -> Path:
     return socket_path
 
 
+def _long_integer_in(path: Path) -> str:
+    """Which integer of `path` has more digits than Python reads, and on which line."""
+    limit = sys.get_int_max_str_digits()
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError):
+        text = ""
+    for found in re.finditer(r"[0-9](?:_?[0-9])*", text):
+        digits = len(found.group().replace("_", ""))
+        if digits > limit:
+            return f"{long_integer(digits)} (line {text.count(chr(10), 0, found.start()) + 1})"
+    return f"an integer of more than {limit} digits, where numbers take at most {limit}"
+
+
 def load_config(path: str | os.PathLike) -> Config:
     path = Path(path)
     file = path_name(path)
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        # utf-8-sig: a byte order mark first, as editors on Windows write, is no statement.
+        raw = tomllib.loads(path.read_text(encoding="utf-8-sig"))
     except FileNotFoundError:
         if path == Path(DEFAULT_CONFIG):
             hint = " (pass --config or set FAIRSCHED_CONFIG)"
@@ -349,9 +365,11 @@ def load_config(path: str | os.PathLike) -> Config:
         raise ConfigError(f"{file}: cannot read: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{file}: invalid TOML: {exc}") from None
-    except ValueError as exc:  # an integer longer than Python reads (4300 digits)
-        raise ConfigError(f"{file}: invalid TOML: an integer too long to read "
-                          f"({str(exc).split(';')[0]})") from None
+    except ValueError:  # an integer longer than Python reads (4300 digits)
+        raise ConfigError(f"{file}: invalid TOML: {_long_integer_in(path)}") from None
+    except RecursionError:  # tomllib reads nested arrays and inline tables recursively
+        raise ConfigError(f"{file}: invalid TOML: arrays or inline tables nested too deeply, "
+                          "one inside another, to be read") from None
     base = path.resolve().parent
 
     top = _Section(file, "top level", raw)

@@ -41,6 +41,10 @@ class NotRunning(FairschedError):
     pass
 
 
+class NoSupervisor(NotRunning):
+    """Nothing runs there: no supervisor holds the state directory's lock."""
+
+
 class NoAnswer(FairschedError):
     """The supervisor took the request and said nothing in time: stalled, or stopped."""
 
@@ -101,8 +105,8 @@ class ControlClient:
             # ready: while it starts, wait for it (a stop said now would stop nothing).
             pid = lock_holder(self.path.parent)
             if pid is None:
-                raise NotRunning(f"no supervisor is running on {self.name} "
-                                 "(start one with `fairsched supervise --config ...`)")
+                raise NoSupervisor(f"no supervisor is running on {self.name} "
+                                   "(start one with `fairsched supervise --config ...`)")
             if time.monotonic() >= deadline:
                 raise NotRunning(f"the supervisor (pid {pid}) has not opened {self.name} within "
                                  f"{self.starting_within:g} s: still starting (its database, "

@@ -1,5 +1,7 @@
 """Exceptions shared by the supervisor, the workers and the command line."""
 
+import sys
+
 
 class FairschedError(Exception):
     """Base class for errors fairsched reports to its users as one line."""
@@ -11,6 +13,34 @@ class ConfigError(FairschedError):
 
 class PermanentError(Exception):
     """Raised by a handler for a failure that must not be retried."""
+
+
+class LongInteger(ValueError):
+    """An integer of more digits than Python reads (int()'s limit, 4300 unless
+    PYTHONINTMAXSTRDIGITS says otherwise), said without Python's advice to raise that limit,
+    which a user of fairsched cannot follow."""
+
+
+def long_integer(digits: int) -> str:
+    return (f"an integer of {digits} digits, where numbers take at most "
+            f"{sys.get_int_max_str_digits()}")
+
+
+def read_int(token: str) -> int:
+    """int(token), for json.loads(parse_int=...): LongInteger for one too long to read."""
+    limit = sys.get_int_max_str_digits()
+    digits = len(token) - token.startswith("-")
+    if limit and digits > limit:
+        raise LongInteger(long_integer(digits))
+    return int(token)
+
+
+def given(text: str, limit: int = 40) -> str:
+    """What a user typed, as a message quotes it back: whole up to `limit` characters, else
+    its start and its length (a number of 5,000 digits is no line to read)."""
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit]!r}... ({len(text)} characters)"
 
 
 def path_name(path) -> str:

@@ -9,6 +9,7 @@ import re
 import pytest
 
 from fairsched.cli.common import display_width
+from tests.supervisor_harness import wait_until
 from tests.test_cli_queue import WORKERS_TOML, fairsched, queue
 
 
@@ -120,7 +121,7 @@ def test_age_of_a_retried_job_counts_from_the_retry_not_from_its_submit(db, conf
 
 def test_a_listing_of_jobs_with_long_errors_takes_as_long_as_its_rows_not_their_errors(db, config):
     # A worker that fails with a whole document in its error (non-ASCII, so each character's
-    # width is looked up): the table shows one cut line of it, and must not read every
+    # width is looked up): the table shows the two ends of its line, and must not read every
     # character of every error to do so, which took a minute for a few hundred jobs.
     with queue(db) as q:
         q.conn.execute(
@@ -132,7 +133,7 @@ def test_a_listing_of_jobs_with_long_errors_takes_as_long_as_its_rows_not_their_
     rows = result.stdout.splitlines()[1:]
     assert len(rows) == 300
     error = rows[0][rows[0].index("déjà vu"):]
-    assert error.startswith("déjà vu 错误 x\\x1b[31m错误") and error.endswith("…"), error
+    assert error.startswith("déjà vu 错误 …") and error.endswith("错误 x\\x1b[31m"), error
     assert display_width(error) <= 60
 
 
@@ -160,13 +161,14 @@ def test_jobs_with_ids_shows_each_job_in_full_whatever_its_age(db, config):
     fields = dict(line.split(None, 1) if not line.startswith(" ") else ("", line.strip())
                   for line in first.splitlines() if not line.startswith(("claimed", "last")))
     assert fields["job"] == str(done) and fields["type"] == "ocr"
-    assert fields["status"] == "succeeded" and fields["attempts"] == "1/3"
+    assert fields["status"] == "succeeded" and fields["attempts"] == "1 (max_attempts 3)"
     assert fields["payload"] == '{"path": "b.png"}'
     assert fields["result"] == '{"pages": 2, "title": "Réunion"}'
     assert "last error" not in first
     lines = second.splitlines()
     assert lines[:5] == [f"job         {failed}", "type        pdf",
-                         "status      failed", "priority    7", "attempts    3/3"], second
+                         "status      failed", "priority    7",
+                         "attempts    3 (max_attempts 3)"], second
     assert re.fullmatch(r"created     \d{4}-\d\d-\d\d \d\d:\d\d:\d\d[+-]\d\d:\d\d "
                         r"\(40d00h ago\)", lines[5]), second
     assert lines[9:] == ["claimed by  supervisor 4 (claim 3)", "key         invoice-17",
@@ -224,6 +226,23 @@ def test_prune_deletes_what_finished_before_the_age_given_and_keeps_failed_jobs(
     assert failed.stdout == "deleted 1 failed job finished more than 720h ago\n"
 
 
+def test_prune_says_an_age_of_0_as_any_age_and_a_bare_number_with_its_unit(db, config):
+    # They were "finished more than 0 ago" and "finished more than 7200 ago".
+    with queue(db) as q:
+        done = q.enqueue("pdf")
+        q.conn.execute("UPDATE fairsched_jobs SET status = 'succeeded', finished_at = now()"
+                       " WHERE id = %s", (done,))
+    bare = fairsched("prune", "--older-than", "7200", "--dry-run", "--config", str(config),
+                     url=db)
+    assert (bare.returncode, bare.stderr) == (0, ""), bare.stderr
+    assert bare.stdout == ("no succeeded or cancelled jobs finished more than 2h ago would be "
+                           "deleted\n")
+    zero = fairsched("prune", "--older-than", "0", "--config", str(config), url=db)
+    assert (zero.returncode, zero.stderr) == (0, ""), zero.stderr
+    assert zero.stdout == "deleted 1 succeeded or cancelled job of any age\n"
+    assert json.loads(fairsched("jobs", "--json", "--config", str(config), url=db).stdout) == []
+
+
 @pytest.mark.parametrize("args, words", [
     (["--older-than", "1 month"], "--older-than must be an age such as 30d, 12h, 45m or 90s, "
                                   "got '1 month'"),
@@ -266,3 +285,32 @@ def test_jobs_counts_shows_the_queue_by_type_configured_ones_included(db, config
     refused = fairsched("jobs", "--counts", "--status", "failed", "--config", str(config),
                         url=db)
     assert (refused.returncode, refused.stdout) == (2, "")
+
+
+def test_jobs_shows_why_a_long_error_failed_and_no_tries_to_come_for_a_job_failed_for_good(
+        supervisors):
+    # A handler's error names what it worked on first and why it failed last: cut at its
+    # end, the reason was lost. And "1/3" on a job failed for good promised two more tries.
+    sup = supervisors("""
+[[worker]]
+name = "pdf"
+types = ["pdf"]
+handler = "sup_handlers:fail_permanently"
+max_attempts = 3
+""").start()
+    why = ("could not convert /srv/data/customers/2024/quarterly/reports/regional-summary-"
+           "north-east.xlsx to PDF: the workbook is password-protected")
+    job = sup.enqueue("pdf", payload={"why": why})
+    wait_until(lambda: json.loads(sup.cli("jobs", str(job), "--json").stdout)[0]["status"]
+               == "failed", what=f"job {job} failed")
+    table = sup.cli("jobs")
+    assert (table.returncode, table.stderr) == (0, "")
+    header, row = table.stdout.splitlines()
+    assert header.split() == ["ID", "TYPE", "PRI", "STATUS", "ATTEMPTS", "AGE", "LAST", "ERROR"]
+    assert row.split()[:5] == [str(job), "pdf", "0", "failed", "1"], row
+    error = row[header.index("LAST ERROR"):]
+    assert error == "PermanentError: …to PDF: the workbook is password-protected", row
+    assert display_width(error) <= 60
+    details = sup.cli("jobs", str(job)).stdout.splitlines()
+    assert "attempts    1 (max_attempts 3)" in details, details
+    assert f"last error  PermanentError: {why}" in details, details

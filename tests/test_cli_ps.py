@@ -370,3 +370,30 @@ def test_ps_says_which_worker_a_signal_has_stopped_and_how_to_wake_it(supervisor
     wait_until(lambda: not sup.slots("pdf")[0]["suspended"], what="pdf-1 seen running")
     table = sup.cli("ps")
     assert table.returncode == 0 and "stopped by a signal" not in table.stdout, table.stdout
+
+
+def test_ps_leaves_out_how_a_worker_last_exited_once_its_next_process_runs_a_job(supervisors):
+    # The note says why RESTARTS went up; under a worker that has run fine since, it stayed
+    # for good, as if the worker were still in trouble.
+    sup = supervisors("""
+[[worker]]
+name = "ex"
+types = ["ex"]
+handler = "sup_handlers:exits"
+max_attempts = 1
+""").start()
+    pid = sup.slots("ex")[0]["pid"]
+    crash = sup.cli("submit", "ex", "--on-demand", "--payload", '{"code": 3}')
+    assert crash.returncode == 1, crash.stderr
+    sup.wait_for(lambda ps: ps["slots"][0]["pid"] not in (None, pid)
+                 and ps["slots"][0]["state"] == "free", what="ex-1 back")
+    assert "ex-1 last exited: exited with code 3" in sup.cli("ps").stdout.splitlines()
+    assert sup.ps()["slots"][0]["recovered"] is False
+
+    ran = sup.cli("submit", "ex", "--on-demand")
+    assert ran.returncode == 0, ran.stderr
+    table = sup.cli("ps").stdout
+    assert "last exited" not in table, table
+    (slot,) = sup.ps()["slots"]
+    assert (slot["restarts"], slot["last_exit"], slot["recovered"]) == (
+        1, "exited with code 3", True), slot

@@ -78,13 +78,29 @@ def test_a_socket_that_answers_as_no_supervisor_does_is_one_line_exit_1(command,
     assert "supervisor" in lines[0], lines[0]
 
 
-@pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize("command", [c for c in COMMANDS if c != ["stop"]])
 def test_a_socket_path_with_a_line_break_and_no_supervisor_is_spelled_on_one_line(command):
     path = "/tmp/fs-no-such-folder/x\ny"
     result = fairsched(*command, "--socket", path)
     assert (result.returncode, result.stdout) == (1, ""), (result.returncode, result.stderr)
     assert result.stderr == (f"fairsched: no supervisor is running on {path!r} (start one with "
                              "`fairsched supervise --config ...`)\n"), result.stderr
+
+
+def test_stop_with_no_supervisor_running_is_done_already_exit_0_saying_so(tmp_path):
+    # As `systemctl stop` of a stopped unit: stopped is what was asked for. It was exit 1,
+    # which a script stopping fairsched before an upgrade took for a failure.
+    path = "/tmp/fs-no-such-folder/x\ny"
+    result = fairsched("stop", "--socket", path)
+    assert (result.returncode, result.stdout) == (0, ""), (result.returncode, result.stderr)
+    assert result.stderr == (f"fairsched: no supervisor is running on {path!r}: nothing to "
+                             "stop\n"), result.stderr
+    config = tmp_path / "workers.toml"
+    config.write_text('[[worker]]\nname = "pdf"\ntypes = ["pdf"]\nhandler = "h:f"\n')
+    result = fairsched("stop", "--config", str(config))
+    assert (result.returncode, result.stdout) == (0, ""), (result.returncode, result.stderr)
+    assert result.stderr == (f"fairsched: no supervisor is running on "
+                             f"{tmp_path / '.fairsched' / 'control' / 'sock'}: nothing to stop\n")
 
 
 @pytest.mark.parametrize("command", COMMANDS)

@@ -190,8 +190,17 @@ BAD = [
     ("unknown key holding a line break",
      GOOD.replace("shutdown_timeout = 3", 'shutdown_timeout = 3\n"a\\nb" = 1'),
      "[supervisor] key 'a\\nb' is not a known setting"),
+    # Python's own words advised sys.set_int_max_str_digits(), and named no line.
     ("an integer longer than can be read", GOOD.replace("slots = 3", "slots = 1" + "0" * 5000),
-     "invalid TOML: an integer too long to read (Exceeds the limit (4300 digits)"),
+     "invalid TOML: an integer of 5001 digits, where numbers take at most 4300 (line 19)"),
+    ("an integer longer than can be read, in groups",
+     GOOD.replace("slots = 3", "slots = 1" + "_000" * 1500),
+     "invalid TOML: an integer of 4501 digits, where numbers take at most 4300 (line 19)"),
+    # Was "the input nests too deeply", naming no file.
+    ("arrays nested too deeply", GOOD + "\n[scoring.x]\ny = " + "[" * 3000 + "]" * 3000,
+     "invalid TOML: arrays or inline tables nested too deeply, one inside another, to be read"),
+    ("inline tables nested too deeply", GOOD + "\n[scoring.x]\ny = " + "{a = " * 3000 + "1"
+     + "}" * 3000, "invalid TOML: arrays or inline tables nested too deeply"),
 ]
 
 
@@ -376,3 +385,22 @@ def test_a_state_dir_too_deep_for_a_socket_is_the_config_error_for_socket_comman
     assert result.returncode == 2, result.stderr
     assert result.stderr.count("\n") == 1, result.stderr
     assert "[supervisor] key 'state_dir' is too deep for the control socket" in result.stderr
+
+
+def test_a_byte_order_mark_at_the_start_of_workers_toml_is_read_past(tmp_path):
+    # Editors on Windows write one before the first line; it was "invalid TOML: Invalid
+    # statement (at line 1, column 1)", for ps and stop as much as for supervise.
+    path = tmp_path / "workers.toml"
+    path.write_bytes(b"\xef\xbb\xbf" + textwrap.dedent(GOOD).encode())
+    config = load_config(path)
+    assert [w.name for w in config.workers] == ["pdf", "tool"]
+    assert config.scoring.age == 32
+    explained = subprocess.run([sys.executable, "-m", "fairsched", "explain", "--config",
+                                str(path)], capture_output=True, text=True, timeout=60)
+    assert (explained.returncode, explained.stderr) == (0, "")
+    assert f"[scoring] of {path}" in explained.stdout, explained.stdout
+    stopped = subprocess.run([sys.executable, "-m", "fairsched", "stop", "--config", str(path)],
+                             capture_output=True, text=True, timeout=60)
+    assert (stopped.returncode, stopped.stderr) == (
+        0, f"fairsched: no supervisor is running on {tmp_path / 'state' / 'control' / 'sock'}:"
+           " nothing to stop\n")

@@ -100,7 +100,7 @@ def supervisors(supervisors):
 
 def test_job_and_worker_lines_are_json(supervisors):
     sup = supervisors(WORKERS).start()
-    fatal = sup.wait_log(r"worker broken-1 is fatal: could not start \((.*)\); "
+    fatal = sup.wait_log(r"worker broken-1 is fatal: could not start: (.*); "
                          r"run `fairsched restart broken-1` once fixed")
     assert "no_such_module" in fatal.group(1)
     assert sup.find(r"worker broken-1 is fatal", level="error")

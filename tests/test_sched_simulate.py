@@ -216,7 +216,8 @@ BAD_LINES = [
     ('{"at": 1' + "0" * 400 + ', "type": "a", "duration": 1}',
      r"line 2: 'at' must be a number of seconds from 0 to 1e\+09, got inf"),
     ('{"at": 1, "type": "a", "duration": 1, "priority": 9' + "9" * 5000 + "}",
-     "line 2: not usable JSON (Exceeds the limit"),
+     # Python's own words advised sys.set_int_max_str_digits().
+     "line 2: an integer of 5001 digits, where numbers take at most 4300$"),
 ]
 
 
@@ -584,3 +585,17 @@ def test_scores_tied_by_a_large_rarity_weight_are_settled_as_the_core_settles_th
         result = sim.simulate(trace, slots, config.scoring, "fairsched", tick)
         assert result.starts == reference_starts(trace, slots, config.scoring, tick), tick
     assert result.starts[1] < result.starts[2]
+
+
+def test_simulate_says_the_rate_of_jobs_that_take_no_time_to_speak_of_in_a_few_digits(tmp_path):
+    # Two jobs of 1e-300 s each: JOBS/S was 2e300 written out, 300 digits across the table.
+    workers = tmp_path / "workers.toml"
+    workers.write_text('[[worker]]\nname = "a"\ntypes = ["a"]\nhandler = "h:f"\n')
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"at": 0, "type": "a", "duration": 1e-300}\n' * 2)
+    result = fairsched("simulate", str(trace), "--workers", str(workers), "--policy", "fifo")
+    assert (result.returncode, result.stderr) == (0, ""), result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[-2].split() == ["POLICY", "STRANDED", "MAKESPAN", "JOBS/S", "CYCLES", "EVENTS/S"]
+    assert lines[-1].split()[:5] == ["fifo", "0", "0.0", "1e+300", "2"], lines[-1]
+    assert len(lines[-1]) < 80, result.stdout

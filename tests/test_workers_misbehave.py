@@ -91,8 +91,8 @@ def test_a_worker_whose_log_cannot_be_opened_is_fatal_and_its_template_stays(sup
     sup = supervisors(ECHO_TWO)
     (sup.dir / "state" / "logs" / "pdf-2.log").mkdir(parents=True)
     sup.start()
-    sup.wait_output(r"worker pdf-2 is fatal: could not start \(\[Errno 21\] Is a directory: "
-                    r"'.*/pdf-2\.log'\)")
+    sup.wait_output(r"worker pdf-2 is fatal: could not start: \[Errno 21\] Is a directory: "
+                    r"'.*/pdf-2\.log'; ")
     pid = sup.slots("pdf-1")[0]["pid"]
     os.kill(pid, signal.SIGKILL)
     sup.wait_for(lambda ps: ps["slots"][0]["state"] == "free"
@@ -120,7 +120,7 @@ cwd = "sub"
     os.kill(pid, signal.SIGKILL)
     slot = sup.wait_for(lambda ps: ps["slots"][0]["state"] == "fatal", what="pdf-1 fatal")
     reason = slot["slots"][0]["fatal_reason"]
-    assert reason.startswith("could not start (cannot enter worker directory '"), reason
+    assert reason.startswith("could not start: cannot enter worker directory '"), reason
     assert "exited with code 70" not in sup.output(), sup.output()
 
 
@@ -156,8 +156,8 @@ def test_a_fifo_without_reader_in_place_of_a_log_does_not_hang_the_supervisor(su
     logs.mkdir(parents=True)
     os.mkfifo(logs / "pdf-2.log")
     sup.start(wait=False)
-    sup.wait_output(r"worker pdf-2 is fatal: could not start \(\[Errno 6\] No such device or "
-                    r"address: '.*/pdf-2\.log'\)")
+    sup.wait_output(r"worker pdf-2 is fatal: could not start: \[Errno 6\] No such device or "
+                    r"address: '.*/pdf-2\.log'; ")
     sup.wait_for(lambda ps: [s["state"] for s in ps["slots"]] == ["free", "fatal"],
                  what="pdf-1 running beside the fatal pdf-2")
 
@@ -293,10 +293,14 @@ def test_a_long_fatal_message_is_quoted_short_in_the_log_and_in_ps(supervisors):
     why = "no licence: " + "x" * 100_000
     sup = _misbehaving(supervisors, "fatal", f'env = {{ FATAL_ERROR = "{why}" }}').start()
     row = sup.wait_for(lambda ps: ps["slots"][0]["state"] == "fatal", what="odd fatal")["slots"][0]
-    assert row["fatal_reason"] == f"could not start ({why[:1000]}... (100012 characters in all))"
+    # Its words after a colon: in parentheses, theirs would close beside fairsched's, "))".
+    assert row["fatal_reason"] == f"could not start: {why[:1000]}... (100012 characters in all)"
     assert f"worker odd-1 cannot start: {why[:1000]}... (100012 characters in all)\n" in sup.output()
     assert len(sup.output()) < 20_000
-    assert len(sup.cli("ps").stdout) < 5_000
+    table = sup.cli("ps").stdout
+    assert len(table) < 5_000
+    assert "(100012 characters in all) (fix it, then `fairsched restart odd-1`)" in table, table
+    assert "))" not in table, table
 
 
 def test_a_result_ahead_of_a_bad_frame_in_one_write_is_the_jobs_outcome(supervisors):

@@ -16,7 +16,7 @@ from typing import NoReturn
 
 import click
 
-from fairsched.errors import ConfigError, FairschedError, path_name
+from fairsched.errors import ConfigError, FairschedError, given, path_name
 from fairsched.logs import JsonFormatter
 
 config_option = click.option(
@@ -47,7 +47,7 @@ def parse_seconds(option: str, text: str | None, *, positive: bool = False,
         if maximum is not None:
             bound = (f"> 0 and at most {maximum:.0f}" if positive
                      else f"from 0 to {maximum:.0f}")
-        raise UsageProblem(f"{option} must be a number of seconds {bound}, got {text!r}")
+        raise UsageProblem(f"{option} must be a number of seconds {bound}, got {given(text)}")
     return value if value else 0.0  # -0.0 is said as 0
 
 
@@ -134,6 +134,32 @@ def clip(text: str, columns: int, mark: str = "…") -> str:
         if used > columns:
             return text[:cut] + mark
     return text
+
+
+def clip_middle(text: str, columns: int, mark: str = "…") -> str:
+    """`text` in at most `columns` terminal columns: when it is longer, its start and its
+    end with `mark` between them. An error says what failed first ('RuntimeError: ', 'worker
+    pdf-1 ...') and why last: the start is kept up to its first ': ' (else to a space), in
+    at most two fifths of the room, and the rest goes to the end."""
+    if display_width(text) <= columns:
+        return text
+    room = columns - display_width(mark)
+    head_room = room * 2 // 5
+    head = clip(text, head_room, mark="")
+    name = head.find(": ")
+    space = head.rfind(" ")
+    if name > 0:
+        head = head[:name + 2]
+    elif space >= len(head) // 2:
+        head = head[:space + 1]
+    tail_room, start = room - display_width(head), len(text)
+    while start > 0 and tail_room - _char_width(text[start - 1]) >= 0:
+        start -= 1
+        tail_room -= _char_width(text[start])
+    space = text.find(" ", start, start + 12)  # a word cut at its start reads as another word
+    if space >= 0:
+        start = space + 1
+    return head + mark + text[start:]
 
 
 def pad(text: str, columns: int) -> str:

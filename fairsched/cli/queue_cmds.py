@@ -22,6 +22,7 @@ from fairsched.cli.common import (
     UsageProblem,
     bound_database_waits,
     clip,
+    clip_middle,
     config_option,
     display_width,
     duration,
@@ -34,7 +35,15 @@ from fairsched.cli.common import (
     require_stdout,
     terminal_columns,
 )
-from fairsched.config import Config, age_seconds, load_config, resolve_config_path
+from fairsched.config import (
+    AGE_UNITS,
+    Config,
+    age_seconds,
+    age_text,
+    load_config,
+    resolve_config_path,
+)
+from fairsched.errors import LongInteger, given, read_int
 from fairsched.job_types import type_name_problem
 from fairsched.logs import some_ids
 from fairsched.store.errors import JobNotFound, JobStateError
@@ -119,7 +128,10 @@ def parse_payload(text: str | None) -> Any:
             raise UsageProblem(f"{where} is not UTF-8 text: {exc.reason} at byte "
                                f"{exc.start}") from None
     try:
-        return json.loads(text, parse_constant=_not_a_number, parse_float=_finite)
+        return json.loads(text, parse_constant=_not_a_number, parse_float=_finite,
+                          parse_int=read_int)
+    except LongInteger as exc:  # valid JSON, that neither this command nor a worker reads
+        raise UsageProblem(f"{where} holds {exc}: send a longer one as a string") from None
     except ValueError as exc:
         raise UsageProblem(f"{where} is not valid JSON: {exc}") from None
     except RecursionError:
@@ -146,7 +158,7 @@ def parse_int(option: str, text: str | None, low: int, high: int | None = None) 
     value = int(text) if re.fullmatch(r"-?[0-9]{1,20}", text) else None
     if value is None or value < low or (high is not None and value > high):
         bounds = f"from {low} to {high}" if high is not None else f">= {low}"
-        raise UsageProblem(f"{option} must be an integer {bounds}, got {text!r}")
+        raise UsageProblem(f"{option} must be an integer {bounds}, got {given(text)}")
     return value
 
 
@@ -322,10 +334,9 @@ def show_jobs(ids: list[int], as_json: bool, config_path: str | None) -> int:
 
 def job_details(row: dict, now: datetime, max_attempts: dict[str, int]) -> str:
     """One job in full, a field a line; the last error whole, its lines indented."""
-    maximum = row["max_attempts"] or max_attempts.get(row["type"], "-")
     lines = [("job", str(row["id"])), ("type", printable(row["type"])),
              ("status", _status(row, now)), ("priority", str(row["priority"])),
-             ("attempts", f"{row['attempts']}/{maximum}")]
+             ("attempts", attempts_text(row, max_attempts, table=False))]
     for label, name in (("created", "created_at"), ("eligible", "run_after"),
                         ("started", "started_at"), ("finished", "finished_at")):
         if row[name] is not None:
@@ -389,44 +400,58 @@ def job_json(row: dict) -> dict:
 ERROR_COLUMNS = 60  # LAST ERROR into a pipe or a file; on a terminal, up to its edge
 LEAST_ERROR_COLUMNS = 20
 
+def attempts_text(row: dict, max_attempts: dict[str, int], *, table: bool = True) -> str:
+    """ATTEMPTS: 2/3 while a job may still be tried (3 being its max_attempts, that of its
+    type's worker group before it is claimed, `-` when no worker handles it); for a finished
+    job how many tries it had, no more to come, with its max_attempts aside in full view."""
+    maximum = row["max_attempts"] or max_attempts.get(row["type"], "-")
+    if row["status"] not in FINISHED:
+        return f"{row['attempts']}/{maximum}"
+    return str(row["attempts"]) if table else f"{row['attempts']} (max_attempts {maximum})"
+
 
 def jobs_table(rows: list[dict], now: datetime, max_attempts: dict[str, int],
                width: int | None = None) -> str:
-    """The human table; a job not yet claimed shows the `max_attempts` it will get (that of
-    its type's worker group, `-` when no worker handles it). AGE counts from when the job
-    last became eligible (run_after: its submit or delay, a retry), as its score does. With
-    `width`, the terminal's, LAST ERROR is cut at its edge instead of at ERROR_COLUMNS."""
-    header = ("ID", "TYPE", "PRI", "STATUS", "ATTEMPTS", "AGE", "LAST ERROR")
-    lines = [header]
+    """The human table. AGE counts from when the job last became eligible (run_after: its
+    submit or delay, a retry), as its score does. LAST ERROR is its first line, cut in the
+    middle so that what failed and why both show, at ERROR_COLUMNS or, with `width` (the
+    terminal's), at its edge."""
+    lines = [("ID", "TYPE", "PRI", "STATUS", "ATTEMPTS", "AGE")]
+    errors = [("", "LAST ERROR")]
     for row in rows:
-        status = _status(row, now)
-        maximum = row["max_attempts"] or max_attempts.get(row["type"], "-")
         error = first_line(row["last_error"], width or ERROR_COLUMNS)
-        if error and row["status"] in ("succeeded", "cancelled"):
-            error = f"(an earlier attempt) {error}"  # not why it ended as it did
+        # An error kept from before a retry is not why the job ended as it did.
+        earlier = ("(an earlier attempt) " if error and row["status"] in ("succeeded", "cancelled")
+                   else "")
+        errors.append((earlier, error))
         lines.append((str(row["id"]), clip(printable(row["type"]), MAX_TYPE_COLUMNS),
-                      str(row["priority"]), status, f"{row['attempts']}/{maximum}",
-                      duration((now - row["run_after"]).total_seconds()), error))
+                      str(row["priority"]), _status(row, now), attempts_text(row, max_attempts),
+                      duration((now - row["run_after"]).total_seconds())))
     # In terminal columns, not characters: a CJK or emoji type takes two per character.
-    widths = [max(display_width(line[i]) for line in lines) for i in range(len(header) - 1)]
+    widths = [max(display_width(line[i]) for line in lines) for i in range(len(lines[0]))]
     room = ERROR_COLUMNS if width is None else max(
         width - sum(widths) - 2 * len(widths), LEAST_ERROR_COLUMNS)
     return "\n".join(
-        ("  ".join(pad(cell, w) for cell, w in zip(line, widths, strict=False))
-         + "  " + clip(line[-1], room)).rstrip()
-        for line in lines)
+        ("  ".join(pad(cell, w) for cell, w in zip(line, widths, strict=True)) + "  " + earlier
+         + clip_middle(error, max(room - display_width(earlier), LEAST_ERROR_COLUMNS))).rstrip()
+        for line, (earlier, error) in zip(lines, errors, strict=True))
+
+
+_LINE_BREAK = re.compile("[\n\r\v\f\x1c-\x1e\x85\u2028\u2029]")
 
 
 def first_line(error: str | None, columns: int) -> str:
-    """The first line of `error`, printable, and no longer than a LAST ERROR cell of at most
-    `columns` needs: zero-width characters aside, each character takes a column or more."""
+    """The first line of `error`, printable: whole when it fits in a LAST ERROR cell of
+    `columns`, else its start and its end with enough of each for clip_middle. An error may
+    be a whole document: only those ends of it are read."""
     error = (error or "").strip()
-    head = error[:4 * columns + 256]  # an error may be a whole document: read no more
-    lines = head.splitlines()
-    if not lines:
-        return ""
-    cut = len(lines[0]) == len(head) < len(error)  # the first line goes on past the head
-    return printable(lines[0]) + ("…" if cut else "")
+    end = _LINE_BREAK.search(error)
+    line = error if end is None else error[:end.start()]
+    keep = 4 * columns + 256  # zero-width characters aside, each takes a column or more
+    if len(line) > 2 * keep:
+        # The middle goes in any case: a marker there, whatever the ends need.
+        return printable(line[:keep]) + "…" + printable(line[-keep:])
+    return printable(line)
 
 
 # -- retry, cancel ----------------------------------------------------------------------------
@@ -593,7 +618,11 @@ def prune(age, statuses, type_name, dry_run, config_path):
     config = queue_config(config_path)
     with open_queue(config) as queue:
         count = queue.prune_jobs(seconds, statuses, type_name, dry_run=dry_run)
-    which = f"{_jobs_named(count, ' or '.join(statuses), type_name)} finished more than {age} ago"
+    which = _jobs_named(count, ' or '.join(statuses), type_name)
+    if not seconds:  # "finished more than 0 ago": every one that has finished
+        which += " of any age"
+    else:  # a bare number is seconds: said with its unit, "90" as 90s and "7200" as 2h
+        which += f" finished more than {age if age[-1] in AGE_UNITS else age_text(seconds)} ago"
     said(f"{which} would be deleted" if dry_run else f"deleted {which}")
     if not count:
         _hint_typo(config, type_name)

@@ -24,7 +24,7 @@ from fairsched.cli.common import (
     require_stdout,
 )
 from fairsched.config import DEFAULT_CONFIG, load_config, resolve_config_path
-from fairsched.errors import path_name
+from fairsched.errors import given, path_name
 
 
 def _finite(value):
@@ -41,7 +41,7 @@ def _finite(value):
 def parse_job_id(text: str) -> int:
     value = int(text) if re.fullmatch(r"[0-9]{1,20}", text) else 0  # ASCII digits only
     if not 1 <= value <= 2**63 - 1:
-        raise click.BadParameter(f"must be a job id (an integer >= 1), got {text!r}",
+        raise click.BadParameter(f"must be a job id (an integer >= 1), got {given(text)}",
                                  param_hint="--job")
     return value
 
@@ -73,7 +73,7 @@ def explain(config_path, job_id, as_json, plot_path):
     else:
         config = load_config(path)
         weights, source = config.scoring, f"[scoring] of {path_name(config.path)}"
-        if "scoring" not in tomllib.loads(config.path.read_text(encoding="utf-8")):
+        if "scoring" not in tomllib.loads(config.path.read_text(encoding="utf-8-sig")):
             source = f"defaults: {path_name(config.path)} has no [scoring]"
     if job_id is not None:
         bound_database_waits()

@@ -32,7 +32,7 @@ from fairsched.cli.common import (
     terminal_columns,
 )
 from fairsched.config import control_socket_of, load_config, resolve_config_path
-from fairsched.control_client import ControlClient, NoAnswer, NotRunning
+from fairsched.control_client import ControlClient, NoAnswer, NoSupervisor, NotRunning
 from fairsched.logs import one_line
 
 ANSWER_WITHIN = 30.0  # seconds a supervisor has to answer a command (not to carry it out)
@@ -169,13 +169,21 @@ def restart(name, config_path, socket_path):
               help="Seconds to let running jobs finish (default: shutdown_timeout).")
 @reports_errors
 def stop(config_path, socket_path, timeout):
-    """Stop the supervisor gracefully and wait until it has exited."""
+    """Stop the supervisor gracefully and wait until it has exited. With none running there
+    is nothing to do: exit 0, saying so on stderr."""
     timeout = parse_seconds("--timeout", timeout) if timeout is not None else None
     client = control_client(config_path, socket_path)
     # The shutdown takes its time; the answer that it began does not.
     replies = client.stream({"cmd": "stop", "timeout": timeout}, timeout=ANSWER_WITHIN,
                             then=None)
-    first = next(replies, None)  # NoAnswer after ANSWER_WITHIN: one line, exit 1
+    try:
+        first = next(replies, None)  # NoAnswer after ANSWER_WITHIN: one line, exit 1
+    except NoSupervisor:
+        # Stopped is what was asked for, as `systemctl stop` of a stopped unit: a script's
+        # `fairsched stop` before an upgrade need not tell "already stopped" from a failure.
+        click.echo(f"fairsched: no supervisor is running on {client.name}: nothing to stop",
+                   err=True)
+        return
     if first is not None and not first.get("ok") and isinstance(first.get("error"), str):
         fail(f"the supervisor did not accept the stop request: {first['error']}",
              2 if first.get("code") == 2 else 1)
@@ -404,7 +412,7 @@ def render_ps(data: dict, width: int | None = None) -> str:
         if s["state"] == "fatal" and s.get("fatal_reason"):
             notes.append(f"{s['worker']} is fatal: {printable(s['fatal_reason'])} "
                          f"(fix it, then `fairsched restart {s['worker']}`)")
-        elif s["restarts"] and s.get("last_exit"):
+        elif s["restarts"] and s.get("last_exit") and not s.get("recovered"):
             notes.append(f"{s['worker']} last exited: {printable(s['last_exit'])}")
         if s.get("suspended"):
             notes.append(f"{s['worker']} (pid {s['pid']}) is stopped by a signal (SIGSTOP, "

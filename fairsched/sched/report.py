@@ -120,7 +120,14 @@ def report_table(trace: Trace, n_slots: int, results: list[PolicyResult]) -> str
     for r in results:
         # Jobs that all arrive and end at one instant take no time: no rate to speak of (null
         # in the JSON).
-        throughput = f"{len(trace) / r.makespan:.3f}" if r.makespan > 0 else "-"
+        throughput = _rate(len(trace) / r.makespan) if r.makespan > 0 else "-"
         lines.append(f"{r.policy:<10} {sum(r.stranded):>9} {r.makespan:>10.1f} "
                      f"{throughput:>9} {r.cycles:>9} {r.events_per_second:>10.0f}")
     return "\n".join(lines)
+
+
+def _rate(per_second: float) -> str:
+    """Jobs a second as the table shows them: to the thousandth, or in four significant
+    digits past a million (jobs that each take 1e-300 s run at 2e+300 a second, which
+    written out took 300 digits)."""
+    return f"{per_second:.3f}" if per_second < 1e6 else f"{per_second:.4g}"

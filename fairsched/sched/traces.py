@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fairsched.errors import path_name
+from fairsched.errors import LongInteger, path_name, read_int
 from fairsched.logs import quoted
 from fairsched.sched import TraceError
 from fairsched.store.schema import MAX_PRIORITY
@@ -129,11 +129,11 @@ def read_trace(path: str | Path, type_ids: Mapping[str, int]) -> Trace:
 
 def _parse_line(text: str, where: str, type_ids: Mapping[str, int]) -> tuple:
     try:
-        job = json.loads(text)
+        job = json.loads(text, parse_int=read_int)
     except json.JSONDecodeError as exc:
         raise TraceError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
-    except ValueError as exc:  # an integer of more digits than Python converts
-        raise TraceError(f"{where}: not usable JSON ({exc})") from None
+    except LongInteger as exc:  # an integer of more digits than Python converts
+        raise TraceError(f"{where}: {exc}") from None
     except RecursionError:
         raise TraceError(f"{where}: nests too deeply to be a job") from None
     if not isinstance(job, dict):

@@ -49,6 +49,7 @@ class WorkerProcess:
     restarts: int = 0
     crash_times: deque = field(default_factory=deque)
     last_exit: str | None = None
+    jobs_succeeded: int = 0  # by this incarnation: one that runs fine after a crash
     fatal_reason: str | None = None
     restart_timer: object | None = None
     kill_timer: object | None = None
@@ -94,6 +95,14 @@ class WorkerProcess:
 
     def crash_loop(self, recent: int) -> bool:
         return recent > self.spec.max_restarts
+
+    def recovered(self, now_mono: float) -> bool:
+        """Whether this incarnation has shown that it runs fine: it finished a job well, or
+        has been up restart_window seconds (after which a crash before it no longer counts
+        toward max_restarts either). How the one before ended is then old news."""
+        return (self.state is ProcessState.RUNNING
+                and (self.jobs_succeeded > 0
+                     or now_mono - self.started_mono >= self.spec.restart_window))
 
     def slot_index(self, slot_id: int) -> int | None:
         try:

@@ -139,6 +139,8 @@ class JobHandling:
         for timer in (rj.timer, rj.cancel_timer):
             if timer is not None:
                 timer.cancel()
+        if outcome == "succeeded":
+            rj.proc.jobs_succeeded += 1
         if rj.failure_final and outcome != "succeeded":
             permanent = True  # it ran past its timeout, and on_timeout = "fail"
             if error and error != rj.failure:
@@ -332,8 +334,9 @@ class JobHandling:
         if any(p.state is not ProcessState.FATAL for p in procs):
             return None
         names = ", ".join(p.name for p in procs)
+        # The reason after a colon, not in parentheses: it may hold some of its own.
         return (f"no worker can run {type_name!r} jobs: {names} "
-                f"{'is' if len(procs) == 1 else 'are'} fatal ({procs[0].fatal_reason}); "
+                f"{'is' if len(procs) == 1 else 'are'} fatal: {procs[0].fatal_reason}; "
                 f"see `fairsched ps`, and `fairsched restart {procs[0].group}` once fixed")
 
     def fail_unrunnable_requests(self) -> None:

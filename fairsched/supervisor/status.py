@@ -24,6 +24,8 @@ def snapshot(sup) -> dict:
             "uptime": round(uptime, 3) if uptime is not None else None,
             "process_state": proc.state.value,
             "last_exit": proc.last_exit,
+            # The process that replaced the one last_exit tells of runs fine since.
+            "recovered": proc.recovered(mono),
             "fatal_reason": proc.fatal_reason,
         }
         for index, state, rj in slot_states(sup, proc):

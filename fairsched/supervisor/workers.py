@@ -87,6 +87,7 @@ class WorkerLifecycle:
         proc.write_failed = None
         proc.refused_work = proc.leaving = False
         proc.kill_reason = proc.said_fatal = proc.incompatible = None
+        proc.jobs_succeeded = 0
         proc.warned_progress = proc.warned_stale = proc.warned_log_lost = False
         spec = launch_spec(proc, self.log_dir)
         template = None if cold else self.templates.get(proc.group)
@@ -107,7 +108,7 @@ class WorkerLifecycle:
                 launched = launch(spec, proc.incarnation)
                 sock, pid = launched.sock, launched.pid
         except OSError as exc:
-            self._make_fatal(proc, f"could not start ({exc})")
+            self._make_fatal(proc, f"could not start: {exc}")
             return
         proc.pid = None
         proc.sock = sock
@@ -264,14 +265,14 @@ class WorkerLifecycle:
             self._respawn(proc)
             return
         if proc.incompatible is not None:
-            self._make_fatal(proc, f"could not start ({proc.incompatible})")
+            self._make_fatal(proc, f"could not start: {proc.incompatible}")
             return
         if before_hello and os.WIFEXITED(status) and os.WEXITSTATUS(status) == EXIT_CANNOT_START:
             why = proc.said_fatal
             if why is None:
                 line = self._last_log_line(proc)  # the runtime's "... could not start: why"
                 why = line.partition(' could not start: ')[2] or line
-            self._make_fatal(proc, f"could not start ({why})")
+            self._make_fatal(proc, f"could not start: {why}")
             return
         blamed = self._job_to_blame(jobs)
         recent = len(proc.crash_times) if blamed is not None else proc.record_crash()
