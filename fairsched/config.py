@@ -17,7 +17,12 @@ from typing import Any
 
 from fairsched.core.weights import Weights
 from fairsched.errors import ConfigError, path_name
-from fairsched.permissions import not_writable, who_may_read
+from fairsched.permissions import (
+    make_files_private,
+    make_private_folder,
+    not_writable,
+    who_may_read,
+)
 
 DEFAULT_CONFIG = "workers.toml"
 DEFAULT_STATE_DIR = ".fairsched"  # beside workers.toml
@@ -136,12 +141,13 @@ class Config:
         return next((w for w in self.workers if w.name == name), None)
 
     def make_state_dir(self) -> Path:
-        """Create state_dir and its logs and control folders; one line naming the setting
-        when that cannot be done."""
+        """Create state_dir and its logs and control folders, private to this account (those
+        an earlier version left open to others are closed); one line naming the setting when
+        that cannot be done."""
         state_dir = self.supervisor.state_dir
         for folder in (state_dir, state_dir / "logs", state_dir / "control"):
             try:
-                folder.mkdir(parents=True, exist_ok=True)
+                make_private_folder(folder)
             except OSError as exc:
                 why = exc.strerror or str(exc)
                 if isinstance(exc, FileExistsError) or (folder.exists() and not folder.is_dir()):
@@ -153,6 +159,7 @@ class Config:
             if problem:  # another user's: the supervisor's, when this is a command for it
                 raise ConfigError(f"{path_name(self.path)}: [supervisor] key 'state_dir': "
                                   f"{problem}")
+        make_files_private(state_dir / "logs")  # an earlier version's, of groups gone too
         return state_dir
 
     def max_attempts_by_type(self) -> dict[str, int]:

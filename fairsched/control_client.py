@@ -116,7 +116,12 @@ class ControlClient:
         for path in (self.path.parent, self.path):
             try:
                 problem = not_writable(path)
-            except OSError:  # a folder this user cannot even look into
+            except PermissionError:  # in a folder this user cannot enter (state_dir): whose
+                try:
+                    problem = not_writable(path.parent)
+                except OSError:
+                    continue
+            except OSError:
                 continue
             if problem:
                 return problem

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from fairsched.control_client import LOCK_FILE
 from fairsched.errors import FairschedError, path_name
+from fairsched.permissions import make_private_folder, open_private, private_umask
 from fairsched.protocol import MAX_DEPTH, MAX_PAYLOAD, json_depth, payload_json
 from fairsched.supervisor.status import snapshot
 
@@ -50,9 +51,8 @@ class ControlServer:
         self._waiting = 0  # on-demand callers connected now: ps, stop, restart keep room
 
     def lock(self) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        os.chmod(self.folder, 0o700)
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        make_private_folder(self.folder)
+        fd = open_private(self.lock_path, os.O_RDWR)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -69,13 +69,9 @@ class ControlServer:
         self.sup = sup
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()  # stale: we hold the lock, so its owner is gone
-        old = os.umask(0o177)
-        try:
+        with private_umask():
             self._server = await asyncio.start_unix_server(self._serve, path=str(self.path),
                                                            limit=MAX_LINE)
-        finally:
-            os.umask(old)
-        os.chmod(self.path, 0o600)
 
     async def close(self) -> None:
         if self._server is not None:

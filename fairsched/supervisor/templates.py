@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from fairsched.config import Config
+from fairsched.permissions import make_private_folder
 from fairsched.supervisor.process import WorkerProcess
 from fairsched.supervisor.states import EXITED, ProcessState
 from fairsched.worker.launch import (
@@ -46,7 +47,7 @@ def start_templates(config: Config) -> dict[str, Template]:
     """
     become_subreaper()  # before any template forks a worker
     log_dir = config.supervisor.state_dir / "logs"
-    log_dir.mkdir(parents=True, exist_ok=True)
+    make_private_folder(log_dir)
     templates = {}
     for spec in config.workers:
         if spec.handler is not None:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import NoReturn
 
 import fairsched
+from fairsched.permissions import make_private_folder, open_private
 from fairsched.protocol import PROTOCOL_VERSION
 from fairsched.worker._linux import datagram_size, set_child_subreaper
 
@@ -146,12 +147,14 @@ def _resolve_command(spec: LaunchSpec, env: dict[str, str]) -> str:
 
 
 def _open_log(path: Path) -> int:
-    """The log opened to append. Never blocking: a FIFO in its place with no reader is
-    ENXIO, not a supervisor waiting for one; the descriptor itself blocks as usual."""
+    """The log opened to append, private to this account. Never blocking: a FIFO in its place
+    with no reader is ENXIO, not a supervisor waiting for one; the descriptor itself blocks
+    as usual."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK,
-                 0o644)
+    # Missing (removed while the supervisor ran): made again, private. One that is there is
+    # the caller's to set up: this may be a folder outside any state_dir.
+    make_private_folder(path.parent, tighten=False)
+    fd = open_private(path, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK)
     os.set_blocking(fd, True)
     return fd
 
