@@ -17,6 +17,7 @@ from typing import Any
 
 from fairsched.core.weights import Weights
 from fairsched.errors import ConfigError, path_name
+from fairsched.files import FileRefused, read_capped
 from fairsched.permissions import (
     make_files_private,
     make_private_folder,
@@ -26,6 +27,7 @@ from fairsched.permissions import (
 
 DEFAULT_CONFIG = "workers.toml"
 DEFAULT_STATE_DIR = ".fairsched"  # beside workers.toml
+MAX_CONFIG = 1 << 20  # bytes of workers.toml read: a thousand worker groups fit ten times over
 MAX_SOCKET_PATH = 107  # bytes of a Unix socket's path on Linux (sun_path less its NUL)
 MAX_WEIGHT = 1e12  # points: larger weights add nothing but float trouble
 # Seconds of lease: a quarter of it is each database connection's statement_timeout, which
@@ -316,10 +318,9 @@ def control_socket_of(path: str | os.PathLike) -> Path:
     except ConfigError as exc:
         error = exc
     try:
-        raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-        state_dir = raw.get("supervisor", {}).get("state_dir", DEFAULT_STATE_DIR)
-    except (OSError, ValueError, AttributeError):  # ValueError: TOMLDecodeError, an unreadable
-        # integer, a file that is not UTF-8
+        state_dir = read_config(Path(path)).get("supervisor", {}).get("state_dir",
+                                                                      DEFAULT_STATE_DIR)
+    except (ConfigError, AttributeError):
         raise error from None
     if not isinstance(state_dir, str) or not state_dir:
         raise error
@@ -329,11 +330,14 @@ def control_socket_of(path: str | os.PathLike) -> Path:
     return socket_path
 
 
-def load_config(path: str | os.PathLike) -> Config:
-    path = Path(path)
+def read_config(path: Path) -> dict:
+    """The TOML table of the workers.toml at `path`; one ConfigError line naming the file when
+    it cannot be read (a FIFO, a device, over MAX_CONFIG bytes) or is not TOML."""
     file = path_name(path)
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        return tomllib.loads(read_capped(path, MAX_CONFIG).decode("utf-8"))
+    except FileRefused as exc:
+        raise ConfigError(f"{file}: {exc}") from None
     except FileNotFoundError:
         if path == Path(DEFAULT_CONFIG):
             hint = " (pass --config or set FAIRSCHED_CONFIG)"
@@ -355,6 +359,12 @@ def load_config(path: str | os.PathLike) -> Config:
     except ValueError as exc:  # an integer longer than Python reads (4300 digits)
         raise ConfigError(f"{file}: invalid TOML: an integer too long to read "
                           f"({str(exc).split(';')[0]})") from None
+
+
+def load_config(path: str | os.PathLike) -> Config:
+    path = Path(path)
+    file = path_name(path)
+    raw = read_config(path)
     base = path.resolve().parent
 
     top = _Section(file, "top level", raw)
