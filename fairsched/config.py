@@ -44,6 +44,10 @@ HANDLER_RE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 AGE_UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 MAX_AGE_DAYS = 36500  # a century: past that, PostgreSQL's intervals overflow soon enough
 _AGE = re.compile(r"([0-9]+(?:\.[0-9]+)?)([smhd]?)")
+SIZE_UNITS = {"B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30}
+_SIZE = re.compile(r"([0-9]+) ?([KMG]?B)?", re.IGNORECASE)
+MIN_LOG_SIZE = 1 << 10  # bytes: a worker log rotated more often would be all rotations
+MAX_LOG_BACKUPS = 1000
 _ADDRESS = re.compile(r"(?:\[(?P<ipv6>[0-9A-Fa-f:.]+)\]|(?P<host>[^:\s\[\]]*)):(?P<port>[0-9]{1,5})")
 
 
@@ -57,6 +61,16 @@ def age_seconds(text: str) -> float:
     if not seconds <= MAX_AGE_DAYS * 86400:
         raise ValueError(f"must be at most {MAX_AGE_DAYS}d, got {text!r}")
     return seconds
+
+
+def size_bytes(text: str) -> int:
+    """Bytes of a size such as 50MB, 300 KB or 1024 (B, KB, MB, GB: powers of 1024);
+    ValueError saying what is wrong, to follow the name of the key."""
+    found = _SIZE.fullmatch(text)
+    if found is None:
+        raise ValueError(f"must be a size such as \"50MB\" (B, KB, MB or GB, powers of 1024) "
+                         f"or a number of bytes, got {text!r}")
+    return int(found[1]) * SIZE_UNITS[(found[2] or "B").upper()]
 
 
 def age_text(seconds: float) -> str:
@@ -88,6 +102,8 @@ class SupervisorSettings:
     poll_interval: float = 5.0
     metrics: str | None = None
     prune_after: float | None = None  # seconds after which finished jobs are deleted
+    log_max_bytes: int = 50 << 20  # a worker log rotates past this size (0: never)
+    log_backups: int = 3  # rotated worker logs kept beside each
 
 
 @dataclass(frozen=True)
@@ -205,6 +221,16 @@ class _Section:
                 self.fail(key, "is required")
             return default
         value = self.table[key]
+        if kind == "size":  # "50MB", or a number of bytes
+            if isinstance(value, str):
+                try:
+                    value = size_bytes(value)
+                except ValueError as exc:
+                    self.fail(key, str(exc))
+            elif isinstance(value, bool) or not isinstance(value, int):
+                self.fail(key, f"must be a size such as \"50MB\" or a number of bytes, got "
+                               f"{_kind(value)}")
+            kind = "int"
         if kind == "age":  # "30d", as the prune command takes it, or a number of seconds
             if isinstance(value, str):
                 return self._age(key, value, minimum, maximum)
@@ -381,7 +407,12 @@ def load_config(path: str | os.PathLike) -> Config:
         poll_interval=sup.get("poll_interval", "number", 5.0, minimum=MIN_INTERVAL),
         metrics=sup.get("metrics", "str"),
         prune_after=sup.get("prune_after", "age", minimum=1, maximum=MAX_AGE_DAYS * 86400),
+        log_max_bytes=sup.get("log_max_bytes", "size", 50 << 20, minimum=0),
+        log_backups=sup.get("log_backups", "int", 3, minimum=0, maximum=MAX_LOG_BACKUPS),
     )
+    if 0 < supervisor.log_max_bytes < MIN_LOG_SIZE:
+        sup.fail("log_max_bytes", f"must be 0 (never rotate) or at least 1KB, got "
+                                  f"{sup.table['log_max_bytes']!r}")
     if supervisor.heartbeat_interval > lease / 3:
         # A supervisor that misses its heartbeats for 2/3 of the lease gives its jobs back.
         sup.fail("heartbeat_interval", f"must be at most a third of lease ({lease:g} s)")

@@ -67,6 +67,8 @@ class LaunchSpec:
     cwd: Path
     log_path: Path
     env: dict[str, str] = field(default_factory=dict)
+    log_max_bytes: int = 0  # a Python worker rotates its log past this size (0: never)
+    log_backups: int = 0
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,9 @@ def worker_variables(spec: LaunchSpec, incarnation: str) -> dict[str, str]:
     }
     if spec.handler is not None:
         env["FAIRSCHED_HANDLER"] = spec.handler
+        env["FAIRSCHED_LOG"] = str(spec.log_path)
+        env["FAIRSCHED_LOG_MAX_BYTES"] = str(spec.log_max_bytes)
+        env["FAIRSCHED_LOG_BACKUPS"] = str(spec.log_backups)
     return env
 
 
@@ -274,7 +279,8 @@ class Template:
         _check_spec(spec)
         env = _base_environ(spec)
         env.update(worker_variables(spec, ""))
-        for key in ("FAIRSCHED_WORKER", "FAIRSCHED_INCARNATION"):  # set per worker, by spawn
+        # Set per worker, by spawn. The template's own log is the supervisor's to rotate.
+        for key in ("FAIRSCHED_WORKER", "FAIRSCHED_INCARNATION", "FAIRSCHED_LOG"):
             env.pop(key)
         argv = [sys.executable, "-P", "-m", "fairsched.worker", "--template", "--chdir",
                 str(spec.cwd)]
