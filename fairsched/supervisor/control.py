@@ -211,6 +211,8 @@ class ControlServer:
                 await self._drain(writer)
                 return
             _send(writer, {"ok": True, "pid": os.getpid()})
+            # Once the caller has the answer: one that gave up meanwhile (a supervisor
+            # stopped with SIGSTOP and woken later) was told the stop did not happen.
             await self._drain(writer)
             sup.request_shutdown(float(timeout) if isinstance(timeout, int | float) else None)
             await sup.stopped.wait()
