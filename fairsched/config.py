@@ -18,11 +18,18 @@ from typing import Any
 
 from fairsched.core.weights import Weights
 from fairsched.errors import ConfigError, given, long_integer, path_name
+from fairsched.files import FileRefused, read_capped
 from fairsched.job_types import type_name_problem
-from fairsched.permissions import not_writable, who_may_read
+from fairsched.permissions import (
+    make_files_private,
+    make_private_folder,
+    not_writable,
+    who_may_read,
+)
 
 DEFAULT_CONFIG = "workers.toml"
 DEFAULT_STATE_DIR = ".fairsched"  # beside workers.toml
+MAX_CONFIG = 1 << 20  # bytes of workers.toml read: a thousand worker groups fit ten times over
 MAX_SOCKET_PATH = 107  # bytes of a Unix socket's path on Linux (sun_path less its NUL)
 MAX_WEIGHT = 1e12  # points: larger weights add nothing but float trouble
 # Seconds of lease: a quarter of it is each database connection's statement_timeout, which
@@ -40,6 +47,10 @@ MAX_GRACE = 86400.0  # seconds of cancel_grace: a timer the loop can arm
 AGE_UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 MAX_AGE_DAYS = 36500  # a century: past that, PostgreSQL's intervals overflow soon enough
 _AGE = re.compile(r"([0-9]+(?:\.[0-9]+)?)([smhd]?)")
+SIZE_UNITS = {"B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30}
+_SIZE = re.compile(r"([0-9]+) ?([KMG]?B)?", re.IGNORECASE)
+MIN_LOG_SIZE = 1 << 10  # bytes: a worker log rotated more often would be all rotations
+MAX_LOG_BACKUPS = 1000
 _ADDRESS = re.compile(r"(?:\[(?P<ipv6>[0-9A-Fa-f:.]+)\]|(?P<host>[^:\s\[\]]*)):(?P<port>[0-9]{1,5})")
 
 
@@ -53,6 +64,16 @@ def age_seconds(text: str) -> float:
     if not seconds <= MAX_AGE_DAYS * 86400:
         raise ValueError(f"must be at most {MAX_AGE_DAYS}d, got {given(text)}")
     return seconds
+
+
+def size_bytes(text: str) -> int:
+    """Bytes of a size such as 50MB, 300 KB or 1024 (B, KB, MB, GB: powers of 1024);
+    ValueError saying what is wrong, to follow the name of the key."""
+    found = _SIZE.fullmatch(text)
+    if found is None:
+        raise ValueError(f"must be a size such as \"50MB\" (B, KB, MB or GB, powers of 1024) "
+                         f"or a number of bytes, got {text!r}")
+    return int(found[1]) * SIZE_UNITS[(found[2] or "B").upper()]
 
 
 def age_text(seconds: float) -> str:
@@ -84,6 +105,8 @@ class SupervisorSettings:
     poll_interval: float = 5.0
     metrics: str | None = None
     prune_after: float | None = None  # seconds after which finished jobs are deleted
+    log_max_bytes: int = 50 << 20  # a worker log rotates past this size (0: never)
+    log_backups: int = 3  # rotated worker logs kept beside each
 
 
 @dataclass(frozen=True)
@@ -141,12 +164,13 @@ class Config:
         return next((w for w in self.workers if w.name == name), None)
 
     def make_state_dir(self) -> Path:
-        """Create state_dir and its logs and control folders; one line naming the setting
-        when that cannot be done."""
+        """Create state_dir and its logs and control folders, private to this account (those
+        an earlier version left open to others are closed); one line naming the setting when
+        that cannot be done."""
         state_dir = self.supervisor.state_dir
         for folder in (state_dir, state_dir / "logs", state_dir / "control"):
             try:
-                folder.mkdir(parents=True, exist_ok=True)
+                make_private_folder(folder)
             except OSError as exc:
                 why = exc.strerror or str(exc)
                 if isinstance(exc, FileExistsError) or (folder.exists() and not folder.is_dir()):
@@ -158,6 +182,7 @@ class Config:
             if problem:  # another user's: the supervisor's, when this is a command for it
                 raise ConfigError(f"{path_name(self.path)}: [supervisor] key 'state_dir': "
                                   f"{problem}")
+        make_files_private(state_dir / "logs")  # an earlier version's, of groups gone too
         return state_dir
 
     def max_attempts_by_type(self) -> dict[str, int]:
@@ -201,6 +226,16 @@ class _Section:
                 self.fail(key, "is required")
             return default
         value = self.table[key]
+        if kind == "size":  # "50MB", or a number of bytes
+            if isinstance(value, str):
+                try:
+                    value = size_bytes(value)
+                except ValueError as exc:
+                    self.fail(key, str(exc))
+            elif isinstance(value, bool) or not isinstance(value, int):
+                self.fail(key, f"must be a size such as \"50MB\" or a number of bytes, got "
+                               f"{_kind(value)}")
+            kind = "int"
         if kind == "age":  # "30d", as the prune command takes it, or a number of seconds
             if isinstance(value, str):
                 return self._age(key, value, minimum, maximum)
@@ -314,10 +349,9 @@ def control_socket_of(path: str | os.PathLike) -> Path:
     except ConfigError as exc:
         error = exc
     try:
-        raw = tomllib.loads(Path(path).read_text(encoding="utf-8-sig"))
-        state_dir = raw.get("supervisor", {}).get("state_dir", DEFAULT_STATE_DIR)
-    except (OSError, ValueError, AttributeError, RecursionError):  # ValueError: TOMLDecodeError,
-        # an unreadable integer, a file that is not UTF-8
+        state_dir = read_config(Path(path)).get("supervisor", {}).get("state_dir",
+                                                                      DEFAULT_STATE_DIR)
+    except (ConfigError, AttributeError):
         raise error from None
     if not isinstance(state_dir, str) or not state_dir:
         raise error
@@ -327,13 +361,9 @@ def control_socket_of(path: str | os.PathLike) -> Path:
     return socket_path
 
 
-def _long_integer_in(path: Path) -> str:
-    """Which integer of `path` has more digits than Python reads, and on which line."""
+def _long_integer_in(text: str) -> str:
+    """Which integer of `text` has more digits than Python reads, and on which line."""
     limit = sys.get_int_max_str_digits()
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError):
-        text = ""
     for found in re.finditer(r"[0-9](?:_?[0-9])*", text):
         digits = len(found.group().replace("_", ""))
         if digits > limit:
@@ -341,12 +371,17 @@ def _long_integer_in(path: Path) -> str:
     return f"an integer of more than {limit} digits, where numbers take at most {limit}"
 
 
-def load_config(path: str | os.PathLike) -> Config:
-    path = Path(path)
+def read_config(path: Path) -> dict:
+    """The TOML table of the workers.toml at `path`; one ConfigError line naming the file when
+    it cannot be read (a FIFO, a device, over MAX_CONFIG bytes) or is not TOML."""
     file = path_name(path)
+    text = ""
     try:
         # utf-8-sig: a byte order mark first, as editors on Windows write, is no statement.
-        raw = tomllib.loads(path.read_text(encoding="utf-8-sig"))
+        text = read_capped(path, MAX_CONFIG).decode("utf-8-sig")
+        return tomllib.loads(text)
+    except FileRefused as exc:
+        raise ConfigError(f"{file}: {exc}") from None
     except FileNotFoundError:
         if path == Path(DEFAULT_CONFIG):
             hint = " (pass --config or set FAIRSCHED_CONFIG)"
@@ -366,10 +401,16 @@ def load_config(path: str | os.PathLike) -> Config:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{file}: invalid TOML: {exc}") from None
     except ValueError:  # an integer longer than Python reads (4300 digits)
-        raise ConfigError(f"{file}: invalid TOML: {_long_integer_in(path)}") from None
+        raise ConfigError(f"{file}: invalid TOML: {_long_integer_in(text)}") from None
     except RecursionError:  # tomllib reads nested arrays and inline tables recursively
         raise ConfigError(f"{file}: invalid TOML: arrays or inline tables nested too deeply, "
                           "one inside another, to be read") from None
+
+
+def load_config(path: str | os.PathLike) -> Config:
+    path = Path(path)
+    file = path_name(path)
+    raw = read_config(path)
     base = path.resolve().parent
 
     top = _Section(file, "top level", raw)
@@ -386,7 +427,12 @@ def load_config(path: str | os.PathLike) -> Config:
         poll_interval=sup.get("poll_interval", "number", 5.0, minimum=MIN_INTERVAL),
         metrics=sup.get("metrics", "str"),
         prune_after=sup.get("prune_after", "age", minimum=1, maximum=MAX_AGE_DAYS * 86400),
+        log_max_bytes=sup.get("log_max_bytes", "size", 50 << 20, minimum=0),
+        log_backups=sup.get("log_backups", "int", 3, minimum=0, maximum=MAX_LOG_BACKUPS),
     )
+    if 0 < supervisor.log_max_bytes < MIN_LOG_SIZE:
+        sup.fail("log_max_bytes", f"must be 0 (never rotate) or at least 1KB, got "
+                                  f"{sup.table['log_max_bytes']!r}")
     if supervisor.heartbeat_interval > lease / 3:
         # A supervisor that misses its heartbeats for 2/3 of the lease gives its jobs back.
         sup.fail("heartbeat_interval", f"must be at most a third of lease ({lease:g} s)")

@@ -120,7 +120,12 @@ class ControlClient:
         for path in (self.path.parent, self.path):
             try:
                 problem = not_writable(path)
-            except OSError:  # a folder this user cannot even look into
+            except PermissionError:  # in a folder this user cannot enter (state_dir): whose
+                try:
+                    problem = not_writable(path.parent)
+                except OSError:
+                    continue
+            except OSError:
                 continue
             if problem:
                 return problem
@@ -137,7 +142,12 @@ class ControlClient:
             try:
                 sock.sendall(request_line(request))
             except (BrokenPipeError, ConnectionResetError):
-                pass  # it may have said why (too many connections) before it closed: read on
+                pass  # it may have said why (a request too large) before it closed: read on
+            except TimeoutError:  # a large payload, and a supervisor that reads none of it
+                pid = self.supervisor_pid()
+                raise NoAnswer(f"the supervisor (pid {pid}) did not take the request within "
+                               f"{sock.gettimeout():g} s: stalled, or stopped with SIGSTOP "
+                               f"(`kill -CONT {pid}` wakes it)") from None
             buf = b""
             with sock.makefile("rb") as f:
                 while True:

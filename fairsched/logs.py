@@ -22,6 +22,15 @@ def tail_lines(path, size: int = 4096) -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip()]
 
 
+# The time a worker's log line starts with (fairsched/worker/log_streams.py): 2026-11-24T10:12:03.123Z
+_STAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z ")
+
+
+def unstamped(line: str) -> str:
+    """A worker's log line without the time it starts with, for a message that quotes it."""
+    return line[len(found[0]):] if (found := _STAMP.match(line)) else line
+
+
 # Characters of a worker's own words (a job's error, a refusal's reason, a fatal message) that
 # a log line or `fairsched ps` quotes: a worker may send a frame's worth (1 MiB) of them.
 QUOTE_MAX = 1000

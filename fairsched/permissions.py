@@ -1,8 +1,11 @@
 """What this user may do with a file or folder, said so that an operator knows what to change
-or whom to run a command as."""
+or whom to run a command as; and the one way fairsched makes what it keeps in state_dir (the
+control socket, logs, lock files) private to its account."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import pwd
 import stat
@@ -41,3 +44,87 @@ def who_may_read(path: Path) -> str:
     if uid == os.geteuid():
         return f"give {user_name(uid)} read access to it"
     return f"it belongs to {user_name(uid)}: run this command as {user_name(uid)}"
+
+
+PRIVATE_FOLDER = 0o700
+PRIVATE_FILE = 0o600
+
+
+def make_private_folder(folder: Path, *, tighten: bool = True) -> Path:
+    """Create `folder` private to this account (0700, made so by mkdir itself: no moment where
+    another account could enter it), its missing parents as `mkdir -p` makes them (they are
+    not fairsched's to close). A folder that is there already, this account's and open to
+    others (as an earlier fairsched left state_dir and its logs), is made private unless not
+    `tighten`. Raises OSError as mkdir does: FileExistsError for a file in the way."""
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.mkdir(folder, PRIVATE_FOLDER)
+        created = True
+    except FileExistsError:
+        created = False
+    info = os.stat(folder)
+    if not stat.S_ISDIR(info.st_mode):
+        raise FileExistsError(errno.EEXIST, "a file is in the way", str(folder))
+    if info.st_uid != os.geteuid():
+        return folder  # another account's: not_writable says whose
+    mode = info.st_mode & 0o7777
+    if created and mode != PRIVATE_FOLDER:
+        # A umask that takes the owner's own bits away (0277, say) is put right: this adds
+        # bits for the owner alone, never one for others.
+        os.chmod(folder, PRIVATE_FOLDER)
+    elif tighten and mode & 0o077:
+        os.chmod(folder, mode & 0o7700)  # the owner's bits stay as the operator set them
+    return folder
+
+
+def open_private(path: Path, flags: int) -> int:
+    """os.open(path, flags), creating the file 0600 when missing; a regular file of this
+    account's open to others (an earlier fairsched's log, say) is made private. A device or
+    FIFO in its place is opened as it is and left as it is."""
+    fd = os.open(path, flags | os.O_CREAT | os.O_CLOEXEC, PRIVATE_FILE)
+    try:
+        info = os.fstat(fd)
+        if (stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid()
+                and info.st_mode & 0o077):
+            os.fchmod(fd, info.st_mode & 0o700)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def make_files_private(folder: Path) -> None:
+    """The regular files of this account's in `folder` (not below it), those open to others
+    made private; what cannot be changed is left as it is (the folder is private)."""
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    me = os.geteuid()
+    for entry in entries:
+        try:
+            # Not through a link: its target is not fairsched's. Not blocking: a FIFO.
+            fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:  # a link, gone meanwhile, or unreadable
+            continue
+        try:
+            info = os.fstat(fd)
+            if stat.S_ISREG(info.st_mode) and info.st_uid == me and info.st_mode & 0o077:
+                os.fchmod(fd, info.st_mode & 0o700)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+
+@contextlib.contextmanager
+def private_umask():
+    """While a socket is bound: it is made 0600 as it is created (bind takes no mode). The
+    umask is the process's: what another thread creates meanwhile is private too, never
+    less so."""
+    old = os.umask(0o177)
+    try:
+        yield
+    finally:
+        os.umask(old)

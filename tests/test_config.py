@@ -67,6 +67,16 @@ def test_prune_after_takes_an_age_or_seconds(tmp_path, value, seconds):
     assert load_config(write(tmp_path, text)).supervisor.prune_after == seconds
 
 
+@pytest.mark.parametrize("values, expected", [
+    ("", (50 << 20, 3)), ('log_max_bytes = "1MB"\nlog_backups = 0', (1 << 20, 0)),
+    ('log_max_bytes = "300 KB"', (300 << 10, 3)), ('log_max_bytes = "2gb"', (2 << 30, 3)),
+    ("log_max_bytes = 4096", (4096, 3)), ('log_max_bytes = "0"', (0, 3))])
+def test_log_rotation_takes_a_size_in_bytes_or_with_a_unit(tmp_path, values, expected):
+    text = GOOD.replace("shutdown_timeout = 3", f"shutdown_timeout = 3\n{values}")
+    settings = load_config(write(tmp_path, text)).supervisor
+    assert (settings.log_max_bytes, settings.log_backups) == expected
+
+
 def test_a_command_path_is_taken_from_the_config_folder_a_bare_name_from_path(tmp_path):
     for given, expected in [("bin/tool", str(tmp_path / "bin" / "tool")),
                             ("../up/tool", str(tmp_path.parent / "up" / "tool")),
@@ -134,6 +144,18 @@ BAD = [
      "[supervisor] key 'prune_after' must be at least 1s, got '0.5s'"),
     ("prune_after of seconds under one", GOOD.replace("shutdown_timeout = 3", "shutdown_timeout = 3\nprune_after = 0"),
      "[supervisor] key 'prune_after' must be >= 1, got 0"),
+    ("log_max_bytes not a size", GOOD.replace("shutdown_timeout = 3", 'shutdown_timeout = 3\nlog_max_bytes = "50 megs"'),
+     "[supervisor] key 'log_max_bytes' must be a size such as \"50MB\" (B, KB, MB or GB, powers of 1024) or a number of bytes, got '50 megs'"),
+    ("log_max_bytes of a float", GOOD.replace("shutdown_timeout = 3", "shutdown_timeout = 3\nlog_max_bytes = 1.5"),
+     "[supervisor] key 'log_max_bytes' must be a size such as \"50MB\" or a number of bytes, got number 1.5"),
+    ("log_max_bytes too small to rotate by", GOOD.replace("shutdown_timeout = 3", 'shutdown_timeout = 3\nlog_max_bytes = "100B"'),
+     "[supervisor] key 'log_max_bytes' must be 0 (never rotate) or at least 1KB, got '100B'"),
+    ("log_max_bytes below 0", GOOD.replace("shutdown_timeout = 3", "shutdown_timeout = 3\nlog_max_bytes = -1"),
+     "[supervisor] key 'log_max_bytes' must be >= 0, got -1"),
+    ("log_backups not an integer", GOOD.replace("shutdown_timeout = 3", 'shutdown_timeout = 3\nlog_backups = "3"'),
+     "[supervisor] key 'log_backups' must be an integer, got string '3'"),
+    ("log_backups past 1000", GOOD.replace("shutdown_timeout = 3", "shutdown_timeout = 3\nlog_backups = 1001"),
+     "[supervisor] key 'log_backups' must be <= 1000, got 1001"),
     ("lease too short to renew", GOOD.replace("shutdown_timeout = 3", "shutdown_timeout = 3\nlease = 1e-9"),
      "[supervisor] key 'lease' must be >= 1, got 1e-09"),
     # Its statement_timeout (a quarter) past PostgreSQL's range, TCP keepalives (a third) past

@@ -16,6 +16,7 @@ import pytest
 from handlers.worker_peer import HERE, Peer, make_spec
 
 from fairsched import Job
+from fairsched.logs import unstamped
 from fairsched.protocol import encode
 from fairsched.worker.launch import LaunchError, launch
 
@@ -514,7 +515,7 @@ def test_handler_import_failure_exits_78_with_one_clear_line(start, handler, lin
     assert fatal["t"] == "fatal" and fatal["error"] in line
     assert peer.wait_exit() == 78
     last = peer.log().strip().splitlines()[-1]
-    assert last == f"fairsched worker w-1 {line}"
+    assert unstamped(last) == f"fairsched worker w-1 {line}" != last  # and dated, as all are
 
 
 def test_a_handler_inspect_cannot_describe_still_gets_its_jobs(start):
@@ -529,8 +530,9 @@ def test_bad_environment_exits_78_naming_the_variable():
     done = subprocess.run([sys.executable, "-m", "fairsched.worker"], env=env, timeout=30,
                           capture_output=True, text=True)
     assert done.returncode == 78
-    assert done.stderr.strip() == ("fairsched worker worker could not start: FAIRSCHED_FD is "
-                                   "not set: workers are started by `fairsched supervise`")
+    assert unstamped(done.stderr.strip()) == (
+        "fairsched worker worker could not start: FAIRSCHED_FD is not set: workers are started "
+        "by `fairsched supervise`")
 
 
 def test_closing_the_supervisor_end_makes_the_worker_exit(start):

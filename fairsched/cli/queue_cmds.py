@@ -44,6 +44,7 @@ from fairsched.config import (
     resolve_config_path,
 )
 from fairsched.errors import LongInteger, given, read_int
+from fairsched.files import NotAFile, TooLarge, read_capped
 from fairsched.job_types import type_name_problem
 from fairsched.logs import some_ids
 from fairsched.store.errors import JobNotFound, JobStateError
@@ -114,14 +115,17 @@ def parse_payload(text: str | None) -> Any:
                                "Ctrl-D at the start of a line", err=True)
                 data = sys.stdin.buffer.read(MAX_PAYLOAD_INPUT + 1)
             else:
-                with open(text[1:], "rb") as f:
-                    data = f.read(MAX_PAYLOAD_INPUT + 1)
-            if len(data) > MAX_PAYLOAD_INPUT:  # /dev/zero, say, or a file that is no payload
-                from fairsched.protocol import MAX_PAYLOAD
-
-                raise UsageProblem(f"{where} holds more than {MAX_PAYLOAD_INPUT >> 20} MiB; a "
-                                   f"payload takes at most {MAX_PAYLOAD >> 10} KiB of JSON")
+                data = read_capped(text[1:], MAX_PAYLOAD_INPUT)
+            if len(data) > MAX_PAYLOAD_INPUT:  # a stream that never ends, or is no payload
+                raise TooLarge(MAX_PAYLOAD_INPUT)
             text = data.decode("utf-8")
+        except NotAFile as exc:
+            raise UsageProblem(f"{where} {exc}: give a file, or - to read a pipe") from None
+        except TooLarge:
+            from fairsched.protocol import MAX_PAYLOAD
+
+            raise UsageProblem(f"{where} holds more than {MAX_PAYLOAD_INPUT >> 20} MiB; a "
+                               f"payload takes at most {MAX_PAYLOAD >> 10} KiB of JSON") from None
         except OSError as exc:
             raise UsageProblem(f"cannot read {where}: {exc.strerror or exc}") from None
         except UnicodeDecodeError as exc:

@@ -10,7 +10,6 @@ import json
 import math
 import os
 import re
-import tomllib
 from pathlib import Path
 
 import click
@@ -23,7 +22,7 @@ from fairsched.cli.common import (
     reports_errors,
     require_stdout,
 )
-from fairsched.config import DEFAULT_CONFIG, load_config, resolve_config_path
+from fairsched.config import DEFAULT_CONFIG, load_config, read_config, resolve_config_path
 from fairsched.errors import given, path_name
 
 
@@ -73,7 +72,7 @@ def explain(config_path, job_id, as_json, plot_path):
     else:
         config = load_config(path)
         weights, source = config.scoring, f"[scoring] of {path_name(config.path)}"
-        if "scoring" not in tomllib.loads(config.path.read_text(encoding="utf-8-sig")):
+        if "scoring" not in read_config(config.path):
             source = f"defaults: {path_name(config.path)} has no [scoring]"
     if job_id is not None:
         bound_database_waits()

@@ -18,6 +18,7 @@ import time
 
 from fairsched import __version__, core
 from fairsched.config import Config
+from fairsched.permissions import make_private_folder
 from fairsched.protocol import READ_SIZE
 from fairsched.supervisor.hooks import Observer
 from fairsched.supervisor.jobs import Request, RunningJob
@@ -108,7 +109,7 @@ class Supervisor(Scheduling, WorkerLifecycle, WorkerStopping, TemplateLifecycle,
     async def start(self, templates: dict[str, Template] | None = None) -> None:
         """Start the workers (adopting `templates`, see start_templates) and the database."""
         self.loop = asyncio.get_running_loop()
-        self.log_dir.mkdir(parents=True, exist_ok=True)
+        make_private_folder(self.log_dir)
         become_subreaper()
         self.loop.add_signal_handler(signal.SIGCHLD, self.reap_workers)
         for sig in STOP_SIGNALS:

@@ -2,7 +2,8 @@
 
 The socket lives in a 0700 folder under state_dir, itself mode 0600. An flock on a lock file
 beside it makes a second supervisor on the same state_dir refuse to start while the first lives,
-and lets it take over a socket left behind by a crash.
+and lets it take over a socket left behind by a crash. What each connection may take (how many,
+how long, how many bytes) is clients.py's.
 """
 
 from __future__ import annotations
@@ -10,26 +11,37 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import functools
 import json
 import logging
 import math
 import os
+import socket
 from pathlib import Path
 
 from fairsched.control_client import LOCK_FILE
 from fairsched.errors import FairschedError, path_name
+from fairsched.permissions import make_private_folder, open_private, private_umask
 from fairsched.protocol import MAX_DEPTH, MAX_PAYLOAD, json_depth, payload_json
+from fairsched.supervisor.clients import (
+    FREE_LINE,
+    MAX_CONNECTIONS,
+    REQUEST_WITHIN,
+    Connection,
+    Connections,
+    Cut,
+)
 from fairsched.supervisor.status import snapshot
 
 log = logging.getLogger("fairsched.control")
 
-# Bytes of a request line: room for the largest payload (MAX_PAYLOAD bytes of UTF-8 JSON, as
-# `fairsched submit --on-demand` sends it) and the rest of the request.
-MAX_LINE = 2 * MAX_PAYLOAD
-MAX_CLIENTS = 512  # connections served at once: each holds a file descriptor
 MAX_WAITING = 256  # on-demand callers waiting at once, each holding its connection and payload
 HOLD_PROGRESS_AT = 64 << 10  # bytes unread by an on-demand caller: further progress waits
-REQUEST_WITHIN = 10.0  # seconds a connection has to send its request line
+ANSWER_WITHIN = REQUEST_WITHIN  # seconds a client has to take an answer it asked for
+# Blank bytes (a CR, line breaks) an on-demand caller may send past its request: more is
+# another request, or a stream of nothing the supervisor would read for ever.
+MAX_TRAILING = 64
+ACCEPT_PAUSE = 0.1  # seconds without accepting after accept() failed (no descriptor left)
 
 
 class AlreadyRunning(FairschedError):
@@ -45,14 +57,14 @@ class ControlServer:
         self.folder = socket_path.parent
         self.lock_path = self.folder / LOCK_FILE
         self._lock_fd: int | None = None
-        self._server: asyncio.AbstractServer | None = None
-        self._clients: set[asyncio.Task] = set()
+        self._listener: socket.socket | None = None
+        self._accepting: asyncio.Task | None = None
+        self.connections: Connections | None = None
         self._waiting = 0  # on-demand callers connected now: ps, stop, restart keep room
 
     def lock(self) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        os.chmod(self.folder, 0o700)
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        make_private_folder(self.folder)
+        fd = open_private(self.lock_path, os.O_RDWR)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -69,68 +81,111 @@ class ControlServer:
         self.sup = sup
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()  # stale: we hold the lock, so its owner is gone
-        old = os.umask(0o177)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            self._server = await asyncio.start_unix_server(self._serve, path=str(self.path),
-                                                           limit=MAX_LINE)
-        finally:
-            os.umask(old)
-        os.chmod(self.path, 0o600)
+            with private_umask():
+                listener.bind(str(self.path))
+            # A burst of callers waits in the backlog rather than being refused there.
+            listener.listen(MAX_CONNECTIONS)
+            listener.setblocking(False)
+        except OSError:
+            listener.close()
+            raise
+        self._listener = listener
+        self.connections = Connections(asyncio.get_running_loop())
+        self._accepting = asyncio.ensure_future(self._accept())
 
     async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
-        for task in list(self._clients):
-            task.cancel()
+        if self._accepting is not None:
+            self._accepting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._accepting
+            self._accepting = None
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+        if self.connections is not None:
+            for conn in list(self.connections.open.values()):
+                if conn.task is not None:
+                    conn.task.cancel()
+            self.connections.tally.flush()
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        if len(self._clients) >= MAX_CLIENTS:
-            # Each one holds a file descriptor and a request: past this, one client could
-            # starve the supervisor of the descriptors its workers need.
-            log.warning("%d control connections open; refusing another", len(self._clients))
-            _send(writer, {"ok": False, "code": 1, "event": "refused",
-                           "error": f"the supervisor serves {MAX_CLIENTS} control connections "
-                                    "at once; try again"})
-            with contextlib.suppress(Exception):
-                writer.close()
-            return
-        self._clients.add(task)
+    async def _accept(self) -> None:
+        loop = asyncio.get_running_loop()
+        conns = self.connections
+        while True:
+            try:
+                sock, _ = await loop.sock_accept(self._listener)
+            except OSError as exc:  # EMFILE: the caller waits in the backlog meanwhile
+                log.warning("control socket: cannot accept a connection: %s",
+                            exc.strerror or exc)
+                await asyncio.sleep(ACCEPT_PAUSE)
+                continue
+            conn = conns.admit(sock)
+            if conn is None:
+                conns.tell(sock, "refused")
+                sock.close()
+                continue
+            conn.task = asyncio.ensure_future(self._serve(conn))
+            conn.task.add_done_callback(functools.partial(conns.ended, conn))
+            await asyncio.sleep(0)  # a burst of callers is accepted while others are served
+
+    async def _serve(self, conn: Connection) -> None:
+        conns = self.connections
+        writer = None
         try:
             try:
-                line = await asyncio.wait_for(reader.readline(), REQUEST_WITHIN)
+                got = await conns.read_request(conn)
+            except Cut as cut:
+                conns.tell(conn.sock, cut.reason)
+                return
             except TimeoutError:
-                log.warning("a control connection sent no request within %g s; closing it",
-                            REQUEST_WITHIN)
+                conns.tell(conn.sock, "slow")
                 return
-            if not line:
+            if got is None:  # hung up
                 return
+            conns.release(conn)
+            line, rest = got
             try:
                 request = json.loads(line)
                 if not isinstance(request, dict) or not isinstance(request.get("cmd"), str):
                     raise ValueError("not a request object")
             except (ValueError, RecursionError):
-                log.warning("garbage on the control socket; closing that connection")
-                writer.write(b'{"ok": false, "error": "bad request"}\n')
+                conns.tally.add("garbage")
+                with contextlib.suppress(OSError):
+                    conn.sock.send(b'{"ok": false, "error": "bad request"}\n')
                 return
-            await self._dispatch(request, reader, writer)
+            reader, writer = await asyncio.open_unix_connection(sock=conn.sock,
+                                                                limit=FREE_LINE)
+            conn.handed = True
+            await self._dispatch(request, rest, reader, writer)
         except ConnectionError:  # the caller hung up before reading all it asked for
             log.debug("a control connection closed before its answer was read")
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
-            log.warning("control connection dropped: bad or oversized request")
-        except asyncio.CancelledError:
+        except asyncio.CancelledError:  # closed to make room, or the supervisor stops
             pass
+        except OSError as exc:  # the socket failed otherwise: this connection only
+            log.debug("a control connection failed: %s", exc)
         finally:
-            self._clients.discard(task)
-            with contextlib.suppress(Exception):
+            if writer is not None and writer.transport.get_write_buffer_size():
+                writer.transport.abort()  # what it did not read is dropped
+            elif writer is not None:
                 writer.close()
 
-    async def _dispatch(self, request: dict, reader, writer) -> None:
+    async def _drain(self, writer: asyncio.StreamWriter) -> None:
+        """Until the client has taken what was written to it: ConnectionError when it does not
+        within ANSWER_WITHIN seconds (it asked and does not read; a suspended process)."""
+        try:
+            await asyncio.wait_for(writer.drain(), ANSWER_WITHIN)
+        except TimeoutError:
+            self.connections.tally.add("unread")
+            raise ConnectionResetError("answer not read") from None
+
+    async def _dispatch(self, request: dict, rest: bytes, reader, writer) -> None:
         sup = self.sup
         cmd = request["cmd"]
         if cmd == "ps":
@@ -153,18 +208,21 @@ class ControlServer:
                 _send(writer, {"ok": False, "code": 2,
                                "error": f"timeout must be a number of seconds >= 0, got "
                                         f"{timeout!r}"})
+                await self._drain(writer)
                 return
             _send(writer, {"ok": True, "pid": os.getpid()})
-            await writer.drain()
+            # Once the caller has the answer: one that gave up meanwhile (a supervisor
+            # stopped with SIGSTOP and woken later) was told the stop did not happen.
+            await self._drain(writer)
             sup.request_shutdown(float(timeout) if isinstance(timeout, int | float) else None)
             await sup.stopped.wait()
         elif cmd == "submit":
-            await self._submit(request, reader, writer)
+            await self._submit(request, rest, reader, writer)
         else:
             _send(writer, {"ok": False, "code": 2, "error": f"unknown command {cmd!r}"})
-        await writer.drain()
+        await self._drain(writer)
 
-    async def _submit(self, request: dict, reader, writer) -> None:
+    async def _submit(self, request: dict, rest: bytes, reader, writer) -> None:
         if self._waiting >= MAX_WAITING:
             _send(writer, {"event": "refused", "code": 1,
                            "error": f"{MAX_WAITING} on-demand requests are waiting already; "
@@ -172,11 +230,11 @@ class ControlServer:
             return
         self._waiting += 1
         try:
-            await self._serve_submit(request, reader, writer)
+            await self._serve_submit(request, rest, reader, writer)
         finally:
             self._waiting -= 1
 
-    async def _serve_submit(self, request: dict, reader, writer) -> None:
+    async def _serve_submit(self, request: dict, rest: bytes, reader, writer) -> None:
         sup = self.sup
         done = asyncio.Event()
         final: dict = {}
@@ -259,7 +317,7 @@ class ControlServer:
             return
         if not req.done:
             _send(writer, {"event": "accepted", "job_id": req.job_id})
-        eof = asyncio.ensure_future(_hang_up(reader))
+        eof = asyncio.ensure_future(_hang_up(reader, rest))
         waiter = asyncio.ensure_future(done.wait())
         try:
             finished, _ = await asyncio.wait(
@@ -281,12 +339,19 @@ class ControlServer:
                 task.cancel()
 
 
-async def _hang_up(reader: asyncio.StreamReader) -> bytes:
-    """Until an on-demand caller hangs up (b"") or, past its request, sends anything but the
-    blank space a line may end with (a CR, another line break): those bytes."""
+async def _hang_up(reader: asyncio.StreamReader, rest: bytes) -> bytes:
+    """Until an on-demand caller hangs up (b"") or, past its request (the first of it came
+    with it: `rest`), sends anything but the blank space a line may end with (a CR, another
+    line break), or more than MAX_TRAILING bytes of that: those bytes."""
+    data, blank = rest, 0
     while True:
-        data = await reader.read(4096)
-        if not data or data.strip():
+        if data.strip():
+            return data
+        blank += len(data)
+        if blank > MAX_TRAILING:
+            return data
+        data = await reader.read(FREE_LINE)
+        if not data:
             return data
 
 

@@ -12,6 +12,7 @@ from fairsched.config import Config
 from fairsched.errors import path_name
 from fairsched.logs import first_line
 from fairsched.supervisor.control import ControlServer
+from fairsched.supervisor.log_rotation import LogRotation
 from fairsched.supervisor.states import IGNORED_SIGNALS, STOP_SIGNALS
 from fairsched.supervisor.templates import start_templates
 
@@ -46,6 +47,10 @@ def run_supervisor(config: Config) -> int:
 
     async def main() -> int:
         nonlocal sup
+        settings = config.supervisor
+        rotation = LogRotation(settings.state_dir / "logs", settings.log_max_bytes,
+                               settings.log_backups)
+        rotation.start(asyncio.get_running_loop())  # the templates write already
         observer = None
         if config.supervisor.metrics:
             from fairsched.supervisor.metrics import PrometheusObserver
@@ -71,6 +76,7 @@ def run_supervisor(config: Config) -> int:
             await sup.stopped.wait()
             return 1 if sup.queue.unrecorded else 0  # what jobs did was lost: say so
         finally:
+            rotation.stop()
             await control.close()
             sup.release_signals()
 

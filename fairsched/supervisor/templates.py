@@ -11,7 +11,8 @@ import logging
 import time
 from pathlib import Path
 
-from fairsched.config import Config
+from fairsched.config import Config, SupervisorSettings
+from fairsched.permissions import make_private_folder
 from fairsched.supervisor.process import WorkerProcess
 from fairsched.supervisor.states import EXITED, ProcessState
 from fairsched.worker.launch import (
@@ -29,11 +30,12 @@ TEMPLATE_DELAY_MAX = 60.0
 TEMPLATE_CALM = 600.0  # seconds after which a template's losses are forgotten
 
 
-def launch_spec(proc: WorkerProcess, log_dir: Path) -> LaunchSpec:
+def launch_spec(proc: WorkerProcess, log_dir: Path, settings: SupervisorSettings) -> LaunchSpec:
     spec = proc.spec
     return LaunchSpec(name=proc.name, group=spec.name, types=spec.types, slots=spec.slots,
                       handler=spec.handler, command=spec.command, cwd=spec.cwd,
-                      log_path=log_dir / f"{proc.name}.log", env=dict(spec.env))
+                      log_path=log_dir / f"{proc.name}.log", env=dict(spec.env),
+                      log_max_bytes=settings.log_max_bytes, log_backups=settings.log_backups)
 
 
 def start_templates(config: Config) -> dict[str, Template]:
@@ -46,12 +48,13 @@ def start_templates(config: Config) -> dict[str, Template]:
     """
     become_subreaper()  # before any template forks a worker
     log_dir = config.supervisor.state_dir / "logs"
-    log_dir.mkdir(parents=True, exist_ok=True)
+    make_private_folder(log_dir)
     templates = {}
     for spec in config.workers:
         if spec.handler is not None:
             try:
-                templates[spec.name] = Template.start(launch_spec(WorkerProcess(spec, 1), log_dir))
+                templates[spec.name] = Template.start(
+                    launch_spec(WorkerProcess(spec, 1), log_dir, config.supervisor))
             except OSError as exc:
                 log.debug("no template for %s: %s", spec.name, exc)
     return templates
@@ -77,7 +80,8 @@ class TemplateLifecycle:
         procs = [p for p in self.procs if p.spec is spec]
         if template is None and spec.handler is not None:
             try:
-                template = Template.start(launch_spec(procs[0], self.log_dir))
+                template = Template.start(launch_spec(procs[0], self.log_dir,
+                                                      self.config.supervisor))
             except OSError as exc:
                 log.debug("no template for %s: %s", spec.name, exc)
         if template is None:

@@ -13,7 +13,7 @@ import stat
 import sys
 import time
 
-from fairsched.logs import fields, tail_lines
+from fairsched.logs import fields, tail_lines, unstamped
 from fairsched.protocol import WORKER_MESSAGES, FrameDecoder
 from fairsched.supervisor.lease import WATCHDOG_AT
 from fairsched.supervisor.process import (
@@ -89,7 +89,7 @@ class WorkerLifecycle:
         proc.kill_reason = proc.said_fatal = proc.incompatible = None
         proc.jobs_succeeded = 0
         proc.warned_progress = proc.warned_stale = proc.warned_log_lost = False
-        spec = launch_spec(proc, self.log_dir)
+        spec = launch_spec(proc, self.log_dir, self.config.supervisor)
         template = None if cold else self.templates.get(proc.group)
         pid = None
         try:
@@ -339,7 +339,7 @@ class WorkerLifecycle:
             if not stat.S_ISREG(os.stat(path).st_mode):
                 return "not a file"
             lines = tail_lines(path)
-            return lines[-1] if lines else "no output"
+            return unstamped(lines[-1]) if lines else "no output"
         except OSError:
             return "no log"
 

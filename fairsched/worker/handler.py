@@ -13,7 +13,6 @@ import inspect
 import os
 import re
 import sys
-import time
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -21,6 +20,7 @@ from typing import Any
 from fairsched.errors import PermanentError
 from fairsched.job import Job
 from fairsched.protocol import MAX_DEPTH, ProtocolError, encode, json_depth
+from fairsched.worker import log_streams
 from fairsched.worker._linux import reopen_standard_streams
 from fairsched.worker.log_streams import log_stream
 
@@ -180,10 +180,9 @@ def note(line: str) -> None:
     """A line of the worker's own to its log, stamped with the UTC time to the millisecond,
     so that it can be matched with the supervisor's log (job ids like od-4 start again with
     every supervisor)."""
-    now = time.time()
-    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}Z"
     try:
-        print(f"{stamp} {line}", file=sys.stderr, flush=True)
+        with log_streams.plain():  # it says which job itself
+            print(f"{log_streams.stamp()} {line}", file=sys.stderr, flush=True)
     except Exception:  # a full disk, a handler that closed stderr or put in its place what
         pass           # cannot flush: the line is lost, not the job's outcome
 
@@ -194,12 +193,15 @@ def note(line: str) -> None:
 def answer(handler: Handler, job: Job) -> bytes:
     """Call the handler; the frame that reports how it went. Never raises: a job thread
     that died here would leave its slot taken and the worker's state lock held."""
+    log_streams.job_started(job)  # what this thread prints meanwhile is the job's
     try:
         return _answer(handler, job)
     except BaseException as exc:  # reporting failed (a full disk under the log, say)
         return encode({"t": "error", "slot": job.slot, "job_id": job.id, "permanent": False,
                        "error": "the worker could not report how the job went: "
                                 + describe_exception(exc)})
+    finally:
+        log_streams.job_ended()
 
 
 def _answer(handler: Handler, job: Job) -> bytes:
@@ -284,9 +286,11 @@ def keep_log() -> int | None:
     """A descriptor of the worker's log (its standard error) of the worker's own, to put the
     standard streams back on should a handler close them."""
     try:
-        return os.dup(2)  # not inherited by what a handler runs (PEP 446)
+        fd = os.dup(2)  # not inherited by what a handler runs (PEP 446)
     except OSError:
         return None
+    log_streams.keep(fd)  # on the log as it rotates
+    return fd
 
 
 def reopen_print_streams() -> dict[str, int]:
@@ -331,8 +335,10 @@ def restore_streams(log: int | None) -> list[str]:
 
 
 def note_traceback() -> None:
-    """The traceback of the exception being handled, to the log, as note() writes lines."""
+    """The traceback of the exception being handled, to the log, under the line note() wrote
+    about it."""
     try:
-        traceback.print_exc()
+        with log_streams.plain():
+            traceback.print_exc()
     except Exception:  # as in note()
         pass

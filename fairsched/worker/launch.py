@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import NoReturn
 
 import fairsched
+from fairsched.permissions import make_private_folder, open_private
 from fairsched.protocol import PROTOCOL_VERSION
 from fairsched.worker._linux import datagram_size, set_child_subreaper
 
@@ -66,6 +67,8 @@ class LaunchSpec:
     cwd: Path
     log_path: Path
     env: dict[str, str] = field(default_factory=dict)
+    log_max_bytes: int = 0  # a Python worker rotates its log past this size (0: never)
+    log_backups: int = 0
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,9 @@ def worker_variables(spec: LaunchSpec, incarnation: str) -> dict[str, str]:
     }
     if spec.handler is not None:
         env["FAIRSCHED_HANDLER"] = spec.handler
+        env["FAIRSCHED_LOG"] = str(spec.log_path)
+        env["FAIRSCHED_LOG_MAX_BYTES"] = str(spec.log_max_bytes)
+        env["FAIRSCHED_LOG_BACKUPS"] = str(spec.log_backups)
     return env
 
 
@@ -146,12 +152,14 @@ def _resolve_command(spec: LaunchSpec, env: dict[str, str]) -> str:
 
 
 def _open_log(path: Path) -> int:
-    """The log opened to append. Never blocking: a FIFO in its place with no reader is
-    ENXIO, not a supervisor waiting for one; the descriptor itself blocks as usual."""
+    """The log opened to append, private to this account. Never blocking: a FIFO in its place
+    with no reader is ENXIO, not a supervisor waiting for one; the descriptor itself blocks
+    as usual."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK,
-                 0o644)
+    # Missing (removed while the supervisor ran): made again, private. One that is there is
+    # the caller's to set up: this may be a folder outside any state_dir.
+    make_private_folder(path.parent, tighten=False)
+    fd = open_private(path, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK)
     os.set_blocking(fd, True)
     return fd
 
@@ -271,7 +279,8 @@ class Template:
         _check_spec(spec)
         env = _base_environ(spec)
         env.update(worker_variables(spec, ""))
-        for key in ("FAIRSCHED_WORKER", "FAIRSCHED_INCARNATION"):  # set per worker, by spawn
+        # Set per worker, by spawn. The template's own log is the supervisor's to rotate.
+        for key in ("FAIRSCHED_WORKER", "FAIRSCHED_INCARNATION", "FAIRSCHED_LOG"):
             env.pop(key)
         argv = [sys.executable, "-P", "-m", "fairsched.worker", "--template", "--chdir",
                 str(spec.cwd)]
