@@ -94,6 +94,15 @@ def open_private(path: Path, flags: int) -> int:
     return fd
 
 
+def write_private(path: Path, text: str) -> None:
+    """Write `text` to `path` through a new 0600 file renamed into place: a reader finds the
+    old content or the new, never a part, and no moment where another account could read it."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with os.fdopen(open_private(tmp, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW), "w") as out:
+        out.write(text)
+    tmp.replace(path)
+
+
 def make_files_private(folder: Path) -> None:
     """The regular files of this account's in `folder` (not below it), those open to others
     made private; what cannot be changed is left as it is (the folder is private)."""

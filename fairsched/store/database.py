@@ -29,6 +29,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo, timeout_from_conni
 
 from fairsched.errors import path_name
 from fairsched.logs import first_line, tail_lines
+from fairsched.permissions import make_private_folder, open_private, write_private
 from fairsched.store.embedded import (
     PASSFILE,
     ROLE,
@@ -106,8 +107,8 @@ def note_database_kind(state_dir: Path, external: bool) -> None:
     mark = Path(state_dir) / EXTERNAL_MARK
     with contextlib.suppress(OSError):  # a queue command then goes unwarned, nothing worse
         if external:
-            mark.write_text("the supervisor on this state_dir uses an external database "
-                            f"({ENV_URL} or [supervisor] database)\n")
+            write_private(mark, "the supervisor on this state_dir uses an external database "
+                                 f"({ENV_URL} or [supervisor] database)\n")
         else:
             mark.unlink(missing_ok=True)
 
@@ -256,7 +257,7 @@ class _EmbeddedServer:
 
     def acquire(self) -> str:
         try:
-            self.state_dir.mkdir(parents=True, exist_ok=True)
+            make_private_folder(self.state_dir)
         except OSError as exc:
             raise BadStateDir(f"{self.setting}: cannot create {path_name(self.state_dir)}: "
                               f"{exc.strerror}") from exc
@@ -362,7 +363,7 @@ class _EmbeddedServer:
     @contextlib.contextmanager
     def _locked(self):
         """The user list, read and pruned of dead processes under an exclusive file lock."""
-        with open(self.lock_file, "a+") as lock:
+        with os.fdopen(open_private(self.lock_file, os.O_RDWR | os.O_APPEND), "a+") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
                 state = self._read_state()
@@ -380,10 +381,8 @@ class _EmbeddedServer:
         return {"users": users, "owned_postmaster": state.get("owned_postmaster")}
 
     def _write_state(self, state: dict) -> None:
-        tmp = self.users_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"users": [list(u) for u in state["users"]],
-                                   "owned_postmaster": state["owned_postmaster"]}))
-        tmp.replace(self.users_file)
+        write_private(self.users_file, json.dumps({"users": [list(u) for u in state["users"]],
+                                        "owned_postmaster": state["owned_postmaster"]}))
 
 
 _LOG_LINE = re.compile(r"^\S+ \S+ \S+ \[(\d+)\] (LOG|ERROR|FATAL|PANIC):\s+(.*)$")

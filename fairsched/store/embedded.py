@@ -35,6 +35,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from fairsched.permissions import write_private
+
 ACCOUNT = "fairsched-pg"  # the server's account when fairsched runs as root
 ROLE = "postgres"
 PASSFILE = "pgpass"  # in state_dir, beside pg/
@@ -177,15 +179,6 @@ def scram_verifier(password: str, iterations: int = 4096) -> str:
     return f"SCRAM-SHA-256${iterations}:{b64(salt)}${b64(stored_key)}:{b64(server_key)}"
 
 
-def write_private(path: Path, text: str) -> None:
-    """Write `text` to `path` through a new 0600 file renamed into place."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write(text)
-    tmp.replace(path)
-
-
 class Cluster:
     """The data folder `pgdata`, its password file beside it, and the server that runs it."""
 
@@ -276,6 +269,12 @@ class Cluster:
 
     def start(self) -> None:
         """Start the server (prepare() first) and wait until it takes connections."""
+        # No server runs here (the caller holds the state_dir lock and found none): a socket
+        # and its lock file left in the data folder are stale. A server an earlier version ran
+        # cannot remove them itself once state_dir is private (it names them by full path), and
+        # a new server would take its pid, while not yet reaped, for a live owner.
+        for stale in self.pgdata.glob(".s.PGSQL.*"):
+            stale.unlink(missing_ok=True)
         folder = self.socket_folder()
         options = (f"-c listen_addresses='' -k {folder or HERE} "
                    "-c unix_socket_permissions=0700 -c cluster_name=fairsched")
