@@ -57,9 +57,12 @@ def make_private_folder(folder: Path, *, tighten: bool = True) -> Path:
     others (as an earlier fairsched left state_dir and its logs), is made private unless not
     `tighten`. Raises OSError as mkdir does: FileExistsError for a file in the way."""
     folder = Path(folder)
-    folder.parent.mkdir(parents=True, exist_ok=True)
     try:
-        os.mkdir(folder, PRIVATE_FOLDER)
+        try:
+            os.mkdir(folder, PRIVATE_FOLDER)
+        except FileNotFoundError:  # its parents first; a file on the way: NotADirectoryError
+            folder.parent.mkdir(parents=True, exist_ok=True)
+            os.mkdir(folder, PRIVATE_FOLDER)
         created = True
     except FileExistsError:
         created = False

@@ -294,7 +294,11 @@ def test_explain_command_job_of_a_type_with_control_characters(db, tmp_path, no_
     # The table holds any type a producer wrote: the report stays its own lines, and an
     # escape sequence in the type reaches the terminal spelled out.
     path = write_config(tmp_path, db)
-    job_id = enqueue(db, "new\nline\x1b[2J", 0, 5.0)
+    with psycopg.connect(db, autocommit=True) as conn:  # as SQL of one's own or an older
+        # version wrote it: enqueue takes valid type names only
+        (job_id,) = conn.execute("INSERT INTO fairsched_jobs (type, run_after) VALUES "
+                                 "(%s, now() - interval '5 s') RETURNING id",
+                                 ("new\nline\x1b[2J",)).fetchone()
     result = fairsched("explain", "--config", str(path), "--job", str(job_id))
     assert result.returncode == 0, result.stderr
     first = result.stdout.splitlines()[0]
