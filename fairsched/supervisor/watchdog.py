@@ -386,7 +386,7 @@ def main() -> None:
         watch(sock)
     except (OSError, ValueError) as exc:
         _note(str(exc))
-        sys.exit(70)
+        sys.exit(os.EX_SOFTWARE)  # fairsched.protocol's import would add a third to its start
 
 
 if __name__ == "__main__":

@@ -14,10 +14,9 @@ import sys
 import time
 
 from fairsched.logs import fields, tail_lines, unstamped
-from fairsched.protocol import WORKER_MESSAGES, FrameDecoder
+from fairsched.protocol import EXIT_CANNOT_START, WORKER_MESSAGES, FrameDecoder
 from fairsched.supervisor.lease import WATCHDOG_AT
 from fairsched.supervisor.process import (
-    EXIT_CANNOT_START,
     WorkerProcess,
     describe_exit,
     log_tells_why,

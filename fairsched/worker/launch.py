@@ -3,7 +3,8 @@
 Which to call: `Template.start(spec)` once per Python handler group, then `template.spawn(spec,
 incarnation)` for every start of that group's processes; when it raises OSError (the template
 died or could not import the handler), call `launch(spec, incarnation)`, the cold start, which
-reports any real problem through the worker itself (exit 78, one line in its log).
+reports any real problem through the worker itself (exit EXIT_CANNOT_START, one line in its
+log).
 `launch_fast` does exactly that. Command workers always use `launch`.
 
 Every process started here (workers and templates) is the caller's child to reap: templates
@@ -31,7 +32,7 @@ from typing import NoReturn
 
 import fairsched
 from fairsched.permissions import make_private_folder, open_private
-from fairsched.protocol import PROTOCOL_VERSION
+from fairsched.protocol import EXIT_CANNOT_START, PROTOCOL_VERSION
 from fairsched.worker._linux import datagram_size, set_child_subreaper
 
 CHANNEL_FD = 3  # the worker's end of its socketpair, in every worker (FAIRSCHED_FD)
@@ -40,7 +41,8 @@ SPAWN_TIMEOUT = 5.0  # seconds for a ready template to answer a spawn request
 # Seconds a template's control socket may stay full: one that takes no spawn request for
 # that long is stuck (in a fork hook of its handler's, say), not busy.
 SEND_TIMEOUT = 1.0
-COMMAND_TRAMPOLINE = 'cd -- "$0" || exit 78; exec "$@"'  # posix_spawn has no cwd argument
+# posix_spawn has no cwd argument; a directory gone is a start failure, as in the runtime.
+COMMAND_TRAMPOLINE = f'cd -- "$0" || exit {EXIT_CANNOT_START}; exec "$@"'
 _RESET_SIGNALS = {signal.SIGPIPE, signal.SIGXFSZ}  # what Python ignores; programs expect default
 
 
