@@ -1,17 +1,16 @@
 """Supervisor rows: heartbeats, leases, rescue of a dead supervisor's jobs; notifications;
-delayed jobs; a lost connection; the retry backoff."""
+delayed jobs; a lost connection."""
 
 from __future__ import annotations
 
 import asyncio
 import math
-import random
 
 import psycopg
 import pytest
 from test_store_claim import enqueue, job, run_async, sql, stores
 
-from fairsched.store.aqueue import AsyncStore, retry_delay
+from fairsched.store.aqueue import AsyncStore
 from fairsched.store.queue import Queue
 
 
@@ -196,23 +195,6 @@ async def test_a_lost_connection_is_an_operational_error(db):
             await store.claim([job_id], {"pdf": 3})
         with pytest.raises(psycopg.OperationalError):
             await asyncio.wait_for(anext(notifications), 5)
-
-
-def test_retry_delay_grows_geometrically_with_jitter_and_a_cap():
-    rng = random.Random(7)
-    for attempt in range(1, 40):
-        ceiling = min(300.0, 2.0 ** (attempt - 1))
-        equal = retry_delay(attempt, rng=rng)
-        full = retry_delay(attempt, rng=rng, jitter="full")
-        assert ceiling / 2 <= equal <= ceiling
-        assert 0 <= full <= ceiling
-    assert retry_delay(10**6, base=5, cap=60, rng=rng) <= 60
-    assert retry_delay(3, base=0, rng=rng) == 0
-    draws = {retry_delay(8, rng=rng) for _ in range(20)}
-    assert len(draws) > 1  # jittered, not lockstep
-    for bad in ({"attempt": 0}, {"attempt": 1, "base": -1}, {"attempt": 1, "jitter": "none"}):
-        with pytest.raises(ValueError):
-            retry_delay(**bad)
 
 
 @run_async

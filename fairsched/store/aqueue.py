@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import random
 import socket
 import time
 from collections.abc import Iterable, Mapping
@@ -407,21 +406,3 @@ async def _register(conn: psycopg.AsyncConnection, supervisor_id: int, host: str
         " pid = excluded.pid, lease = excluded.lease",
         (supervisor_id, host, os.getpid(), lease))
 
-
-def retry_delay(attempt: int, base: float = 1.0, cap: float = 300.0, rng=random,
-                *, jitter: str = "equal") -> float:
-    """Seconds before retry number `attempt` (1 after the first failure): exponential backoff,
-    base x 2^(attempt-1) capped at `cap`, with jitter so failed jobs do not retry in lockstep.
-
-    "full" jitter draws from [0, d]; "equal" jitter from [d/2, d], keeping a floor.
-    """
-    if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1:
-        raise ValueError(f"attempt must be an integer >= 1, got {attempt!r}")
-    if not (math.isfinite(base) and base >= 0 and math.isfinite(cap) and cap >= 0):
-        raise ValueError(f"base and cap must be finite and >= 0, got {base!r}, {cap!r}")
-    delay = min(cap, base * 2.0 ** min(attempt - 1, 1000))
-    if jitter == "full":
-        return rng.uniform(0.0, delay)
-    if jitter == "equal":
-        return delay / 2 + rng.uniform(0.0, delay / 2)
-    raise ValueError(f"jitter must be 'full' or 'equal', got {jitter!r}")

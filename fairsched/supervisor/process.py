@@ -14,16 +14,6 @@ from fairsched.config import WorkerSpec
 from fairsched.protocol import EXIT_CANNOT_START, EXIT_PROTOCOL, EXIT_SOFTWARE
 from fairsched.supervisor.states import ProcessState, check_transition
 
-RESTART_DELAY_FIRST = 0.1
-RESTART_DELAY_MAX = 30.0
-
-
-def restart_delay(recent_crashes: int) -> float:
-    """Geometric backoff: the first crash after a calm period restarts at once, then 0.1 s doubling to 30 s."""
-    if recent_crashes <= 1:
-        return 0.0
-    return min(RESTART_DELAY_FIRST * 2 ** (recent_crashes - 2), RESTART_DELAY_MAX)
-
 
 @dataclass(eq=False)
 class WorkerProcess:

@@ -11,6 +11,7 @@ import logging
 import time
 from pathlib import Path
 
+from fairsched.backoff import backoff
 from fairsched.config import Config, SupervisorSettings
 from fairsched.permissions import make_private_folder
 from fairsched.supervisor.process import WorkerProcess
@@ -213,7 +214,7 @@ class TemplateLifecycle:
         losses = [t for t in self.template_losses.get(group, []) if now - t < TEMPLATE_CALM]
         losses.append(now)
         self.template_losses[group] = losses
-        delay = min(TEMPLATE_DELAY_MAX, TEMPLATE_DELAY_FIRST * 2 ** (len(losses) - 1))
+        delay = backoff(len(losses) - 1, TEMPLATE_DELAY_FIRST, TEMPLATE_DELAY_MAX)
         timer = self.template_timers.pop(group, None)
         if timer is not None:
             timer.cancel()
