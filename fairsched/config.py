@@ -128,9 +128,6 @@ class WorkerSpec:
     env: dict[str, str] = field(default_factory=dict)
     cwd: Path = Path(".")
 
-    def process_names(self) -> list[str]:
-        return [f"{self.name}-{i}" for i in range(1, self.processes + 1)]
-
 
 @dataclass(frozen=True)
 class Config:

@@ -1,11 +1,11 @@
 """Starting worker processes for the supervisor: cold with posix_spawn, or fast from a template.
 
-Which to call: `Template.start(spec)` once per Python handler group, then `template.spawn(spec,
-incarnation)` for every start of that group's processes; when it raises OSError (the template
-died or could not import the handler), call `launch(spec, incarnation)`, the cold start, which
-reports any real problem through the worker itself (exit EXIT_CANNOT_START, one line in its
-log).
-`launch_fast` does exactly that. Command workers always use `launch`.
+Which to call: `Template.start(spec)` once per Python handler group, then, once it is ready,
+`template.begin_spawn(spec, incarnation)` for every start of that group's processes, the
+worker's pid coming back from `template.read_reply()`; when the template fails (it died or
+could not import the handler), `launch(spec, incarnation)`, the cold start, which reports any
+real problem through the worker itself (exit EXIT_CANNOT_START, one line in its log). Command
+workers always use `launch`.
 
 Every process started here (workers and templates) is the caller's child to reap: templates
 double-fork, so the caller must have called `become_subreaper()` first. Call these from a
@@ -24,7 +24,6 @@ import shutil
 import signal
 import socket
 import sys
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +36,6 @@ from fairsched.worker._linux import datagram_size, set_child_subreaper
 
 CHANNEL_FD = 3  # the worker's end of its socketpair, in every worker (FAIRSCHED_FD)
 READY_TIMEOUT = 60.0  # seconds a template may spend importing its handler
-SPAWN_TIMEOUT = 5.0  # seconds for a ready template to answer a spawn request
 # Seconds a template's control socket may stay full: one that takes no spawn request for
 # that long is stuck (in a fork hook of its handler's, say), not busy.
 SEND_TIMEOUT = 1.0
@@ -250,8 +248,8 @@ def template_log_path(spec: LaunchSpec) -> Path:
 class Template:
     """A pre-loaded process per handler group that forks ready workers on request.
 
-    It imports fairsched.worker.runtime and the handler once; each `spawn` passes the new
-    worker's socket end and log over SCM_RIGHTS and gets back the worker's pid. The template
+    It imports fairsched.worker.runtime and the handler once; each `begin_spawn` passes the new
+    worker's socket end and log over SCM_RIGHTS, and `read_reply` gets back its pid. The template
     double-forks, so with `become_subreaper()` the worker is the caller's child. It exits by
     itself when its control socket closes (`close()`, or the supervisor dying).
     """
@@ -271,7 +269,6 @@ class Template:
         self.before_close: Callable[[], object] | None = None
         self._ready = False
         self._failure: str | None = None
-        self._lock = threading.Lock()
 
     @classmethod
     def start(cls, spec: LaunchSpec) -> Template:
@@ -296,15 +293,11 @@ class Template:
 
     def wait_ready(self, timeout: float = READY_TIMEOUT) -> None:
         """Block until the handler is imported; LaunchError if the template failed or died."""
-        with self._lock:
-            self._wait_ready(timeout)
-
-    def _wait_ready(self, timeout: float) -> None:
         if self._failure is not None:
             raise LaunchError(self._failure)
         if self._ready:
             return
-        reply = self._request(None, (), timeout, "starting")
+        reply = self._first_reply(timeout)
         if reply.get("cold"):
             self._fail(f"template for {self.group}: {reply.get('error')}", StartsCold)
         if reply.get("ready") is not True:
@@ -326,24 +319,6 @@ class Template:
         # worker's own, and so stays small however large that env is.
         env = worker_variables(spec, incarnation)
         return json.dumps({"cwd": str(self.cwd), "env": env}).encode()
-
-    def spawn(self, spec: LaunchSpec, incarnation: str) -> Launched:
-        """Fork a worker for `incarnation` from the template; raises OSError when it cannot."""
-        request = self._spawn_request(spec, incarnation)
-        with self._lock:
-            self._wait_ready(READY_TIMEOUT)
-            parent, reply = _hand_over(
-                socket.SOCK_STREAM, spec.log_path,
-                lambda channel, log_fd: self._request(request, (channel, log_fd), SPAWN_TIMEOUT,
-                                                      f"starting {spec.name}"))
-        pid = reply.get("pid")
-        if not isinstance(pid, int) or pid <= 0:
-            parent.close()
-            raise LaunchError(f"template for {self.group} could not start {spec.name}: "
-                              f"{reply.get('error', 'no pid given')}")
-        return Launched(pid, parent)
-
-    # -- the supervisor's non-blocking variant: request now, learn the pid from read_reply() --
 
     def begin_spawn(self, spec: LaunchSpec, incarnation: str) -> socket.socket:
         """Ask a ready template for a worker without waiting for its answer.
@@ -397,22 +372,21 @@ class Template:
             answer = None
         return answer if isinstance(answer, dict) else {"error": "a reply that is not an object"}
 
-    def _request(self, data: bytes | None, fds, timeout: float, doing: str) -> dict:
+    def _first_reply(self, timeout: float) -> dict:
+        """The template's answer to its start: ready, or why not."""
         if self.closed:
             raise LaunchError(f"template for {self.group} is closed")
         try:
             self._ctrl.settimeout(timeout)
-            if data is not None:
-                socket.send_fds(self._ctrl, [data], list(fds))
             reply = self._ctrl.recv(max(1, datagram_size(self._ctrl)))
         except TimeoutError:
             self._fail(f"template for {self.group} did not answer within {timeout:g} s "
-                       f"while {doing}")
+                       "while starting")
         except OSError as exc:
             self._fail(f"template for {self.group} is gone ({exc.strerror or exc})",
                        TemplateGone)
         if not reply:
-            self._fail(f"template for {self.group} exited while {doing} "
+            self._fail(f"template for {self.group} exited while starting "
                        f"(see {self.log_path})", TemplateGone)
         try:
             answer = json.loads(reply)
@@ -443,18 +417,3 @@ class Template:
     def __repr__(self) -> str:
         return f"Template(group={self.group!r}, pid={self.pid})"
 
-
-def launch_fast(spec: LaunchSpec, incarnation: str, templates: dict[str, Template]) -> Launched:
-    """Spawn from the group's template when there is a working one, else start cold.
-
-    A template that fails is removed from `templates` (its pid still needs reaping). What is
-    not the template's fault (the worker's log cannot be opened, no descriptors left) raises
-    as it is: a cold start would fail the same way, and the template stays.
-    """
-    template = templates.get(spec.group)
-    if template is not None:
-        try:
-            return template.spawn(spec, incarnation)
-        except LaunchError:
-            templates.pop(spec.group, None)
-    return launch(spec, incarnation)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parents[2])]  # this checkout
 
-from worker_peer import Peer, make_spec  # noqa: E402
+from worker_peer import Peer, make_spec, spawn  # noqa: E402
 
 from fairsched.worker.launch import Template, become_subreaper, launch  # noqa: E402
 
@@ -24,7 +24,7 @@ def main(mode: str) -> None:
     if mode == "template":
         assert become_subreaper()
         template = Template.start(spec)
-        launched = template.spawn(spec, "inc-1")
+        launched = spawn(template, spec, "inc-1")
     else:
         launched = launch(spec, "inc-1")
     peer = Peer(launched, "inc-1", spec)

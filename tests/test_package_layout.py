@@ -1,0 +1,72 @@
+"""The package holds what fairsched runs, each thing once: no function only the tests call."""
+
+from __future__ import annotations
+
+import ast
+import collections
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "fairsched"
+# For applications, not for fairsched itself: the handler API and the Queue.
+PUBLIC_API = {PACKAGE / "__init__.py", PACKAGE / "job.py", PACKAGE / "store" / "queue.py"}
+# Called by a library by their name: http.server's request handler, prometheus_client's
+# collector protocol.
+CALLED_BY_LIBRARIES = {("metrics.py", "log_message"), ("metrics.py", "handle_error"),
+                       ("metrics.py", "describe"), ("metrics.py", "collect")}
+
+
+def modules() -> list[tuple[Path, ast.Module]]:
+    return [(path, ast.parse(path.read_text(), str(path)))
+            for path in sorted(PACKAGE.rglob("*.py"))]
+
+
+def _docstrings(tree: ast.Module) -> set[int]:
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            first = node.body[0] if node.body else None
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                found.add(id(first.value))
+    return found
+
+
+def names_used(tree: ast.Module) -> collections.Counter:
+    """Every name the code reads: variables, attributes, imports, and the words of its strings
+    (getattr, dispatch by name), its docstrings left out."""
+    used = collections.Counter()
+    docstrings = _docstrings(tree)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            used[node.id] += 1
+        elif isinstance(node, ast.Attribute):
+            used[node.attr] += 1
+        elif isinstance(node, ast.alias):
+            used[node.name.rpartition(".")[2]] += 1
+        elif (isinstance(node, ast.Constant) and isinstance(node.value, str)
+              and id(node) not in docstrings):
+            used.update(re.findall(r"\w+", node.value))
+    return used
+
+
+def test_every_function_and_class_of_the_package_is_used_by_the_package():
+    """What only the tests call is no part of fairsched: the tests go through what fairsched
+    itself uses. (By name: a method sharing its name with one in use passes.)"""
+    parsed = modules()
+    used = collections.Counter()
+    for _, tree in parsed:
+        used.update(names_used(tree))
+    compiled = "\n".join(p.read_text() for p in PACKAGE.rglob("*.pyx"))
+    unused = []
+    for path, tree in parsed:
+        if path in PUBLIC_API:
+            continue
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+                    and not node.name.startswith("__") and not node.decorator_list
+                    and (path.name, node.name) not in CALLED_BY_LIBRARIES
+                    and not used[node.name]
+                    and not re.search(rf"\b{node.name}\b", compiled)):
+                unused.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}")
+    assert unused == []
