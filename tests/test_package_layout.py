@@ -1,10 +1,13 @@
-"""The package holds what fairsched runs, each thing once: no function only the tests call."""
+"""The package holds what fairsched runs, each thing once: no function only the tests call,
+no benchmark (scripts/ has them)."""
 
 from __future__ import annotations
 
 import ast
 import collections
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -70,3 +73,19 @@ def test_every_function_and_class_of_the_package_is_used_by_the_package():
                     and not re.search(rf"\b{node.name}\b", compiled)):
                 unused.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}")
     assert unused == []
+
+
+def test_the_package_holds_no_benchmark_and_the_stores_runs_from_scripts(db):
+    assert [p.name for p in PACKAGE.rglob("*.py") if p.name.startswith("bench")] == []
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench_store.py"), "--url", db,
+         "--jobs", "1000", "--deep", "1000"], capture_output=True, text=True, timeout=300)
+    assert (result.returncode, result.stderr) == (0, ""), result.stderr
+    rows = result.stdout.splitlines()
+    assert rows[0] == "database: external, 1000 jobs per measurement", rows
+    assert [re.sub(r" +[\d,.]+ (jobs/s|ms per call).*", r" N \1", row) for row in rows[1:]] == [
+        "enqueue_many, 1000 per batch: N jobs/s",
+        "claim + complete, one job at a time: N jobs/s",
+        "fetch 32, claim 32, complete 32: N jobs/s",
+        "fetch with 2,000 pending jobs: N ms per call",
+    ], rows
