@@ -29,7 +29,8 @@ import time
 from pathlib import Path
 
 from fairsched.protocol import WORKER_MESSAGES, FrameDecoder, encode
-from fairsched.worker.launch import Launched, LaunchSpec, Template, become_subreaper, launch
+from fairsched.supervisor.template_process import Template
+from fairsched.worker.launch import Launched, LaunchSpec, become_subreaper, launch
 
 HANDLER = '''
 import decimal, email.parser, json  # noqa: F401 - a handler with some imports to pay for

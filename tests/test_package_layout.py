@@ -89,3 +89,23 @@ def test_the_package_holds_no_benchmark_and_the_stores_runs_from_scripts(db):
         "fetch 32, claim 32, complete 32: N jobs/s",
         "fetch with 2,000 pending jobs: N ms per call",
     ], rows
+
+
+def test_a_class_name_means_one_thing_across_the_package():
+    homes = collections.defaultdict(list)
+    for path, tree in modules():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                homes[node.name].append(str(path.relative_to(ROOT)))
+    assert {name: paths for name, paths in homes.items() if len(paths) > 1} == {}
+
+
+def test_job_names_one_module_the_handlers_job():
+    """fairsched.Job's module alone is named for jobs: the others say which of the job's
+    faces they hold (rows of the table, work in flight, type names)."""
+    named = [str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
+             if {"job", "jobs"} & set(p.stem.split("_"))]
+    assert named == ["job.py"]
+    import fairsched
+
+    assert fairsched.Job.__module__ == "fairsched.job"

@@ -11,8 +11,8 @@ import psycopg
 import pytest
 
 from fairsched.store.aqueue import AsyncStore
-from fairsched.store.jobs import RESULT_AS_TEXT, encode_result
 from fairsched.store.queue import Queue
+from fairsched.store.rows import RESULT_AS_TEXT, encode_result
 from tests.supervisor_harness import wait_until
 
 # Each one failed its queued job: "result contains a NUL character, which PostgreSQL jsonb

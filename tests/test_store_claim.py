@@ -11,8 +11,8 @@ import psycopg
 import pytest
 
 from fairsched.store.aqueue import DEFAULT_MAX_ATTEMPTS, AsyncStore, _keyed_by_id
-from fairsched.store.jobs import encode_result
 from fairsched.store.queue import Queue
+from fairsched.store.rows import encode_result
 from fairsched.store.statements import (
     CANCEL_FINISH_SQL,
     CLAIM_SQL,

@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg import sql as pgsql
 
-from fairsched.store.aqueue import AsyncStore, Candidate
+from fairsched.store.aqueue import AsyncStore
+from fairsched.store.rows import Candidate
 from fairsched.store.statements import FETCH_SQL, NEXT_ELIGIBLE_SQL
 
 PPS = 1024 / 16  # W_p / W_a with the default weights

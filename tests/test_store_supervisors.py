@@ -11,8 +11,8 @@ import pytest
 from test_store_claim import enqueue, job, run_async, sql, stores
 
 from fairsched.store.aqueue import AsyncStore
-from fairsched.store.jobs import encode_result
 from fairsched.store.queue import Queue
+from fairsched.store.rows import encode_result
 
 
 def expire(url: str, store: AsyncStore) -> None:

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from handlers.worker_peer import HERE, Peer, _alive, make_spec, spawn
 
-from fairsched.worker.launch import LaunchError, StartsCold, Template, launch
+from fairsched.supervisor.template_process import StartsCold, Template
+from fairsched.worker.launch import LaunchError, launch
 
 
 @pytest.fixture

@@ -47,7 +47,6 @@ from fairsched.config import (
 )
 from fairsched.errors import LongInteger, read_int
 from fairsched.files import NotAFile, TooLarge, read_capped
-from fairsched.job_types import type_name_problem
 from fairsched.logs import some_ids
 from fairsched.store.errors import JobNotFound, JobStateError
 from fairsched.store.schema import (
@@ -58,6 +57,7 @@ from fairsched.store.schema import (
     STATUSES,
     UNFINISHED,
 )
+from fairsched.type_names import type_name_problem
 
 if TYPE_CHECKING:
     from fairsched.store.queue import Queue

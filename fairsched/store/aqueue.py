@@ -15,12 +15,11 @@ import os
 import socket
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 
 import psycopg
 
 from fairsched.store.connections import Notifications, open_connection
-from fairsched.store.jobs import storable_text
+from fairsched.store.rows import Candidate, QueuedJob, storable_text
 from fairsched.store.statements import (
     CANCEL_FINISH_SQL,
     CLAIM_SQL,
@@ -36,25 +35,6 @@ from fairsched.store.statements import (
 # Used when a claimed job has no max_attempts and its type is missing from the defaults.
 DEFAULT_MAX_ATTEMPTS = 3
 MAX_ERROR = 65536  # characters of last_error kept
-
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    """A pending job as fetch returns it: what its score needs, without its payload."""
-
-    id: int
-    type: str
-    priority: int
-    eligible_at: float  # epoch seconds: created, or its retry's run_after
-
-
-@dataclass(frozen=True, slots=True)
-class QueuedJob(Candidate):
-    """A job just claimed: a candidate's fields, its payload and attempts (this one counted)."""
-
-    payload_json: str | None  # the payload's JSON text as stored; None for SQL NULL
-    attempts: int
-    max_attempts: int | None
-    claim: int  # this claim's number: what its outcome is fenced on
 
 
 class AsyncStore:
@@ -180,7 +160,7 @@ class AsyncStore:
 
     async def complete(self, items: list[tuple[int, int, str | None]]) -> list[int]:
         """Mark jobs succeeded, items (id, claim, result) fenced on that claim (QueuedJob.claim),
-        each result as jobs.encode_result gives it (JSON text, or None); return the ids that
+        each result as rows.encode_result gives it (JSON text, or None); return the ids that
         changed."""
         if not items:
             return []

@@ -112,7 +112,7 @@ class QueueLink(Heartbeats):
         self.wake()
 
     def complete(self, job_id: int, claim: int, text: str | None, counted=None) -> None:
-        """Record a success; `text` is its result as JSON text (jobs.encode_result); `counted`:
+        """Record a success; `text` is its result as JSON text (rows.encode_result); `counted`:
         (type, outcome) as the metrics counted it."""
         self.outbox.completions.append((job_id, claim, text))
         self.outbox.note(job_id, counted)

@@ -11,8 +11,8 @@ import time
 from fairsched.backoff import backoff
 from fairsched.logs import fields, quoted
 from fairsched.protocol import ProtocolError, encode_run
-from fairsched.store.jobs import encode_result
-from fairsched.supervisor.jobs import Request, RunningJob
+from fairsched.store.rows import encode_result
+from fairsched.supervisor.in_flight import Request, RunningJob
 from fairsched.supervisor.outbox import Failure
 from fairsched.supervisor.states import ProcessState
 

@@ -16,13 +16,8 @@ from fairsched.config import Config, SupervisorSettings
 from fairsched.permissions import make_private_folder
 from fairsched.supervisor.process import WorkerProcess
 from fairsched.supervisor.states import EXITED, ProcessState
-from fairsched.worker.launch import (
-    LaunchSpec,
-    StartsCold,
-    Template,
-    TemplateGone,
-    become_subreaper,
-)
+from fairsched.supervisor.template_process import StartsCold, Template, TemplateGone
+from fairsched.worker.launch import LaunchSpec, become_subreaper
 
 log = logging.getLogger("fairsched.supervisor")
 

@@ -1,10 +1,11 @@
 """The template process: imports a handler once, then forks ready workers on request.
 
-Started by launch.Template with its control socket (SOCK_SEQPACKET) on fd 3. It answers
-{"ready": true} (or {"error": ...} and exit EXIT_CANNOT_START), then serves requests, one
-datagram each: JSON {"cwd", "env"} (the worker's FAIRSCHED_* variables; the group's env is
-the template's own) with two descriptors attached (the worker's socket end, its log file),
-answered with {"pid": N} or {"error": ...}. EOF on the control socket ends the template.
+Started by the supervisor's Template (fairsched.supervisor.template_process) with its control
+socket (SOCK_SEQPACKET) on fd 3. It answers {"ready": true} (or {"error": ...} and exit
+EXIT_CANNOT_START), then serves requests, one datagram each: JSON {"cwd", "env"} (the worker's
+FAIRSCHED_* variables; the group's env is the template's own) with two descriptors attached
+(the worker's socket end, its log file), answered with {"pid": N} or {"error": ...}. EOF on
+the control socket ends the template.
 
 The workers share the handler's imported modules with the template, page for page, until
 they write to them. The garbage collector would: each collection updates a field in every

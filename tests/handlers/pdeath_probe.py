@@ -15,7 +15,8 @@ sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parents[2])]  # t
 
 from worker_peer import Peer, make_spec, spawn  # noqa: E402
 
-from fairsched.worker.launch import Template, become_subreaper, launch  # noqa: E402
+from fairsched.supervisor.template_process import Template  # noqa: E402
+from fairsched.worker.launch import become_subreaper, launch  # noqa: E402
 
 
 def main(mode: str) -> None:

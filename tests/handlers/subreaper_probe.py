@@ -16,7 +16,8 @@ sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parents[2])]  # t
 
 from worker_peer import Peer, make_spec, spawn  # noqa: E402
 
-from fairsched.worker.launch import Template, become_subreaper  # noqa: E402
+from fairsched.supervisor.template_process import Template  # noqa: E402
+from fairsched.worker.launch import become_subreaper  # noqa: E402
 
 
 def main() -> None:

@@ -10,7 +10,8 @@ from collections import deque
 from pathlib import Path
 
 from fairsched.protocol import WORKER_MESSAGES, FrameDecoder, encode, validate
-from fairsched.worker.launch import Launched, LaunchError, LaunchSpec, Template
+from fairsched.supervisor.template_process import Template
+from fairsched.worker.launch import Launched, LaunchError, LaunchSpec
 
 HERE = Path(__file__).parent
 TIMEOUT = 10.0
