@@ -59,6 +59,7 @@ bench-all: build
 	$(PY) scripts/bench_ondemand.py
 	$(PY) scripts/bench_spawn.py
 	$(PY) scripts/bench_worker.py
+	$(PY) scripts/bench_store.py
 	$(PY) scripts/bench_throughput.py
 	$(PY) scripts/bench_sched.py
 

@@ -19,13 +19,13 @@ from typing import Any
 from fairsched.core.weights import Weights
 from fairsched.errors import ConfigError, given, long_integer, path_name
 from fairsched.files import FileRefused, read_capped
-from fairsched.job_types import type_name_problem
 from fairsched.permissions import (
     make_files_private,
     make_private_folder,
     not_writable,
     who_may_read,
 )
+from fairsched.type_names import type_name_problem
 
 DEFAULT_CONFIG = "workers.toml"
 DEFAULT_STATE_DIR = ".fairsched"  # beside workers.toml
@@ -127,9 +127,6 @@ class WorkerSpec:
     restart_window: float = 60.0
     env: dict[str, str] = field(default_factory=dict)
     cwd: Path = Path(".")
-
-    def process_names(self) -> list[str]:
-        return [f"{self.name}-{i}" for i in range(1, self.processes + 1)]
 
 
 @dataclass(frozen=True)

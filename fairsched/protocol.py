@@ -25,6 +25,12 @@ READ_SIZE = 1 << 18  # bytes either side reads from its pipe at most at once
 # a worker's JSON decoder takes (Python's gives up near its recursion limit, about 1,000).
 MAX_DEPTH = 500
 
+# How a worker's exit status reads when it could not say why on its pipe (sysexits.h's
+# numbers). The worker runtime exits with them; the supervisor decodes them (process.py).
+EXIT_CANNOT_START = 78  # EX_CONFIG, before its hello: bad handler or environment; not restarted
+EXIT_PROTOCOL = 76  # EX_PROTOCOL: the supervisor sent something the worker cannot read
+EXIT_SOFTWARE = 70  # EX_SOFTWARE: the worker itself failed (its log says how)
+
 WORKER_MESSAGES = frozenset({"hello", "progress", "result", "error", "refused", "fatal"})
 SUPERVISOR_MESSAGES = frozenset({"run", "cancel", "stop"})
 MESSAGE_TYPES = WORKER_MESSAGES | SUPERVISOR_MESSAGES

@@ -29,7 +29,8 @@ import time
 from pathlib import Path
 
 from fairsched.protocol import WORKER_MESSAGES, FrameDecoder, encode
-from fairsched.worker.launch import LaunchSpec, Template, become_subreaper, launch
+from fairsched.supervisor.template_process import Template
+from fairsched.worker.launch import Launched, LaunchSpec, become_subreaper, launch
 
 HANDLER = '''
 import decimal, email.parser, json  # noqa: F401 - a handler with some imports to pay for
@@ -79,6 +80,20 @@ class Conn:
         self.send({"t": "stop"})
         os.waitpid(self.pid, 0)
         self.sock.close()
+
+
+def from_template(template: Template):
+    """A launcher that forks from `template` as the supervisor does: the request sent without
+    waiting (begin_spawn), the pid read once the template's answer is there (read_reply)."""
+    def spawn(spec: LaunchSpec, incarnation: str) -> Launched:
+        sock = template.begin_spawn(spec, incarnation)
+        select.select([template.fileno()], [], [])
+        reply = template.read_reply()
+        if not reply or not isinstance(reply.get("pid"), int):
+            sock.close()
+            raise RuntimeError(f"template could not start {spec.name}: {reply}")
+        return Launched(reply["pid"], sock)
+    return spawn
 
 
 def stats(samples: list[float]) -> str:
@@ -189,20 +204,21 @@ def main() -> None:
     folder = Path(tempfile.mkdtemp(prefix="fs-bench-"))
     try:
         with ready_template(folder, "bench", HANDLER, "bench_handler:echo") as (template, spec):
+            fork = from_template(template)
             print(f"start to hello, {args.spawns} spawns each")
             print(f"  cold launch     {stats(to_hello(launch, spec, args.spawns))}")
-            print(f"  template spawn  {stats(to_hello(template.spawn, spec, args.spawns))}")
+            print(f"  template spawn  {stats(to_hello(fork, spec, args.spawns))}")
             print(f"crash (SIGKILL) to replacement's hello, {args.spawns} each")
             print(f"  cold launch     {stats(replacement(launch, spec, args.spawns))}")
-            print(f"  template spawn  {stats(replacement(template.spawn, spec, args.spawns))}")
+            print(f"  template spawn  {stats(replacement(fork, spec, args.spawns))}")
             print(f"run -> result round trip, {args.jobs} jobs")
-            print(f"  one slot        {stats(round_trips(template.spawn, spec, args.jobs))}")
+            print(f"  one slot        {stats(round_trips(fork, spec, args.jobs))}")
         with ready_template(folder, "mem", MEMORY_HANDLER, "bench_memory:lookup") as (template,
                                                                                       spec):
             print(f"memory per worker, {args.workers} workers each way, after {MEMORY_JOBS} jobs"
                   " with a full collection each (MiB, median)")
             sizes = {"cold launch": memory(launch, spec, args.workers),
-                     "template spawn": memory(template.spawn, spec, args.workers)}
+                     "template spawn": memory(from_template(template), spec, args.workers)}
             for name, (uss, pss) in sizes.items():
                 print(f"  {name:<15} USS {statistics.median(uss):6.1f}"
                       f"   PSS {statistics.median(pss):6.1f}")

@@ -276,6 +276,30 @@ def test_bad_usage_is_one_line_exit_2_and_writes_nothing(db, config, args, messa
     assert jobs_in(db) == 0
 
 
+ID_RULE = "must be an integer from 1 to 9223372036854775807, got "
+
+
+@pytest.mark.parametrize("text, words", [
+    ("seven", f"ID {ID_RULE}'seven'"),
+    ("1_0", f"ID {ID_RULE}'1_0'"),
+    (" 1", f"ID {ID_RULE}' 1'"),
+    ("\u0661", f"ID {ID_RULE}'\u0661'"),
+    ("0", f"ID {ID_RULE}'0'"),
+    (str(2**63), f"ID {ID_RULE}'{2**63}'"),
+    ("od-x", f"ID {ID_RULE}'od-x'"),
+    ("od-4", "od-4 is an on-demand job: it is in no table, and it ends when its caller stops "
+             "waiting (Ctrl-C on `fairsched submit --on-demand`)"),
+])
+def test_every_command_that_takes_a_job_id_reads_it_by_the_same_rule(db, config, text, words):
+    """jobs, retry, cancel and explain --job refuse the same ids with the same words (explain
+    naming its option)."""
+    for args in (["jobs", text], ["retry", text], ["cancel", text], ["explain", "--job", text]):
+        line = one_line_error(fairsched(*args, "--config", str(config), url=db), 2)
+        expected = words.replace("ID ", "--job ", 1) if args[0] == "explain" else words
+        assert line == f"fairsched: {expected}", (args, line)
+    assert jobs_in(db) == 0
+
+
 def test_a_broken_config_is_one_line_exit_2(db, tmp_path):
     line = one_line_error(fairsched("jobs", "--config", str(tmp_path / "missing.toml"), url=db), 2)
     assert "missing.toml" in line

@@ -45,7 +45,7 @@ def test_good_config_loads_with_paths_relative_to_the_file(tmp_path):
     assert config.supervisor.shutdown_timeout == 3.0
     assert config.scoring.age == 32.0 and config.scoring.priority == 1024.0
     pdf, tool = config.workers
-    assert pdf.process_names() == ["pdf-1", "pdf-2"]
+    assert pdf.processes == 2
     assert tool.command == (str(tmp_path / "bin" / "tool"), "--fast")
     assert tool.slots == 3 and tool.timeout == 5.0
     assert (tool.on_timeout, tool.cancel_grace) == ("retry", 10.0)  # the defaults

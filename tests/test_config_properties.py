@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from fairsched.config import Config, load_config
 from fairsched.errors import ConfigError
+from fairsched.supervisor.process import WorkerProcess
 
 BASE = {
     "supervisor": {"state_dir": "state", "shutdown_timeout": 3, "lease": 15},
@@ -132,7 +133,8 @@ def documents(draw) -> dict:
 def check_loaded(config: Config) -> None:
     """What a config that loads promises the supervisor."""
     groups = [w.name for w in config.workers]
-    processes = [p for w in config.workers for p in w.process_names()]
+    processes = [WorkerProcess(w, i).name for w in config.workers  # as the supervisor names them
+                 for i in range(1, w.processes + 1)]
     assert len(set(groups)) == len(groups)
     assert len(set(processes)) == len(processes)
     assert not set(groups) & set(processes), (groups, processes)

@@ -1,6 +1,6 @@
 """Rows a claim lost to someone else's lock: left out of fetches for LOCKED_SKIP, then back."""
 
-from fairsched.store.aqueue import Candidate
+from fairsched.store.rows import Candidate
 from fairsched.supervisor.locked_rows import LOCKED_SKIP, LockedRows
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import struct
 
@@ -11,6 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fairsched.protocol import (
+    EXIT_CANNOT_START,
+    EXIT_PROTOCOL,
+    EXIT_SOFTWARE,
     MAX_DEPTH,
     MAX_FRAME,
     MESSAGE_TYPES,
@@ -383,3 +387,23 @@ def test_docs_protocol_examples_constants_and_environment_match_the_code():
     spec = LaunchSpec(name="pdf-1", group="pdf", types=("pdf",), slots=1, handler="m:f",
                       command=None, cwd=Path("."), log_path=Path("pdf-1.log"))
     assert sorted(table) == sorted(worker_variables(spec, "pdf-1.1.ab"))
+
+
+def test_the_exit_statuses_both_sides_read_are_sysexits_and_the_docs_say_them():
+    from pathlib import Path
+
+    import fairsched.supervisor.process as supervisor_side
+    import fairsched.worker.runtime as worker_side
+
+    assert (EXIT_CANNOT_START, EXIT_PROTOCOL, EXIT_SOFTWARE) == (
+        os.EX_CONFIG, os.EX_PROTOCOL, os.EX_SOFTWARE)
+    for side in (supervisor_side, worker_side):  # imported from here, not numbers of their own
+        assert (side.EXIT_CANNOT_START, side.EXIT_PROTOCOL, side.EXIT_SOFTWARE) == (
+            EXIT_CANNOT_START, EXIT_PROTOCOL, EXIT_SOFTWARE)
+    text = " ".join((Path(__file__).resolve().parent.parent / "docs" / "protocol.md")
+                    .read_text().split())
+    assert f"**{EXIT_CANNOT_START}** (`EX_CONFIG`) before `hello`" in text
+    assert (f"The Python runtime uses {EXIT_PROTOCOL} (`EX_PROTOCOL`) for a protocol error from "
+            f"the supervisor and {EXIT_SOFTWARE} (`EX_SOFTWARE`) for an internal failure") in text
+    assert ("`EXIT_CANNOT_START`, `EXIT_PROTOCOL` and `EXIT_SOFTWARE` in `fairsched.protocol`"
+            in text)

@@ -11,8 +11,8 @@ import psycopg
 import pytest
 
 from fairsched.store.aqueue import AsyncStore
-from fairsched.store.jobs import RESULT_AS_TEXT
 from fairsched.store.queue import Queue
+from fairsched.store.rows import RESULT_AS_TEXT, encode_result
 from tests.supervisor_harness import wait_until
 
 # Each one failed its queued job: "result contains a NUL character, which PostgreSQL jsonb
@@ -45,8 +45,8 @@ def store_results(url: str, results: list) -> list[int]:
         try:
             won = await store.claim(ids, {"pdf": 1})
             assert [j.id for j in won] == ids
-            return await store.complete([(j.id, j.claim, r) for j, r in zip(won, results,
-                                                                             strict=True)])
+            return await store.complete([(j.id, j.claim, encode_result(r))
+                                         for j, r in zip(won, results, strict=True)])
         finally:
             await store.close()
 

@@ -251,8 +251,8 @@ def test_explain_command_bad_usage_exits_2(tmp_path, args):
     path = write_config(tmp_path, "postgresql://unused")
     result = fairsched("explain", "--config", str(path), *args)
     assert result.returncode == 2
-    assert f"Invalid value for --job: must be a job id (an integer >= 1), got '{args[1]}'" \
-        in result.stderr, result.stderr
+    assert result.stderr == ("fairsched: --job must be an integer from 1 to 9223372036854775807, "
+                             f"got '{args[1]}'\n"), result.stderr
 
 
 def test_explain_command_bad_config_exits_2(tmp_path):

@@ -184,7 +184,7 @@ def test_a_payload_is_measured_in_the_utf8_bytes_its_run_frame_carries(queue):
 
 
 def test_numbers_count_as_jsonb_writes_them_out(queue):
-    from fairsched.store.jobs import encode_json, stored_size
+    from fairsched.store.rows import encode_json, stored_size
 
     numbers = [1e308, -1.5e300, 5e-324, 1e-05, 1.25e-07, 1e16, 123456789.0, 0.1, 10**30]
     job_id = queue.enqueue("pdf", numbers)

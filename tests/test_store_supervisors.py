@@ -1,18 +1,18 @@
 """Supervisor rows: heartbeats, leases, rescue of a dead supervisor's jobs; notifications;
-delayed jobs; a lost connection; the retry backoff."""
+delayed jobs; a lost connection."""
 
 from __future__ import annotations
 
 import asyncio
 import math
-import random
 
 import psycopg
 import pytest
 from test_store_claim import enqueue, job, run_async, sql, stores
 
-from fairsched.store.aqueue import AsyncStore, retry_delay
+from fairsched.store.aqueue import AsyncStore
 from fairsched.store.queue import Queue
+from fairsched.store.rows import encode_result
 
 
 def expire(url: str, store: AsyncStore) -> None:
@@ -154,21 +154,20 @@ async def test_listen_works_as_a_plain_async_iterator(db):
 
 
 @run_async
-async def test_next_eligible_at_is_the_earliest_delayed_job(db):
+async def test_next_eligible_in_is_the_wait_for_the_earliest_delayed_job(db):
     async with stores(db) as (store,):
-        assert await store.next_eligible_at() is None
+        assert await store.next_eligible_in() is None
         enqueue(db, {"type": "a"}, {"type": "a", "delay": 500, "priority": 3},
                 {"type": "b", "delay": 100})
-        ((a_at,), (b_at,)) = sql(db, "SELECT extract(epoch FROM run_after)::float8"
-                                     " FROM fairsched_jobs WHERE run_after > now() ORDER BY type")
-        assert await store.next_eligible_at() == b_at
-        assert await store.next_eligible_at(["a"]) == a_at
-        assert await store.next_eligible_at(["c"]) is None
+        (b_at,) = sql(db, "SELECT min(extract(epoch FROM run_after))::float8"
+                          " FROM fairsched_jobs WHERE run_after > now()")[0]
         # The wait, by the server's clock alone: right whatever this host's clock says.
         (server_now,) = sql(db, "SELECT extract(epoch FROM now())::float8")[0]
         assert 99 < await store.next_eligible_in() <= b_at - server_now + 0.001
-        assert 499 < await store.next_eligible_in(["a"]) <= 500
-        assert await store.next_eligible_in(["c"]) is None
+        sql(db, "DELETE FROM fairsched_jobs WHERE type = 'b'")
+        assert 499 < await store.next_eligible_in() <= 500
+        sql(db, "DELETE FROM fairsched_jobs WHERE run_after > now()")
+        assert await store.next_eligible_in() is None  # a job due now is no wait
 
 
 @run_async
@@ -198,23 +197,6 @@ async def test_a_lost_connection_is_an_operational_error(db):
             await asyncio.wait_for(anext(notifications), 5)
 
 
-def test_retry_delay_grows_geometrically_with_jitter_and_a_cap():
-    rng = random.Random(7)
-    for attempt in range(1, 40):
-        ceiling = min(300.0, 2.0 ** (attempt - 1))
-        equal = retry_delay(attempt, rng=rng)
-        full = retry_delay(attempt, rng=rng, jitter="full")
-        assert ceiling / 2 <= equal <= ceiling
-        assert 0 <= full <= ceiling
-    assert retry_delay(10**6, base=5, cap=60, rng=rng) <= 60
-    assert retry_delay(3, base=0, rng=rng) == 0
-    draws = {retry_delay(8, rng=rng) for _ in range(20)}
-    assert len(draws) > 1  # jittered, not lockstep
-    for bad in ({"attempt": 0}, {"attempt": 1, "base": -1}, {"attempt": 1, "jitter": "none"}):
-        with pytest.raises(ValueError):
-            retry_delay(**bad)
-
-
 @run_async
 async def test_after_a_lost_connection_the_same_supervisor_finishes_its_claims(db):
     ids = enqueue(db, {"type": "pdf"}, {"type": "pdf"})
@@ -224,12 +206,13 @@ async def test_after_a_lost_connection_the_same_supervisor_finishes_its_claims(d
                 " WHERE pid <> pg_backend_pid() AND datname = current_database()")
         with pytest.raises(psycopg.OperationalError):
             await store.heartbeat()
-        await store.reconnect()
-        assert await store.complete([(claimed[0].id, 1, "done")]) == [ids[0]]
+        # A new connection under the same supervisor id, as the claim lane makes one.
         again = await AsyncStore.connect(db, supervisor_id=store.supervisor_id, lease=5)
         try:
-            assert again.supervisor_id == store.supervisor_id
-            assert await again.complete([(claimed[1].id, 1, "done")]) == [ids[1]]
+            assert again.supervisor_id == store.supervisor_id and not again.lease_lost
+            for claimed_job, job_id in zip(claimed, ids, strict=True):
+                assert await again.complete([(claimed_job.id, 1, encode_result("done"))]) == \
+                    [job_id]
         finally:
             await again.close(deregister=False)
         assert sql(db, "SELECT id, lease FROM fairsched_supervisors") == [(store.supervisor_id, 5.0)]
@@ -250,8 +233,11 @@ async def test_connections_give_up_on_a_silent_network_within_the_lease(db):
                 assert opts["keepalives"] == "1" and opts["keepalives_count"] == "3"
         finally:
             await listening.aclose()
-        await store.reconnect()
-        assert options(store.conn)["tcp_user_timeout"] == "3000"
+        again = await AsyncStore.connect(db, lease=9, supervisor_id=store.supervisor_id)
+        try:  # a reconnection's too
+            assert options(again.conn)["tcp_user_timeout"] == "3000"
+        finally:
+            await again.close(deregister=False)
     # What the operator put in the URL stays.
     own = psycopg.conninfo.make_conninfo(db, tcp_user_timeout="500")
     async with stores(own, lease=9) as (store,):

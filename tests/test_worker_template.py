@@ -12,14 +12,16 @@ import time
 from pathlib import Path
 
 import pytest
-from handlers.worker_peer import HERE, Peer, _alive, make_spec
+from handlers.worker_peer import HERE, Peer, _alive, make_spec, spawn
 
-from fairsched.worker.launch import LaunchError, StartsCold, Template, launch, launch_fast
+from fairsched.supervisor.template_process import StartsCold, Template
+from fairsched.worker.launch import LaunchError, launch
 
 
 @pytest.fixture
 def templates(tmp_path):
-    """start(**spec fields) -> (Template, spec); spawn(...) -> Peer; everything is cleaned up."""
+    """start(**spec fields) -> (Template, spec); spawn(...) -> Peer, forked as the supervisor
+    asks for one; everything is cleaned up."""
     started: list[Template] = []
     peers: list[Peer] = []
 
@@ -31,17 +33,12 @@ def templates(tmp_path):
             return template, spec
 
         def spawn(self, template, spec, incarnation="inc-1"):
-            peer = Peer(template.spawn(spec, incarnation), incarnation, spec, child=False)
+            peer = Peer(spawn(template, spec, incarnation), incarnation, spec, child=False)
             peers.append(peer)
             return peer
 
         def cold(self, spec, incarnation="inc-1"):
             peer = Peer(launch(spec, incarnation), incarnation, spec)
-            peers.append(peer)
-            return peer
-
-        def adopt(self, launched, incarnation, spec, child):
-            peer = Peer(launched, incarnation, spec, child=child)
             peers.append(peer)
             return peer
 
@@ -132,13 +129,15 @@ def test_template_worker_runs_in_its_own_session_with_its_own_log(templates, tmp
 def test_template_that_cannot_import_the_handler_reports_and_falls_back(templates, tmp_path):
     template, spec = templates.start(handler="no_such_module_here:run")
     with pytest.raises(LaunchError, match="No module named 'no_such_module_here'"):
-        template.spawn(spec, "inc-1")
+        template.wait_ready()
     assert os.waitpid(template.pid, 0)[1] == 78 << 8
-    with pytest.raises(LaunchError, match="No module named"):  # stays failed
-        template.spawn(spec, "inc-2")
-    pool = {"w": template}
-    peer = templates.adopt(launch_fast(spec, "inc-3", pool), "inc-3", spec, child=True)
-    assert pool == {}  # the failed template is dropped; the cold start reports the problem
+    for _ in range(2):  # stays failed
+        with pytest.raises(LaunchError, match="No module named"):
+            template.wait_ready()
+        with pytest.raises(LaunchError, match="No module named"):
+            template.begin_spawn(spec, "inc-2")
+    # The cold start the supervisor turns to reports the problem as the worker's own.
+    peer = templates.cold(spec, "inc-3")
     assert peer.recv()["t"] == "fatal"
     assert peer.wait_exit() == 78
     assert "No module named 'no_such_module_here'" in peer.log().splitlines()[-1]
@@ -163,50 +162,39 @@ def test_a_handler_that_starts_threads_at_import_gets_cold_workers(templates):
                                          r"thread\(s\), which a forked worker would not have"):
         template.wait_ready()
     assert os.waitpid(template.pid, 0)[1] == 0
-    pool = {"w": template}
-    peer = templates.adopt(launch_fast(spec, "inc-1", pool), "inc-1", spec, child=True)
-    assert pool == {}
+    with pytest.raises(LaunchError, match="its workers start cold"):
+        template.begin_spawn(spec, "inc-1")
+    peer = templates.cold(spec, "inc-1")
     peer.hello()
     for job in range(1, 4):
         peer.run(job)
         assert peer.expect("result")["result"]["threads"] >= 2  # its own thread, alive
 
 
-def test_dead_template_makes_spawn_raise_and_launch_fast_go_cold(templates):
+def test_a_dead_template_answers_no_spawn_and_its_workers_start_cold(templates):
     template, spec = templates.start()
     template.wait_ready()
     os.kill(template.pid, signal.SIGKILL)
     os.waitpid(template.pid, 0)
-    with pytest.raises(OSError, match="template for w"):
-        template.spawn(spec, "inc-1")
-    pool = {"w": template}
-    peer = templates.adopt(launch_fast(spec, "inc-2", pool), "inc-2", spec, child=True)
-    assert pool == {}
+    with pytest.raises(LaunchError, match=r"template for w is gone \(Broken pipe\)"):
+        template.begin_spawn(spec, "inc-1")
+    with pytest.raises(LaunchError, match=r"template for w is gone"):  # for good
+        template.begin_spawn(spec, "inc-1")
+    peer = templates.cold(spec, "inc-2")
     assert peer.hello()["incarnation"] == "inc-2"
 
 
-def test_launch_fast_keeps_the_template_when_the_workers_log_cannot_be_opened(templates):
+def test_a_workers_log_that_cannot_be_opened_is_not_the_templates_fault(templates):
     template, spec = templates.start()
     template.wait_ready()
     spec.log_path.mkdir()  # a folder where the worker's log goes: no start can open it
-    pool = {"w": template}
     with pytest.raises(OSError) as raised:
-        launch_fast(spec, "inc-1", pool)
+        template.begin_spawn(spec, "inc-1")
     assert not isinstance(raised.value, LaunchError)  # the log's fault, said as such
     assert raised.value.filename == str(spec.log_path)
-    assert pool == {"w": template}  # not blamed: the next worker with a log forks from it
+    # Not blamed: the next worker with a log forks from it.
     peer = templates.spawn(template, make_spec(spec.log_path.parent, name="w-2"), "inc-2")
     assert peer.hello()["incarnation"] == "inc-2"
-
-
-def test_launch_fast_uses_a_working_template(templates):
-    template, spec = templates.start()
-    pool = {"w": template}
-    peer = templates.adopt(launch_fast(spec, "inc-1", pool), "inc-1", spec, child=False)
-    peer.hello()
-    peer.run(1)
-    assert peer.expect("result")["result"]["imported_in"] == template.pid
-    assert pool == {"w": template}
 
 
 def test_template_exits_when_its_control_socket_closes(templates):
@@ -214,14 +202,15 @@ def test_template_exits_when_its_control_socket_closes(templates):
     template.wait_ready()
     template.close()
     assert os.waitpid(template.pid, 0)[1] == 0
-    with pytest.raises(LaunchError, match="closed"):
-        template.spawn(spec, "inc-1")
+    with pytest.raises(LaunchError, match="template for w is gone"):
+        template.begin_spawn(spec, "inc-1")
 
 
 def test_spawn_refuses_a_spec_of_another_group(templates, tmp_path):
     template, spec = templates.start()
+    template.wait_ready()
     with pytest.raises(ValueError, match="runs 'worker_handlers:echo'"):
-        template.spawn(make_spec(tmp_path, handler="worker_handlers:fail"), "inc-1")
+        template.begin_spawn(make_spec(tmp_path, handler="worker_handlers:fail"), "inc-1")
     with pytest.raises(ValueError, match="Python handlers only"):
         Template.start(make_spec(tmp_path, handler=None, command=("true",)))
 

@@ -51,6 +51,28 @@ def parse_seconds(option: str, text: str | None, *, positive: bool = False,
     return value if value else 0.0  # -0.0 is said as 0
 
 
+def parse_int(option: str, text: str | None, low: int, high: int | None = None) -> int | None:
+    """An integer given on the command line, from `low` to `high`; None if absent."""
+    if text is None:
+        return None
+    # ASCII digits only: int() would also take "1_0", " 1" or other scripts' digits, and a
+    # typo could then name another job. A minus sign gives -0 (0) or a number out of bounds.
+    value = int(text) if re.fullmatch(r"-?[0-9]{1,20}", text) else None
+    if value is None or value < low or (high is not None and value > high):
+        bounds = f"from {low} to {high}" if high is not None else f">= {low}"
+        raise UsageProblem(f"{option} must be an integer {bounds}, got {given(text)}")
+    return value
+
+
+def parse_job_id(text: str, option: str = "ID") -> int:
+    """A queued job's id as every command takes it: plain ASCII digits, 1 to the largest
+    bigint; an on-demand job's id (od-4) is refused saying what it is."""
+    if re.fullmatch(r"od-[0-9]+", text):
+        raise UsageProblem(f"{text} is an on-demand job: it is in no table, and it ends when its"
+                           " caller stops waiting (Ctrl-C on `fairsched submit --on-demand`)")
+    return parse_int(option, text, 1, 2**63 - 1)
+
+
 DATABASE_TIMEOUT = "FAIRSCHED_DATABASE_TIMEOUT"
 ANSWER_TIMEOUT = 30.0  # seconds a command waits for each answer of the database's, by default
 

@@ -28,6 +28,8 @@ from fairsched.cli.common import (
     duration,
     output,
     pad,
+    parse_int,
+    parse_job_id,
     parse_seconds,
     print_outcome,
     printable,
@@ -43,9 +45,8 @@ from fairsched.config import (
     load_config,
     resolve_config_path,
 )
-from fairsched.errors import LongInteger, given, read_int
+from fairsched.errors import LongInteger, read_int
 from fairsched.files import NotAFile, TooLarge, read_capped
-from fairsched.job_types import type_name_problem
 from fairsched.logs import some_ids
 from fairsched.store.errors import JobNotFound, JobStateError
 from fairsched.store.schema import (
@@ -56,6 +57,7 @@ from fairsched.store.schema import (
     STATUSES,
     UNFINISHED,
 )
+from fairsched.type_names import type_name_problem
 
 if TYPE_CHECKING:
     from fairsched.store.queue import Queue
@@ -151,18 +153,6 @@ def _finite(token: str) -> float:
     value = float(token)
     if math.isinf(value):
         raise ValueError(f"{token} is out of range for a number (at most about 1.8e308)")
-    return value
-
-
-def parse_int(option: str, text: str | None, low: int, high: int | None = None) -> int | None:
-    if text is None:
-        return None
-    # ASCII digits only: int() would also take "1_0", " 1" or other scripts' digits, and a
-    # typo could then name another job. A minus sign gives -0 (0) or a number out of bounds.
-    value = int(text) if re.fullmatch(r"-?[0-9]{1,20}", text) else None
-    if value is None or value < low or (high is not None and value > high):
-        bounds = f"from {low} to {high}" if high is not None else f">= {low}"
-        raise UsageProblem(f"{option} must be an integer {bounds}, got {given(text)}")
     return value
 
 
@@ -459,13 +449,6 @@ def first_line(error: str | None, columns: int) -> str:
 
 
 # -- retry, cancel ----------------------------------------------------------------------------
-
-def parse_job_id(text: str) -> int:
-    if re.fullmatch(r"od-[0-9]+", text):
-        raise UsageProblem(f"{text} is an on-demand job: it is in no table, and it ends when its"
-                           " caller stops waiting (Ctrl-C on `fairsched submit --on-demand`)")
-    return parse_int("ID", text, 1, 2**63 - 1)
-
 
 @main.command(short_help="Put failed or cancelled jobs back in the queue.")
 @click.argument("job_ids", metavar="[ID]...", nargs=-1)

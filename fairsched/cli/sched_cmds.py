@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 from pathlib import Path
 
 import click
@@ -19,11 +18,12 @@ from fairsched.cli import main
 from fairsched.cli.common import (
     bound_database_waits,
     output,
+    parse_job_id,
     reports_errors,
     require_stdout,
 )
 from fairsched.config import DEFAULT_CONFIG, load_config, read_config, resolve_config_path
-from fairsched.errors import given, path_name
+from fairsched.errors import path_name
 
 
 def _finite(value):
@@ -34,14 +34,6 @@ def _finite(value):
         return {k: _finite(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_finite(v) for v in value]
-    return value
-
-
-def parse_job_id(text: str) -> int:
-    value = int(text) if re.fullmatch(r"[0-9]{1,20}", text) else 0  # ASCII digits only
-    if not 1 <= value <= 2**63 - 1:
-        raise click.BadParameter(f"must be a job id (an integer >= 1), got {given(text)}",
-                                 param_hint="--job")
     return value
 
 
@@ -58,7 +50,7 @@ def explain(config_path, job_id, as_json, plot_path):
     from fairsched.sched import explain as ex
 
     require_stdout()
-    job_id = parse_job_id(job_id) if job_id is not None else None
+    job_id = parse_job_id(job_id, "--job") if job_id is not None else None
     plots = _plots_for(plot_path)  # before the database is asked: the plot is what was wanted
     from fairsched.store.database import ENV_URL
 

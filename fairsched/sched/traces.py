@@ -181,7 +181,9 @@ def _no_repeated_key(pairs: list[tuple], where: str) -> dict:
 # -- the generators ----------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class Job:
+class TraceJob:
+    """One line of a trace: a job arriving `at` seconds in, that runs `duration` seconds."""
+
     at: float
     type: str
     priority: int = 0
@@ -209,7 +211,7 @@ class Scenario:
     name: str
     description: str
     workers: list[Group]
-    jobs: list[Job] = field(default_factory=list)
+    jobs: list[TraceJob] = field(default_factory=list)
 
     def workers_toml(self) -> str:
         return workers_toml(self.workers, f"{self.name}: {self.description}")
@@ -224,7 +226,7 @@ class Scenario:
         return trace, workers
 
 
-def write_trace(path: Path, jobs: Iterable[Job]) -> int:
+def write_trace(path: Path, jobs: Iterable[TraceJob]) -> int:
     """Write jobs as JSON lines; return how many were written."""
     n = 0
     with open(path, "w", encoding="utf-8") as f:
@@ -268,9 +270,9 @@ def starvation(flood_seconds: float = 3600.0, duration: float = 10.0,
     jobs = []
     t = 0.0
     while t < flood_seconds:
-        jobs += [Job(t, "pdf", flood_priority, False, duration)] * per_burst
+        jobs += [TraceJob(t, "pdf", flood_priority, False, duration)] * per_burst
         t = round(t + duration, 6)
-    jobs.append(Job(rare_at, "index", 0, False, duration))
+    jobs.append(TraceJob(rare_at, "index", 0, False, duration))
     jobs.sort(key=lambda j: j.at)
     return Scenario("starvation", f"one rare index job under a {flood_seconds:g} s flood of "
                     f"priority-{flood_priority} pdf work", workers, jobs)
@@ -311,11 +313,11 @@ def _choose(rng: random.Random, options):
     return options[-1]
 
 
-def _draw_job(rng: random.Random, at: float, on_demand_share: float) -> Job:
+def _draw_job(rng: random.Random, at: float, on_demand_share: float) -> TraceJob:
     type_name, _, mean = _choose(rng, OFFICE_MIX)
     on_demand = rng.random() < on_demand_share
     priority = 0 if on_demand else _choose(rng, PRIORITY_MIX)[0]
-    return Job(round(at, 3), type_name, priority, on_demand, _lognormal(rng, mean))
+    return TraceJob(round(at, 3), type_name, priority, on_demand, _lognormal(rng, mean))
 
 
 def office_day(hours: int = 9, seed: int = 1, on_demand_share: float = 0.08) -> Scenario:
@@ -363,7 +365,7 @@ def on_demand_burst(seconds: float = 1800.0, burst_at: float = 600.0, burst_seco
         at = burst_at + rng.random() * burst_seconds
         type_name = "pdf" if rng.random() < 0.6 else "excel"
         mean = 20.0 if type_name == "pdf" else 8.0
-        jobs.append(Job(round(at, 3), type_name, 0, True, _lognormal(rng, mean)))
+        jobs.append(TraceJob(round(at, 3), type_name, 0, True, _lognormal(rng, mean)))
     jobs.sort(key=lambda j: j.at)
     return Scenario("on_demand_burst", f"{burst_jobs} on-demand requests in {burst_seconds:g} s "
                     f"over queued work at {background_load:g} of capacity",

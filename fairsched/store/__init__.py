@@ -7,7 +7,7 @@ constants, say) does not import the database driver.
 import importlib
 
 _HOMES = {
-    "AsyncStore": "aqueue", "Candidate": "aqueue", "QueuedJob": "aqueue", "retry_delay": "aqueue",
+    "AsyncStore": "aqueue", "Candidate": "rows", "QueuedJob": "rows",
     "Database": "database", "open_database": "database",
     "DatabaseUnavailable": "errors", "JobNotFound": "errors", "JobStateError": "errors",
     "KeyConflict": "errors", "SchemaError": "errors", "StoreError": "errors",

@@ -12,7 +12,7 @@ import psycopg
 from fairsched.store.errors import DatabaseUnavailable
 
 
-class NoAnswer(DatabaseUnavailable):
+class UnansweredStatement(DatabaseUnavailable):
     """The server did not answer a statement in time."""
 
 
@@ -35,13 +35,14 @@ class AnsweringConnection(psycopg.Connection):
 
         def expired(signum, frame):
             if waiting:
-                raise NoAnswer(f"{self.where} did not answer within {self.within:g} s{self.hint}")
+                raise UnansweredStatement(
+                    f"{self.where} did not answer within {self.within:g} s{self.hint}")
 
         previous = signal.signal(signal.SIGALRM, expired)
         signal.setitimer(signal.ITIMER_REAL, self.within)
         try:
             return super().wait(gen, *args, **kwargs)
-        except NoAnswer:
+        except UnansweredStatement:
             self.pgconn.finish()
             raise
         finally:

@@ -12,17 +12,14 @@ from __future__ import annotations
 import json
 import math
 import os
-import random
 import socket
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any
 
 import psycopg
 
 from fairsched.store.connections import Notifications, open_connection
-from fairsched.store.jobs import encode_result, storable_text
+from fairsched.store.rows import Candidate, QueuedJob, storable_text
 from fairsched.store.statements import (
     CANCEL_FINISH_SQL,
     CLAIM_SQL,
@@ -38,25 +35,6 @@ from fairsched.store.statements import (
 # Used when a claimed job has no max_attempts and its type is missing from the defaults.
 DEFAULT_MAX_ATTEMPTS = 3
 MAX_ERROR = 65536  # characters of last_error kept
-
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    """A pending job as fetch returns it: what its score needs, without its payload."""
-
-    id: int
-    type: str
-    priority: int
-    eligible_at: float  # epoch seconds: created, or its retry's run_after
-
-
-@dataclass(frozen=True, slots=True)
-class QueuedJob(Candidate):
-    """A job just claimed: a candidate's fields, its payload and attempts (this one counted)."""
-
-    payload_json: str | None  # the payload's JSON text as stored; None for SQL NULL
-    attempts: int
-    max_attempts: int | None
-    claim: int  # this claim's number: what its outcome is fenced on
 
 
 class AsyncStore:
@@ -105,18 +83,6 @@ class AsyncStore:
         store = cls(conn, url, supervisor_id, float(lease), host, lane)
         store.lease_lost = renewed is None
         return store
-
-    async def reconnect(self) -> None:
-        """Replace a lost connection, staying the same supervisor (see connect)."""
-        old = self.conn
-        conn = await open_connection(self.url, self.lease, self.lane)
-        try:
-            self.lease_lost = await _renew(conn, self.supervisor_id, self.host, self.lease) is None
-        except BaseException:
-            await conn.close()
-            raise
-        self.conn = conn
-        await old.close()
 
     async def heartbeat(self) -> bool:
         """Renew the lease. False: it had expired and the row was rescued; it is registered
@@ -192,27 +158,10 @@ class AsyncStore:
         won = {row[0]: QueuedJob(*row) for row in await cur.fetchall()}
         return [won[i] for i in dict.fromkeys(ids) if i in won]
 
-    async def complete(self, items: Iterable[tuple[int, int, Any]]) -> list[int]:
-        """Mark jobs succeeded, items (id, claim, result) fenced on that claim (QueuedJob.claim);
-        return the ids that changed.
-
-        A result that is no JSON (NaN) fails its job for good instead, with the reason in
-        last_error, so one bad result never blocks the batch; any JSON is stored
-        (jobs.encode_result).
-        """
-        storable, unstorable = [], []
-        for job_id, claim, result in items:
-            try:
-                storable.append((job_id, claim, encode_result(result)))
-            except ValueError as exc:
-                unstorable.append((job_id, claim, f"the result could not be stored: {exc}"))
-        failed = [job_id for job_id, claim, error in unstorable
-                  if await self.fail(job_id, claim, error, permanent=True, retry_delay=0)]
-        return failed + await self.complete_encoded(storable)
-
-    async def complete_encoded(self, items: list[tuple[int, int, str | None]]) -> list[int]:
-        """complete() for results already encoded (jobs.encode_result): (id, claim, JSON text
-        or None); return the ids that changed."""
+    async def complete(self, items: list[tuple[int, int, str | None]]) -> list[int]:
+        """Mark jobs succeeded, items (id, claim, result) fenced on that claim (QueuedJob.claim),
+        each result as rows.encode_result gives it (JSON text, or None); return the ids that
+        changed."""
         if not items:
             return []
         cur = await self.conn.execute(COMPLETE_SQL, {
@@ -322,21 +271,12 @@ class AsyncStore:
             " WHERE status = 'running' AND claimed_by = %s", (self.supervisor_id,))
         return await cur.fetchall()
 
-    async def next_eligible_at(self, types: Iterable[str] | None = None) -> float | None:
-        """Epoch seconds when the next delayed job (of `types`, or of any type) becomes eligible."""
-        return (await self._next_eligible(types))[0]
-
-    async def next_eligible_in(self, types: Iterable[str] | None = None) -> float | None:
-        """Seconds until the next delayed job (of `types`, or of any type) becomes eligible, by
-        the server's clock: a timer armed with it is right however far this host's clock is
-        from the server's."""
-        return (await self._next_eligible(types))[1]
-
-    async def _next_eligible(self, types: Iterable[str] | None) -> tuple[float | None, float | None]:
-        cur = await self.conn.execute(
-            NEXT_ELIGIBLE_SQL, {"types": None if types is None else list(types)})
+    async def next_eligible_in(self) -> float | None:
+        """Seconds until the next delayed job becomes eligible, by the server's clock: a timer
+        armed with it is right however far this host's clock is from the server's."""
+        cur = await self.conn.execute(NEXT_ELIGIBLE_SQL)
         row = await cur.fetchone()
-        return (row[0], row[1]) if row else (None, None)
+        return row[0] if row else None
 
     def listen(self) -> Notifications:
         """Notifications on a connection of their own: ('jobs', type) and ('cancel', job_id).
@@ -407,21 +347,3 @@ async def _register(conn: psycopg.AsyncConnection, supervisor_id: int, host: str
         " pid = excluded.pid, lease = excluded.lease",
         (supervisor_id, host, os.getpid(), lease))
 
-
-def retry_delay(attempt: int, base: float = 1.0, cap: float = 300.0, rng=random,
-                *, jitter: str = "equal") -> float:
-    """Seconds before retry number `attempt` (1 after the first failure): exponential backoff,
-    base x 2^(attempt-1) capped at `cap`, with jitter so failed jobs do not retry in lockstep.
-
-    "full" jitter draws from [0, d]; "equal" jitter from [d/2, d], keeping a floor.
-    """
-    if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1:
-        raise ValueError(f"attempt must be an integer >= 1, got {attempt!r}")
-    if not (math.isfinite(base) and base >= 0 and math.isfinite(cap) and cap >= 0):
-        raise ValueError(f"base and cap must be finite and >= 0, got {base!r}, {cap!r}")
-    delay = min(cap, base * 2.0 ** min(attempt - 1, 1000))
-    if jitter == "full":
-        return rng.uniform(0.0, delay)
-    if jitter == "equal":
-        return delay / 2 + rng.uniform(0.0, delay / 2)
-    raise ValueError(f"jitter must be 'full' or 'equal', got {jitter!r}")

@@ -28,7 +28,7 @@ from fairsched.store.errors import (
     KeyConflict,
     OtherDatabase,
 )
-from fairsched.store.jobs import (
+from fairsched.store.rows import (
     INT4_MAX,
     INT8_MAX,
     decode_result,

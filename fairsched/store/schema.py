@@ -142,14 +142,3 @@ def migrate(conn: psycopg.Connection) -> int:
         log.info("database schema upgraded from version %d to %d: %s", current, LATEST_VERSION,
                  "; ".join(applied))
     return LATEST_VERSION
-
-
-def schema_version(conn: psycopg.Connection) -> int:
-    """The applied version, 0 for a database fairsched has never touched."""
-    with conn.transaction():
-        exists = conn.execute(
-            "SELECT to_regclass('fairsched_schema_version') IS NOT NULL").fetchone()[0]
-        if not exists:
-            return 0
-        return conn.execute(
-            "SELECT coalesce(max(version), 0) FROM fairsched_schema_version").fetchone()[0]

@@ -162,8 +162,8 @@ SELECT status, count(*), (SELECT count(*) FROM notified) FROM rescued GROUP BY s
 """
 ORPHAN_AGE = 60.0
 
-# Earliest future run_after, one index probe per (type, priority); with no types given, the
-# pending types are walked through the index too (a loose index scan).
+# Seconds until the earliest future run_after, by the server's clock: one index probe per
+# (type, priority), the pending types walked through the index too (a loose index scan).
 NEXT_ELIGIBLE_SQL = f"""
 WITH RECURSIVE pending_types(type) AS (
     (SELECT type FROM fairsched_jobs WHERE status = 'pending' ORDER BY type LIMIT 1)
@@ -171,18 +171,14 @@ WITH RECURSIVE pending_types(type) AS (
     SELECT (SELECT f.type FROM fairsched_jobs f
              WHERE f.status = 'pending' AND f.type > t.type ORDER BY f.type LIMIT 1)
       FROM pending_types t WHERE t.type IS NOT NULL
-), wanted(type) AS (
-    SELECT type FROM pending_types WHERE type IS NOT NULL AND %(types)s::text[] IS NULL
-    UNION ALL
-    SELECT unnest(%(types)s::text[])
 )
-SELECT extract(epoch FROM min(next.run_after))::float8,
-       extract(epoch FROM min(next.run_after) - now())::float8
-  FROM wanted
+SELECT extract(epoch FROM min(next.run_after) - now())::float8
+  FROM pending_types
  CROSS JOIN generate_series(0, {MAX_PRIORITY}) AS level(priority)
  CROSS JOIN LATERAL (
        SELECT run_after FROM fairsched_jobs
-        WHERE status = 'pending' AND type = wanted.type AND priority = level.priority
+        WHERE status = 'pending' AND type = pending_types.type AND priority = level.priority
           AND run_after > now()
         ORDER BY run_after LIMIT 1) AS next
+ WHERE pending_types.type IS NOT NULL
 """

@@ -21,7 +21,7 @@ from fairsched.config import Config
 from fairsched.permissions import make_private_folder
 from fairsched.protocol import READ_SIZE
 from fairsched.supervisor.hooks import Observer
-from fairsched.supervisor.jobs import Request, RunningJob
+from fairsched.supervisor.in_flight import Request, RunningJob
 from fairsched.supervisor.lease import LeaseGuard
 from fairsched.supervisor.pipes import WorkerPipes
 from fairsched.supervisor.process import WorkerProcess
@@ -30,10 +30,11 @@ from fairsched.supervisor.running import JobHandling
 from fairsched.supervisor.scheduling import Scheduling
 from fairsched.supervisor.states import IGNORED_SIGNALS, STOP_SIGNALS, ProcessState
 from fairsched.supervisor.stopping import WorkerStopping
+from fairsched.supervisor.template_process import Template
 from fairsched.supervisor.templates import TemplateLifecycle
 from fairsched.supervisor.watchdog import Watchdog
 from fairsched.supervisor.workers import STOP_GRACE, WorkerLifecycle
-from fairsched.worker.launch import Template, become_subreaper
+from fairsched.worker.launch import become_subreaper
 
 log = logging.getLogger("fairsched.supervisor")
 

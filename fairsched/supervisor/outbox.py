@@ -75,7 +75,7 @@ class Outbox:
         refused = []
         if self.completions:
             batch = completion_chunk(self.completions)
-            changed = set(await store.complete_encoded(batch))
+            changed = set(await store.complete(batch))
             unchanged = [(job_id, claim) for job_id, claim, _ in batch if job_id not in changed]
             if unchanged:  # written already, by a try whose answer was lost, or not ours now
                 done = await store.completed_already(unchanged)

@@ -11,23 +11,8 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from fairsched.config import WorkerSpec
+from fairsched.protocol import EXIT_CANNOT_START, EXIT_PROTOCOL, EXIT_SOFTWARE
 from fairsched.supervisor.states import ProcessState, check_transition
-
-# Exit status a worker uses when it cannot even start (handler import failed): EX_CONFIG.
-EXIT_CANNOT_START = 78
-# What the Python runtime exits with when it fails itself (a handler broke fd 3, say) or cannot
-# read the supervisor: it has written why to its log, and cannot say it on its pipe.
-EXIT_SOFTWARE, EXIT_PROTOCOL = 70, 76
-
-RESTART_DELAY_FIRST = 0.1
-RESTART_DELAY_MAX = 30.0
-
-
-def restart_delay(recent_crashes: int) -> float:
-    """Geometric backoff: the first crash after a calm period restarts at once, then 0.1 s doubling to 30 s."""
-    if recent_crashes <= 1:
-        return 0.0
-    return min(RESTART_DELAY_FIRST * 2 ** (recent_crashes - 2), RESTART_DELAY_MAX)
 
 
 @dataclass(eq=False)
@@ -117,7 +102,7 @@ def describe_exit(status: int, sent: set | frozenset = frozenset(),
     """Human words for a waitpid status, e.g. 'killed by SIGKILL: out of memory';
     `sent`: the signals the supervisor itself sent the process; `oom_kills`: the kernel's
     OOM kill count (oom_kill_count) when the process started and now; `started`: it had
-    said hello (status 78 means "could not start" only before that)."""
+    said hello (EXIT_CANNOT_START means "could not start" only before that)."""
     import os
     import signal
 
@@ -150,8 +135,9 @@ def describe_exit(status: int, sent: set | frozenset = frozenset(),
 
 def log_tells_why(status: int, before_hello: bool) -> bool:
     """Whether the last line of a worker's log is what explains its exit (which the
-    supervisor did not cause): a death on its way up, but for a start failure's 78 (said in a
-    `fatal` frame), or after its hello, the runtime's own failures."""
+    supervisor did not cause): a death on its way up, but for a start failure's
+    EXIT_CANNOT_START (said in a `fatal` frame), or after its hello, the runtime's own failures
+    (EXIT_SOFTWARE, EXIT_PROTOCOL: it wrote why to its log, and could not say it on its pipe)."""
     import os
 
     if not os.WIFEXITED(status):

@@ -18,6 +18,7 @@ import time
 
 import psycopg
 
+from fairsched.backoff import backoff
 from fairsched.config import age_text
 from fairsched.logs import first_line, some_ids
 from fairsched.store.aqueue import AsyncStore
@@ -111,7 +112,7 @@ class QueueLink(Heartbeats):
         self.wake()
 
     def complete(self, job_id: int, claim: int, text: str | None, counted=None) -> None:
-        """Record a success; `text` is its result as JSON text (jobs.encode_result); `counted`:
+        """Record a success; `text` is its result as JSON text (rows.encode_result); `counted`:
         (type, outcome) as the metrics counted it."""
         self.outbox.completions.append((job_id, claim, text))
         self.outbox.note(job_id, counted)
@@ -245,8 +246,12 @@ class QueueLink(Heartbeats):
 
     # -- the lane -------------------------------------------------------------------------------
 
+    def _reconnect_delay(self, failures: int) -> float:
+        """How long a lane waits before it tries again after `failures` failures in a row."""
+        return backoff(failures, RECONNECT_FIRST, self.reconnect_max)
+
     async def _run(self) -> None:
-        delay = RECONNECT_FIRST
+        failures = 0  # in a row
         lost = False  # the database went out of reach (not a lane that failed and started over)
         while not self.closing:
             try:
@@ -257,7 +262,7 @@ class QueueLink(Heartbeats):
                     lost = False
                     self.sup.schedule()
                 await self._answer(self._drain())
-                delay = RECONNECT_FIRST
+                failures = 0
                 if not self._pending():
                     timeout = max(0.0, self._next_timer() - time.monotonic())
                     try:
@@ -266,6 +271,7 @@ class QueueLink(Heartbeats):
                         pass
                 self._wake.clear()
             except Exception as exc:
+                delay = self._reconnect_delay(failures)
                 if not isinstance(exc, DB_ERRORS):  # never expected: say so, loudly
                     log.exception("the claim lane failed; starting over in %g s", delay)
                 elif isinstance(exc, READ_ONLY):
@@ -288,7 +294,7 @@ class QueueLink(Heartbeats):
                 await self._drop_store()
                 self._requeue_claims()
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, self.reconnect_max)
+                failures += 1
 
     async def _answer(self, work):
         """Await a lane's round trips; one that hangs counts as a lost connection.
@@ -346,13 +352,14 @@ class QueueLink(Heartbeats):
             self.sup.on_claimed(claims, {}, contested=False)
 
     async def _run_outcomes(self) -> None:
-        delay = RECONNECT_FIRST
+        failures = 0  # in a row
         writer_since = 0.0  # monotonic time the outcome lane's connection was made
         while not self.closing:
             try:
                 if self.writer is None:
                     if self.supervisor_id is None or not self.connected:
-                        await asyncio.sleep(delay)  # the claim lane registers and reconnects first
+                        # The claim lane registers and reconnects first.
+                        await asyncio.sleep(self._reconnect_delay(failures))
                         continue
                     self.writer = await self._answer(AsyncStore.connect(
                         self.database.url, lease=self.settings.lease,
@@ -363,11 +370,12 @@ class QueueLink(Heartbeats):
                 self._outbox_wake.clear()
                 if self.outbox:
                     await self._answer(self.outbox.write(self.writer))
-                    delay = RECONNECT_FIRST
+                    failures = 0
                     await asyncio.sleep(OUTCOME_LINGER)
                 else:
                     await self._outbox_wake.wait()
             except DB_ERRORS as exc:
+                delay = self._reconnect_delay(failures)
                 # A connection older than the claim lane's last reconnection was lost in the
                 # outage the claim lane has reported and recovered from: replace it at once.
                 stale = self.writer is not None and writer_since < self._in_touch_since
@@ -385,13 +393,14 @@ class QueueLink(Heartbeats):
                         pass
                 if not (stale and self.connected):
                     await asyncio.sleep(delay)
-                    delay = min(delay * 2, self.reconnect_max)
+                    failures += 1
             except Exception:  # never expected: say so, loudly, and keep the lane alive
+                delay = self._reconnect_delay(failures)
                 waiting = len(self.outbox.job_ids())
                 log.exception("could not write %d job outcome%s; trying again in %g s",
                               waiting, "" if waiting == 1 else "s", delay)
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, self.reconnect_max)
+                failures += 1
 
     async def _run_prune(self) -> None:
         """Delete the succeeded and cancelled jobs that finished more than prune_after ago, at
@@ -519,7 +528,7 @@ class QueueLink(Heartbeats):
             self.sup.wake_in(delay)
 
     async def _listen(self) -> None:
-        delay = RECONNECT_FIRST
+        failures = 0  # in a row
         lost = False
         while not self.closing:
             notifications = None
@@ -533,7 +542,7 @@ class QueueLink(Heartbeats):
                     self._next_heartbeat = 0.0
                     self.request_fetch()
                 async for kind, value in notifications:
-                    delay = RECONNECT_FIRST
+                    failures = 0
                     if kind == "jobs":
                         self.sup.on_jobs_notified(value)
                     elif kind == "cancel":
@@ -546,8 +555,8 @@ class QueueLink(Heartbeats):
                 with contextlib.suppress(Exception):
                     await notifications.aclose()
             lost = True
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, self.reconnect_max)
+            await asyncio.sleep(self._reconnect_delay(failures))
+            failures += 1
 
     def store_listen(self):
         store = self.store

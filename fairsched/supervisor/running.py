@@ -8,15 +8,19 @@ import functools
 import logging
 import time
 
+from fairsched.backoff import backoff
 from fairsched.logs import fields, quoted
 from fairsched.protocol import ProtocolError, encode_run
-from fairsched.store.aqueue import retry_delay
-from fairsched.store.jobs import encode_result
-from fairsched.supervisor.jobs import Request, RunningJob
+from fairsched.store.rows import encode_result
+from fairsched.supervisor.in_flight import Request, RunningJob
 from fairsched.supervisor.outbox import Failure
 from fairsched.supervisor.states import ProcessState
 
 log = logging.getLogger("fairsched.supervisor")
+
+# A failed job is tried again after retry_backoff x 2^(attempt-1) s, at most this long, with
+# jitter so that jobs failed together do not come back in lockstep.
+RETRY_DELAY_MAX = 300.0
 
 
 def where(rj: RunningJob) -> str:
@@ -198,7 +202,8 @@ class JobHandling:
                                said=functools.partial(self._handed_back, rj, duration))
         else:
             last = permanent or rj.attempt >= rj.max_attempts
-            delay = 0.0 if last else retry_delay(rj.attempt, base=rj.proc.spec.retry_backoff)
+            delay = 0.0 if last else backoff(rj.attempt - 1, rj.proc.spec.retry_backoff,
+                                             RETRY_DELAY_MAX, jitter="equal")
             self._record(rj, "failed" if last else "retried", duration)
             said = quoted(error)
             if last:

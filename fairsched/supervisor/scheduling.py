@@ -10,7 +10,7 @@ import logging
 import time
 
 from fairsched import core
-from fairsched.supervisor.jobs import Request
+from fairsched.supervisor.in_flight import Request
 from fairsched.supervisor.states import ProcessState
 
 LOSSES_BEFORE_REFETCH = 5

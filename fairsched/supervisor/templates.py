@@ -11,17 +11,13 @@ import logging
 import time
 from pathlib import Path
 
+from fairsched.backoff import backoff
 from fairsched.config import Config, SupervisorSettings
 from fairsched.permissions import make_private_folder
 from fairsched.supervisor.process import WorkerProcess
 from fairsched.supervisor.states import EXITED, ProcessState
-from fairsched.worker.launch import (
-    LaunchSpec,
-    StartsCold,
-    Template,
-    TemplateGone,
-    become_subreaper,
-)
+from fairsched.supervisor.template_process import StartsCold, Template, TemplateGone
+from fairsched.worker.launch import LaunchSpec, become_subreaper
 
 log = logging.getLogger("fairsched.supervisor")
 
@@ -213,7 +209,7 @@ class TemplateLifecycle:
         losses = [t for t in self.template_losses.get(group, []) if now - t < TEMPLATE_CALM]
         losses.append(now)
         self.template_losses[group] = losses
-        delay = min(TEMPLATE_DELAY_MAX, TEMPLATE_DELAY_FIRST * 2 ** (len(losses) - 1))
+        delay = backoff(len(losses) - 1, TEMPLATE_DELAY_FIRST, TEMPLATE_DELAY_MAX)
         timer = self.template_timers.pop(group, None)
         if timer is not None:
             timer.cancel()

@@ -191,7 +191,7 @@ class Watchdog:
         self._scheduled = False
         self._reports = b""
         self._started_at = 0.0
-        self._restart_delay = RESTART_FIRST
+        self._restarts = 0  # in a row: how long the next restart waits
         self._unanswered_since: float | None = None  # monotonic time of the oldest line unanswered
         self._replacing = False  # it was killed for not answering: start another at once
 
@@ -357,15 +357,18 @@ class Watchdog:
         from fairsched.supervisor.process import describe_exit
 
         if time.monotonic() - self._started_at >= STEADY:
-            self._restart_delay = RESTART_FIRST
+            self._restarts = 0
         self._restart_later(f"the lease watchdog ended ({describe_exit(status)}; see "
                             f"{path_name(self.log_path)})")
 
     def _restart_later(self, why: str) -> None:
+        from fairsched.backoff import backoff
+
+        delay = backoff(self._restarts, RESTART_FIRST, RESTART_MAX)
+        self._restarts += 1
         log.error("%s; starting it again in %g s (until then a stall of this supervisor "
-                  "goes unguarded)", why, self._restart_delay)
-        self.loop.call_later(self._restart_delay, self.start)
-        self._restart_delay = min(self._restart_delay * 2, RESTART_MAX)
+                  "goes unguarded)", why, delay)
+        self.loop.call_later(delay, self.start)
 
     def close(self) -> None:
         """Let the watchdog go, telling it first that no worker is busy: it exits when its
@@ -386,7 +389,7 @@ def main() -> None:
         watch(sock)
     except (OSError, ValueError) as exc:
         _note(str(exc))
-        sys.exit(70)
+        sys.exit(os.EX_SOFTWARE)  # fairsched.protocol's import would add a third to its start
 
 
 if __name__ == "__main__":

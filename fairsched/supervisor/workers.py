@@ -13,16 +13,15 @@ import stat
 import sys
 import time
 
+from fairsched.backoff import backoff
 from fairsched.logs import fields, tail_lines, unstamped
-from fairsched.protocol import WORKER_MESSAGES, FrameDecoder
+from fairsched.protocol import EXIT_CANNOT_START, WORKER_MESSAGES, FrameDecoder
 from fairsched.supervisor.lease import WATCHDOG_AT
 from fairsched.supervisor.process import (
-    EXIT_CANNOT_START,
     WorkerProcess,
     describe_exit,
     log_tells_why,
     oom_kill_count,
-    restart_delay,
 )
 from fairsched.supervisor.states import ProcessState
 from fairsched.supervisor.templates import launch_spec
@@ -33,6 +32,9 @@ log = logging.getLogger("fairsched.supervisor")
 STOP_GRACE = 2.0  # SIGTERM to SIGKILL for a worker that is stopped or timed out
 EXIT_GRACE = 2.0  # a worker that closed its pipe gets this long to exit before SIGKILL
 CRASHED_JOBS_KEPT = 1024  # jobs remembered for having crashed a worker (_job_to_blame)
+# A crash after a calm period restarts at once, the next ones after 0.1 s doubling to 30 s.
+RESTART_DELAY_FIRST = 0.1
+RESTART_DELAY_MAX = 30.0
 REAP_WAIT = 0.002  # seconds the loop waits, at most, for a worker whose pipe closed to exit
 # wait4's flag (linux/wait.h) to wait for the calling thread's children only.
 _WNOTHREAD = 0x20000000 if sys.platform.startswith("linux") else 0
@@ -282,7 +284,7 @@ class WorkerLifecycle:
             self._make_fatal(proc, f"{how}; crashed {times} within "
                                    f"{proc.spec.restart_window:g} s")
             return
-        delay = restart_delay(recent)
+        delay = 0.0 if recent <= 1 else backoff(recent - 2, RESTART_DELAY_FIRST, RESTART_DELAY_MAX)
         proc.set_state(ProcessState.DOWN)
         spared = ("" if blamed is None else
                   f" (not counted toward max_restarts: job {blamed} crashed a worker before)")

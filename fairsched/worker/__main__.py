@@ -1,6 +1,7 @@
 """`python -m fairsched.worker [--chdir DIR]`: run one Python worker (see docs/protocol.md).
 
-With `--template` it is instead a handler group's template, started by launch.Template.
+With `--template` it is instead a handler group's template, started by the supervisor's Template
+(fairsched.supervisor.template_process).
 """
 
 import sys

@@ -24,6 +24,9 @@ from typing import NoReturn
 
 from fairsched.job import Job
 from fairsched.protocol import (
+    EXIT_CANNOT_START,
+    EXIT_PROTOCOL,
+    EXIT_SOFTWARE,
     PROTOCOL_VERSION,
     READ_SIZE,
     SUPERVISOR_MESSAGES,
@@ -46,9 +49,6 @@ from fairsched.worker.handler import (
 from fairsched.worker.log_streams import install as install_log_streams
 from fairsched.worker.log_streams import tell_lost
 
-EXIT_CANNOT_START = 78  # EX_CONFIG: the handler or the environment is wrong; do not restart
-EXIT_PROTOCOL = 76  # EX_PROTOCOL: the supervisor sent something this worker cannot read
-EXIT_SOFTWARE = 70  # EX_SOFTWARE: the worker itself failed (its log says how)
 _STOP_SIGNALS = frozenset((signal.SIGTERM, signal.SIGINT))  # what stops a worker; see serve()
 
 
@@ -116,7 +116,8 @@ def exit_now(code: int) -> NoReturn:
 
 
 def cannot_start(name: str, exc: StartupError, sock: socket.socket | None) -> NoReturn:
-    """Report a start failure: one line in the log, a "fatal" frame if possible, exit 78."""
+    """Report a start failure: one line in the log, a "fatal" frame if possible, exit
+    EXIT_CANNOT_START."""
     print(f"fairsched worker {name} could not start: {exc}", file=sys.stderr)
     if sock is not None:
         try:

@@ -1,10 +1,11 @@
 """The template process: imports a handler once, then forks ready workers on request.
 
-Started by launch.Template with its control socket (SOCK_SEQPACKET) on fd 3. It answers
-{"ready": true} (or {"error": ...} and exit 78), then serves requests, one datagram each:
-JSON {"cwd", "env"} (the worker's FAIRSCHED_* variables; the group's env is the template's own)
-with two descriptors attached (the worker's socket end, its log file), answered with
-{"pid": N} or {"error": ...}. EOF on the control socket ends the template.
+Started by the supervisor's Template (fairsched.supervisor.template_process) with its control
+socket (SOCK_SEQPACKET) on fd 3. It answers {"ready": true} (or {"error": ...} and exit
+EXIT_CANNOT_START), then serves requests, one datagram each: JSON {"cwd", "env"} (the worker's
+FAIRSCHED_* variables; the group's env is the template's own) with two descriptors attached
+(the worker's socket end, its log file), answered with {"pid": N} or {"error": ...}. EOF on
+the control socket ends the template.
 
 The workers share the handler's imported modules with the template, page for page, until
 they write to them. The garbage collector would: each collection updates a field in every
@@ -28,6 +29,7 @@ import time
 import traceback
 from typing import NoReturn
 
+from fairsched.protocol import EXIT_CANNOT_START, EXIT_SOFTWARE
 from fairsched.worker._linux import datagram_size, set_title
 from fairsched.worker.handler import Handler, StartupError, describe_exception, load_handler
 from fairsched.worker.log_streams import install as install_log_streams
@@ -75,7 +77,7 @@ def main(args: list[str]) -> NoReturn:
         print(f"fairsched template for {group} could not start: {exc}", file=sys.stderr)
         if ctrl is not None:
             _reply(ctrl, {"error": str(exc)})
-        exit_now(78)
+        exit_now(EXIT_CANNOT_START)
     set_title(f"fairsched: template {group} ({os.environ.get('FAIRSCHED_HANDLER')}, supervisor "
               f"{supervisor})")
     _reply(ctrl, {"ready": True})
@@ -137,7 +139,7 @@ def fork_worker(request: dict, fds: list[int], handler: Handler, ctrl: socket.so
             os.write(write_end, _PID.pack(worker))
         except BaseException:
             traceback.print_exc()
-            code = 70
+            code = EXIT_SOFTWARE
         os._exit(code)
     os.close(write_end)
     try:
@@ -196,5 +198,5 @@ def become_worker(request: dict, fds: list[int], handler: Handler, ctrl: socket.
         cannot_start(name, exc, None)
     except BaseException:
         traceback.print_exc()
-        exit_now(70)
+        exit_now(EXIT_SOFTWARE)
     serve(settings, handler, sock)

@@ -13,9 +13,10 @@ from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parents[2])]  # this checkout
 
-from worker_peer import Peer, make_spec  # noqa: E402
+from worker_peer import Peer, make_spec, spawn  # noqa: E402
 
-from fairsched.worker.launch import Template, become_subreaper, launch  # noqa: E402
+from fairsched.supervisor.template_process import Template  # noqa: E402
+from fairsched.worker.launch import become_subreaper, launch  # noqa: E402
 
 
 def main(mode: str) -> None:
@@ -24,7 +25,7 @@ def main(mode: str) -> None:
     if mode == "template":
         assert become_subreaper()
         template = Template.start(spec)
-        launched = template.spawn(spec, "inc-1")
+        launched = spawn(template, spec, "inc-1")
     else:
         launched = launch(spec, "inc-1")
     peer = Peer(launched, "inc-1", spec)

@@ -14,9 +14,10 @@ from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parents[2])]  # this checkout
 
-from worker_peer import Peer, make_spec  # noqa: E402
+from worker_peer import Peer, make_spec, spawn  # noqa: E402
 
-from fairsched.worker.launch import Template, become_subreaper  # noqa: E402
+from fairsched.supervisor.template_process import Template  # noqa: E402
+from fairsched.worker.launch import become_subreaper  # noqa: E402
 
 
 def main() -> None:
@@ -26,7 +27,7 @@ def main() -> None:
     template = Template.start(spec)
     peer = None
     try:
-        peer = Peer(template.spawn(spec, "probe-1"), "probe-1", spec)
+        peer = Peer(spawn(template, spec, "probe-1"), "probe-1", spec)
         hello = peer.hello()
         with open(f"/proc/{peer.pid}/stat") as f:
             parent = int(f.read().rpartition(")")[2].split()[1])

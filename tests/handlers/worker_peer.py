@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import os
+import select
 import signal
 import time
 from collections import deque
 from pathlib import Path
 
 from fairsched.protocol import WORKER_MESSAGES, FrameDecoder, encode, validate
-from fairsched.worker.launch import Launched, LaunchSpec
+from fairsched.supervisor.template_process import Template
+from fairsched.worker.launch import Launched, LaunchError, LaunchSpec
 
 HERE = Path(__file__).parent
 TIMEOUT = 10.0
@@ -20,6 +22,26 @@ def make_spec(log_dir: Path, name: str = "w-1", handler: str | None = "worker_ha
     return LaunchSpec(name=name, group=name.rpartition("-")[0] or name, types=tuple(types),
                       slots=slots, handler=handler, command=command, cwd=cwd,
                       log_path=log_dir / f"{name}.log", env=dict(env or {}))
+
+
+def spawn(template: Template, spec: LaunchSpec, incarnation: str) -> Launched:
+    """A worker forked by `template` the way the supervisor asks for one: the template ready,
+    the request sent without waiting (begin_spawn), the pid read once the answer is there."""
+    template.wait_ready()
+    sock = template.begin_spawn(spec, incarnation)
+    try:
+        if not select.select([template.fileno()], [], [], TIMEOUT)[0]:
+            raise AssertionError(f"template {template.pid} did not answer within {TIMEOUT} s")
+        reply = template.read_reply()
+        if reply is None:
+            raise LaunchError(f"template for {template.group} exited")
+        if not isinstance(reply.get("pid"), int):
+            raise LaunchError(f"template for {template.group} could not start {spec.name}: "
+                              f"{reply.get('error')}")
+    except BaseException:
+        sock.close()
+        raise
+    return Launched(reply["pid"], sock)
 
 
 class Peer:

@@ -12,8 +12,8 @@ import pytest
 
 from fairsched.config import load_config
 from fairsched.errors import ConfigError
-from fairsched.job_types import MAX_TYPE_NAME, type_name_problem
 from fairsched.store.queue import Queue
+from fairsched.type_names import MAX_TYPE_NAME, type_name_problem
 
 # Each was taken by `submit` with only FAIRSCHED_DATABASE_URL set; the long one then failed
 # as "payload string too long" (pg_notify's limit), after the insert.

@@ -1,5 +1,6 @@
-"""A job as it may be written: one description checked field by field, and JSON and text made
-into what PostgreSQL's jsonb and text columns store (NUL, lone surrogates, long numbers)."""
+"""Rows of the job table as Python sees them: a new job's description checked field by field,
+JSON and text made into what PostgreSQL's jsonb and text columns store (NUL, lone surrogates,
+long numbers), and the pending and claimed jobs the supervisor's fetch and claim read."""
 
 from __future__ import annotations
 
@@ -7,16 +8,37 @@ import decimal
 import json
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from fairsched.job_types import check_type_name
 from fairsched.protocol import MAX_DEPTH, MAX_PAYLOAD, json_depth, payload_json
 from fairsched.store.schema import MAX_DELAY, MAX_PRIORITY
+from fairsched.type_names import check_type_name
 
 JOB_FIELDS = frozenset({"type", "payload", "priority", "max_attempts", "delay", "key"})
 INT4_MAX = 2**31 - 1
 INT8_MAX = 2**63 - 1
 MAX_KEY = 1000  # bytes of an idempotency key
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A pending job as fetch returns it: what its score needs, without its payload."""
+
+    id: int
+    type: str
+    priority: int
+    eligible_at: float  # epoch seconds: created, or its retry's run_after
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedJob(Candidate):
+    """A job just claimed: a candidate's fields, its payload and attempts (this one counted)."""
+
+    payload_json: str | None  # the payload's JSON text as stored; None for SQL NULL
+    attempts: int
+    max_attempts: int | None
+    claim: int  # this claim's number: what its outcome is fenced on
 
 
 def job_row(job: Mapping[str, Any], index: int = 0, several: bool = False) -> tuple:

@@ -1,11 +1,12 @@
 """Job-store throughput on a real PostgreSQL, measured side by side in one run.
 
-    python -m fairsched.store.bench [--url URL] [--jobs N]
+    .venv/bin/python scripts/bench_store.py [--url URL] [--jobs N] [--deep N]
 
 Without --url (or FAIRSCHED_DATABASE_URL) it runs on a throwaway embedded server. It prints
 jobs/s for batched enqueue, for claiming and completing one job per statement, and for the
 supervisor's cycle (fetch 2 x 16 candidates, claim them in one statement, complete them in one),
-then the latency of one fetch against a deep queue.
+then the latency of one fetch against a deep queue (--deep pending jobs of other types, and
+1,000 of its own).
 """
 
 from __future__ import annotations
@@ -95,8 +96,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", help="PostgreSQL URL (default: $FAIRSCHED_DATABASE_URL or embedded)")
     parser.add_argument("--jobs", type=int, default=20000, help="jobs per measurement")
+    parser.add_argument("--deep", type=int, default=100_000,
+                        help="pending jobs of other types behind the fetch latency")
     args = parser.parse_args()
     jobs = max(1000, args.jobs)
+    deep = max(0, args.deep)
 
     tmp = None
     url = args.url or os.environ.get(ENV_URL)
@@ -114,12 +118,12 @@ def main() -> None:
         batched = asyncio.run(bench_batched(database.url, jobs))
         print(f"fetch 32, claim 32, complete 32:       {batched:10,.0f} jobs/s"
               f"  ({batched / one:.1f}x one at a time)")
-        reset(database, 0, pending_extra=100_000)
+        reset(database, 0, pending_extra=deep)
         with database.connect() as conn:
             Queue(conn).enqueue_many([{"type": TYPE, "priority": i % 11} for i in range(1000)])
             conn.execute("VACUUM ANALYZE fairsched_jobs")
         latency = asyncio.run(bench_fetch_latency(database.url))
-        print(f"fetch with 101,000 pending jobs:       {latency:10.2f} ms per call")
+        print(f"{f'fetch with {deep + 1000:,} pending jobs:':<39}{latency:10.2f} ms per call")
     finally:
         database.close()
         if tmp is not None:
