@@ -183,6 +183,18 @@ def db(database_url):
 
 
 @pytest.fixture
+def queue(db):
+    """A fairsched.Queue on the clean database, over an autocommit connection of its own."""
+    from fairsched.store.queue import Queue
+
+    conn = psycopg.connect(db, autocommit=True)
+    try:
+        yield Queue(conn)
+    finally:
+        conn.close()
+
+
+@pytest.fixture
 def supervisors(db):
     """Start real supervisors on the clean database; every one is stopped after the test.
 

@@ -13,15 +13,6 @@ from fairsched.store.queue import Queue
 from tests.supervisor_harness import wait_until
 
 
-@pytest.fixture
-def queue(db):
-    conn = psycopg.connect(db, autocommit=True)
-    try:
-        yield Queue(conn)
-    finally:
-        conn.close()
-
-
 def count(url: str) -> int:
     with psycopg.connect(url) as conn:
         return conn.execute("SELECT count(*) FROM fairsched_jobs").fetchone()[0]

@@ -13,15 +13,6 @@ from fairsched.store.errors import DatabaseUnavailable, JobNotFound, JobStateErr
 from fairsched.store.queue import Queue
 
 
-@pytest.fixture
-def queue(db):
-    conn = psycopg.connect(db, autocommit=True)
-    try:
-        yield Queue(conn)
-    finally:
-        conn.close()
-
-
 def count(queue: Queue) -> int:
     return queue.conn.execute("SELECT count(*) FROM fairsched_jobs").fetchone()[0]
 
