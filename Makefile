@@ -56,6 +56,7 @@ bench: build
 bench-all: build
 	@FAIRSCHED_NO_EXTENSIONS=1 $(PIP) install --no-build-isolation -e '.[bench]'
 	$(PY) scripts/bench_core.py
+	$(PY) scripts/bench_cycle.py
 	$(PY) scripts/bench_ondemand.py
 	$(PY) scripts/bench_spawn.py
 	$(PY) scripts/bench_worker.py

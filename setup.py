@@ -21,7 +21,7 @@ macros = [("CYTHON_TRACE", "1")] if DEBUG else []
 compile_args = ["-O2", "-ffp-contract=off"]
 
 # The longest to compile first: with one compiler per core, the other two share the second.
-CORE_MODULES = ["_scoring_c", "_matching_c", "_pool_c"]
+CORE_MODULES = ["_scoring_c", "_matching_c", "_pool_c", "_cache_c", "_idmap_c"]
 
 
 def extensions():
@@ -56,6 +56,6 @@ ext_modules, cmdclass = extensions()
 setup(
     ext_modules=ext_modules,
     cmdclass=cmdclass,
-    # Three modules, each built apart: one compiler per core makes a first build shorter.
+    # Five modules, each built apart: one compiler per core makes a first build shorter.
     options={"build_ext": {"parallel": min(len(CORE_MODULES), os.cpu_count() or 1)}},
 )

@@ -227,3 +227,151 @@ def test_both_refuse_the_same_type_lists(c_core, types):
         except ValueError as exc:
             outcome.append(str(exc))
     assert outcome[0] == outcome[1]
+
+
+# -- the candidate cache ---------------------------------------------------------------------
+
+cache_times = st.sampled_from([0.0, 50.0, 100.0, 320.0])
+# A few slots of the cache's few types, so that plans place jobs and compete for them.
+cache_slot_specs = st.lists(
+    st.tuples(st.integers(0, 15), st.integers(0, 3),
+              st.lists(st.integers(0, 3), min_size=1, max_size=3, unique=True)),
+    min_size=1, max_size=8, unique_by=lambda s: s[0])
+# Mostly rows added, so that plans have candidates to choose from and compete for slots.
+cache_ops = st.lists(st.one_of(
+    st.tuples(st.just("add"), st.integers(-4, 12), st.integers(0, 4), st.integers(0, 1),
+              cache_times, st.booleans()),
+    st.tuples(st.just("add_many"),
+              st.lists(st.tuples(st.integers(-4, 12), st.integers(0, 4), st.integers(0, 1),
+                                 cache_times), max_size=8),
+              st.booleans()),
+    st.tuples(st.sampled_from(["remove", "cancel_claim", "end_claim"]), st.integers(-5, 13)),
+    st.one_of(st.tuples(st.just("forget_type"), st.integers(-1, 6)),
+              st.tuples(st.sampled_from(["forget_queued", "clear", "release_all"]))),
+    # Without the on-demand bonus, the clock offset decides between queued and on-demand jobs.
+    st.tuples(st.just("plan"), cache_times, st.sampled_from([0.0, 0.5, -30.0, 50.0]),
+              st.booleans(),
+              st.sampled_from(["greedy", "optimal"]),
+              st.sampled_from([PY.Weights(), PY.Weights(on_demand=0.0, on_demand_age=0.0)])),
+    st.tuples(st.just("release"), st.integers(0, 15)),
+), min_size=10, max_size=80)
+
+
+class CacheModel:
+    """The candidate cache's contract written plainly: a dict of rows, planned by handing
+    them to the twin's plan_cycle as Candidates."""
+
+    def __init__(self, pool):
+        self.pool = pool
+        self.rows = {}  # job id -> (type, priority, eligible_at, on_demand, job)
+        self.claiming = {}
+
+    def add(self, job_id, t, p, e, od, job):
+        added = job_id not in self.rows
+        self.rows[job_id] = (t, p, e, bool(od), job)
+        return added
+
+    def add_many(self, job_ids, types, prios, times, jobs, on_demand=False):
+        return sum(self.add(*row, on_demand, job)
+                   for *row, job in zip(job_ids, types, prios, times, jobs, strict=True))
+
+    def remove(self, job_id):
+        return self.rows.pop(job_id, None) is not None
+
+    def forget_type(self, t):
+        gone = [i for i, r in self.rows.items() if not r[3] and r[0] == t]
+        for i in gone:
+            del self.rows[i]
+        return len(gone)
+
+    def forget_queued(self):
+        gone = [i for i, r in self.rows.items() if not r[3]]
+        for i in gone:
+            del self.rows[i]
+        return len(gone)
+
+    def clear(self):
+        self.rows.clear()
+
+    def plan(self, now, offset, queued, matching, weights):
+        ids = list(self.rows)
+        rows = [self.rows[i] for i in ids]
+        cands = PY.Candidates.from_lists(
+            [t if queued or od else -1 for t, _, _, od, _ in rows], [r[1] for r in rows],
+            [e if od else e - offset for _, _, e, od, _ in rows], [r[3] for r in rows], ids)
+        idx, slots = PY.plan_cycle(self.pool, cands, now, weights, matching)
+        out = ([], [], [], [])
+        for i, s in zip(idx, slots, strict=True):
+            row = self.rows.pop(ids[i])
+            if row[3]:
+                out[0].append(row[4])
+                out[1].append(s)
+            else:
+                out[2].append(ids[i])
+                out[3].append(s)
+                self.claiming[ids[i]] = False
+        return out
+
+    def cancel_claim(self, job_id):
+        if job_id not in self.claiming:
+            return False
+        self.claiming[job_id] = True
+        return True
+
+    def end_claim(self, job_id):
+        return self.claiming.pop(job_id, False)
+
+    def state(self):
+        return (sorted((i, t, p, e, od) for i, (t, p, e, od, _) in self.rows.items()),
+                sorted(self.claiming.items()),
+                sorted(map(str, (r[4] for r in self.rows.values()))))
+
+
+def cache_state(cache):
+    return (cache.rows_list(), cache.claiming_list(),
+            sorted(map(str, cache.jobs_of(True) + cache.jobs_of(False))))
+
+
+def apply_cache_op(target, pool, op, serial):
+    name, *args = op
+    if name == "release":
+        return pool.release(*args)
+    if name == "release_all":
+        return [pool.release(s) for s in pool.slot_ids()]
+    if name == "add":
+        job_id, t, p, e, od = args
+        return target.add(job_id, t, p, e, od, f"job {job_id}.{serial}")
+    if name == "add_many":
+        rows, od = args
+        return target.add_many([r[0] for r in rows], [r[1] for r in rows],
+                               [r[2] for r in rows], [r[3] for r in rows],
+                               [f"job {r[0]}.{serial}" for r in rows], on_demand=od)
+    if name == "plan":
+        now, offset, queued, matching, weights = args
+        if isinstance(target, CacheModel):
+            return tuple(map(list, target.plan(now, offset, queued, matching, weights)))
+        return tuple(map(list, target.plan(pool, now, weights, offset, queued, matching)))
+    return getattr(target, name)(*args)
+
+
+@SETTINGS
+@given(specs=cache_slot_specs, ops=cache_ops)
+def test_cache_operation_sequences_agree_with_each_other_and_the_model(c_core, specs, ops):
+    c_pool, py_pool, model_pool = build(c_core, specs), build(PY, specs), build(PY, specs)
+    c_cache, py_cache, model = c_core.CandidateCache(), PY.CandidateCache(), CacheModel(model_pool)
+    for serial, op in enumerate(ops):
+        expected = apply_cache_op(model, model_pool, op, serial)
+        assert apply_cache_op(c_cache, c_pool, op, serial) == expected, op
+        assert apply_cache_op(py_cache, py_pool, op, serial) == expected, op
+        state = model.state()
+        for cache in (c_cache, py_cache):
+            assert cache_state(cache) == state, op
+            assert len(cache) == len(model.rows)
+            assert cache.n_on_demand == sum(1 for r in model.rows.values() if r[3])
+            assert [cache.queued_of(t) for t in range(7)] == [
+                sum(1 for r in model.rows.values() if not r[3] and r[0] == t) for t in range(7)]
+            assert cache.n_claiming == len(model.claiming)
+        # Same rows in the same places: the two implementations move rows alike.
+        assert c_cache.jobs_of(False) == py_cache.jobs_of(False)
+        assert c_cache.jobs_of(True) == py_cache.jobs_of(True)
+        assert pool_state(c_pool) == pool_state(py_pool) == pool_state(model_pool)

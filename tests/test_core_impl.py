@@ -20,6 +20,7 @@ def test_compiled_core_is_live_when_required():
     live = impls["c"] if core.__impl__ == "c" else impls["py"]
     assert live is not None
     assert core.SlotPool is live.SlotPool
+    assert core.CandidateCache is live.CandidateCache
     assert core.score_candidates is live.score_candidates
     assert core.plan_cycle is live.plan_cycle
     assert impls["py"].SlotPool is _pool_py.SlotPool

@@ -26,7 +26,7 @@ import pytest
 from tests.supervisor_harness import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
-CORE = ["_pool_c", "_scoring_c", "_matching_c"]
+CORE = ["_pool_c", "_scoring_c", "_matching_c", "_cache_c", "_idmap_c"]
 # What a checkout holds besides its sources: a packager's clean clone has none of it.
 NOT_SOURCES = shutil.ignore_patterns(
     ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", "*.so", "*.c", "*.html",

@@ -1,8 +1,9 @@
-"""The scheduling core: slot pool, scoring and cycle planning, compiled or pure Python.
+"""The scheduling core: slot pool, scoring, cycle planning and the candidate cache, compiled
+or pure Python.
 
-The compiled modules (_pool_c, _scoring_c, _matching_c) are used when they load; the
-pure-Python twins (_pool_py, _scoring_py, _matching_py) have the same API and give the
-same results. FAIRSCHED_NO_EXTENSIONS=1 forces the twins, as does any interpreter other
+The compiled modules (_pool_c, _scoring_c, _matching_c, _cache_c) are used when they load;
+the pure-Python twins (_pool_py, _scoring_py, _matching_py, _cache_py) have the same API and
+give the same results. FAIRSCHED_NO_EXTENSIONS=1 forces the twins, as does any interpreter other
 than CPython. `__impl__` says which one is live ("c" or "python").
 """
 
@@ -10,11 +11,12 @@ import os
 import sys
 from types import SimpleNamespace
 
-from fairsched.core import _matching_py, _pool_py, _scoring_py
+from fairsched.core import _cache_py, _matching_py, _pool_py, _scoring_py
 from fairsched.core.candidates import Candidates
 from fairsched.core.weights import Weights
 
 __all__ = [
+    "CandidateCache",
     "Candidates",
     "SlotPool",
     "Weights",
@@ -25,10 +27,11 @@ __all__ = [
 ]
 
 
-def _namespace(impl, pool, scoring, matching):
+def _namespace(impl, pool, scoring, matching, candidate_cache):
     return SimpleNamespace(
         impl=impl,
         SlotPool=pool.SlotPool,
+        CandidateCache=candidate_cache,
         Weights=Weights,
         Candidates=Candidates,
         score_candidates=scoring.score_candidates,
@@ -37,7 +40,7 @@ def _namespace(impl, pool, scoring, matching):
     )
 
 
-_PYTHON = _namespace("python", _pool_py, _scoring_py, _matching_py)
+_PYTHON = _namespace("python", _pool_py, _scoring_py, _matching_py, _cache_py.CandidateCache)
 _COMPILED = None
 _compiled_error = None
 
@@ -50,10 +53,11 @@ def _load_compiled():
         else:
             try:
                 from fairsched.core import _matching_c, _pool_c, _scoring_c
+                from fairsched.core._cache_c import CandidateCache  # built on the three
             except ImportError as exc:
                 _compiled_error = str(exc)
             else:
-                _COMPILED = _namespace("c", _pool_c, _scoring_c, _matching_c)
+                _COMPILED = _namespace("c", _pool_c, _scoring_c, _matching_c, CandidateCache)
     return _COMPILED
 
 
@@ -62,8 +66,8 @@ def implementations():
 
     The compiled namespace is offered whenever it loads, even under
     FAIRSCHED_NO_EXTENSIONS=1 (which only decides the live implementation), so the two
-    can be compared side by side. Each namespace has impl, SlotPool, Weights, Candidates,
-    score_candidates and plan_cycle.
+    can be compared side by side. Each namespace has impl, SlotPool, CandidateCache, Weights,
+    Candidates, score_candidates, plan_cycle and plan_optimal.
     """
     return {"c": _load_compiled(), "py": _PYTHON}
 
@@ -81,6 +85,7 @@ else:
 
 __impl__ = _live.impl
 SlotPool = _live.SlotPool
+CandidateCache = _live.CandidateCache
 score_candidates = _live.score_candidates
 plan_cycle = _live.plan_cycle
 plan_optimal = _live.plan_optimal

@@ -1,5 +1,6 @@
 """Argument checks shared by the compiled core and its twin, so both fail the same way."""
 
+import math
 from array import array
 
 from fairsched.core.candidates import Candidates, _time
@@ -81,3 +82,57 @@ def check_type_ids(type_ids):
         dup = next(t for t in out if out.count(t) > 1)
         raise ValueError(f"type id {dup} is listed twice for one slot")
     return tuple(out)
+
+
+def check_offset(offset):
+    return _time(offset, "offset")
+
+
+def _check_type_id(type_id):
+    if not 0 <= type_id <= MAX_TYPE_ID:
+        raise ValueError(f"type id must be between 0 and {MAX_TYPE_ID}, got {type_id}")
+    return type_id
+
+
+def check_row(job_id, type_id, priority, eligible_at):
+    """One candidate cache row, converted as both implementations store it."""
+    return (as_int64(job_id, "job id"), _check_type_id(as_int64(type_id, "type id")),
+            as_int64(priority, "priority"), _time(eligible_at, "eligible_at"))
+
+
+def _int_column(values, what):
+    try:
+        return array("q", values)
+    except (TypeError, OverflowError) as exc:
+        raise ValueError(f"{what} must be 64-bit integers ({exc})") from None
+
+
+def check_rows(job_ids, type_ids, priorities, eligible_at, jobs):
+    """Candidate cache rows given column by column: (job ids, type ids, priorities as
+    array('q'), eligible_at as array('d'), jobs as a list), all of one length."""
+    ids = _int_column(job_ids, "job ids")
+    types = _int_column(type_ids, "type ids")
+    prios = _int_column(priorities, "priorities")
+    try:
+        times = array("d", eligible_at)
+    except TypeError as exc:
+        raise TypeError(f"eligible_at must be numbers of seconds ({exc})") from None
+    jobs = list(jobs)
+    lengths = [len(ids), len(types), len(prios), len(times), len(jobs)]
+    if len(set(lengths)) != 1:
+        raise ValueError("job_ids, type_ids, priorities, eligible_at and jobs must have the "
+                         f"same length, got {', '.join(map(str, lengths))}")
+    if types and (min(types) < 0 or max(types) > MAX_TYPE_ID):
+        _check_type_id(min(types) if min(types) < 0 else max(types))
+    if not all(map(math.isfinite, times)):
+        bad = next(v for v in times if not math.isfinite(v))
+        raise ValueError(f"eligible_at must be finite numbers of seconds, got {bad!r}")
+    return ids, types, prios, times, jobs
+
+
+def as_job_id(job_id):
+    """job_id as a 64-bit integer, or None for anything else (looked up, it is just absent)."""
+    try:
+        return as_int64(job_id, "job id")
+    except (TypeError, OverflowError):
+        return None

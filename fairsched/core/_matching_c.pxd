@@ -1,5 +1,8 @@
 from libc.stdint cimport int64_t
 
+from fairsched.core._pool_c cimport SlotPool
+from fairsched.core._scoring_c cimport Rows, ScoreWeights
+
 
 cdef struct Graph:
     # The bipartite graph of one optimal-matching cycle. Nodes are the slots free at the
@@ -16,5 +19,9 @@ cdef struct Graph:
     int64_t *queue          # types to expand, breadth first
     int64_t stamp
 
+
+cdef Py_ssize_t plan_into(SlotPool pool, const Rows *rows, double now, ScoreWeights w,
+                          bint optimal, double *scores, long long *order, long long *idx_out,
+                          long long *slot_out) except -1
 
 cdef bint _augment(Graph *g, int64_t start) noexcept nogil

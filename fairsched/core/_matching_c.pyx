@@ -4,7 +4,14 @@ from cpython.array cimport array, clone, resize
 from libc.stdint cimport int64_t
 
 from fairsched.core._pool_c cimport SlotPool, TypeIndex
-from fairsched.core._scoring_c cimport ScoreWeights, score_and_order, weights_of
+from fairsched.core._scoring_c cimport (
+    Columns,
+    Rows,
+    ScoreWeights,
+    columns_of,
+    score_and_order,
+    weights_of,
+)
 
 from fairsched.core._checks import check_candidates, check_matching, check_now
 
@@ -23,34 +30,49 @@ def plan_cycle(SlotPool pool not None, cands, now, weights, matching="greedy"):
     check_matching(matching)
     if matching == "optimal":
         return plan_optimal(pool, cands, now, weights)
+    return _plan(pool, cands, now, weights, False)
+
+
+cdef tuple _plan(SlotPool pool, cands, now, weights, bint optimal):
     cdef Py_ssize_t n = check_candidates(cands)
     cdef double t = check_now(now)
     cdef ScoreWeights w = weights_of(weights)
-    cdef array free = pool.free_counts(pool.n_index)
+    cdef Columns columns = columns_of(cands, n)
     cdef array scores = clone(_DOUBLE_ARRAY, n, zero=False)
     cdef array order = clone(_INT64_ARRAY, n, zero=False)
-    score_and_order(cands, t, free, w, scores, order)
     cdef Py_ssize_t room = min(n, pool.free_total)
     cdef array cand_idx = clone(_INT64_ARRAY, room, zero=False)
     cdef array slot_ids = clone(_INT64_ARRAY, room, zero=False)
-    cdef long long[::1] idx_out = cand_idx, slot_out = slot_ids
-    cdef const long long[::1] types = cands.types
-    cdef const long long[::1] ranked = order
-    cdef Py_ssize_t j, i, placed = 0
+    cdef Py_ssize_t placed = plan_into(pool, &columns.rows, t, w, optimal,
+                                       scores.data.as_doubles, order.data.as_longlongs,
+                                       cand_idx.data.as_longlongs, slot_ids.data.as_longlongs)
+    resize(cand_idx, placed)
+    resize(slot_ids, placed)
+    return cand_idx, slot_ids
+
+
+cdef Py_ssize_t plan_into(SlotPool pool, const Rows *rows, double now, ScoreWeights w,
+                          bint optimal, double *scores, long long *order, long long *idx_out,
+                          long long *slot_out) except -1:
+    # The planning of plan_cycle and plan_optimal, on columns and into buffers the caller
+    # owns: scores and order of rows.n entries, idx_out and slot_out of min(rows.n, free
+    # slots). Returns how many jobs were placed.
+    if optimal:
+        return _optimal(pool, rows, now, w, scores, order, idx_out, slot_out)
+    cdef Py_ssize_t j, i, n = rows.n, placed = 0
     cdef long long slot_id
+    cdef array free = pool.free_counts(pool.n_index)
+    score_and_order(rows, now, free, w, scores, order)
     for j in range(n):
         if pool.free_total == 0:
             break
-        i = ranked[j]
-        slot_id = pool.take(types[i])
+        i = order[j]
+        slot_id = pool.take(rows.types[i])
         if slot_id >= 0:
             idx_out[placed] = i
             slot_out[placed] = slot_id
             placed += 1
-    del idx_out, slot_out
-    resize(cand_idx, placed)
-    resize(slot_ids, placed)
-    return cand_idx, slot_ids
+    return placed
 
 
 # -- optimal matching ---------------------------------------------------------------------------
@@ -122,19 +144,20 @@ def plan_optimal(SlotPool pool not None, cands, now, weights):
     A type that finds no path is dropped for the cycle, so the search runs at most
     (free slots + types) times. Slots are left reserved; pairs come in score order.
     """
-    cdef Py_ssize_t n = check_candidates(cands)
-    cdef double t_now = check_now(now)
-    cdef ScoreWeights w = weights_of(weights)
+    return _plan(pool, cands, now, weights, True)
+
+
+cdef Py_ssize_t _optimal(SlotPool pool, const Rows *rows, double t_now, ScoreWeights w,
+                         double *scores, long long *ranked, long long *idx_out,
+                         long long *slot_out) except -1:
+    cdef Py_ssize_t n = rows.n
     cdef int64_t n_free = pool.free_total
     if n == 0 or n_free == 0:
-        return array("q"), array("q")
+        return 0
     cdef Py_ssize_t n_types = pool.n_index
     cdef array free = pool.free_counts(n_types)
-    cdef array scores = clone(_DOUBLE_ARRAY, n, zero=False)
-    cdef array order = clone(_INT64_ARRAY, n, zero=False)
-    score_and_order(cands, t_now, free, w, scores, order)
-    cdef const long long[::1] types = cands.types
-    cdef const long long[::1] ranked = order
+    score_and_order(rows, t_now, free, w, scores, ranked)
+    cdef const long long *types = rows.types
 
     cdef array adj_start = clone(_INT64_ARRAY, n_types, zero=True)
     cdef array adj_len = clone(_INT64_ARRAY, n_types, zero=True)
@@ -211,10 +234,6 @@ def plan_optimal(SlotPool pool not None, cands, now, weights):
             dead_p[t] = 1
 
     # Jobs of a type take its planned slots most specialised first, best score first.
-    cdef array cand_idx = clone(_INT64_ARRAY, n_placed, zero=False)
-    cdef array slot_ids = clone(_INT64_ARRAY, n_placed, zero=False)
-    cdef int64_t *idx_out = _data(cand_idx)
-    cdef int64_t *slot_out = _data(slot_ids)
     cdef int64_t *cursor = g.adj_start  # no longer needed as a start: reused as a cursor
     for j in range(n_placed):
         i = placed_p[j]
@@ -227,4 +246,4 @@ def plan_optimal(SlotPool pool not None, cands, now, weights):
         idx_out[j] = i
         slot_out[j] = _slot_id(pool, r)
         pool.acquire_slot(slot_out[j])
-    return cand_idx, slot_ids
+    return n_placed

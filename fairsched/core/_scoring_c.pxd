@@ -1,3 +1,4 @@
+cimport cython
 from libc.stdint cimport uint64_t
 
 
@@ -7,6 +8,16 @@ cdef struct ScoreWeights:
     double rarity
     double on_demand
     double on_demand_age
+
+
+cdef struct Rows:
+    # One cycle's candidates, column by column: n rows (the columns are NULL when n is 0).
+    const long long *types
+    const long long *priorities
+    const double *eligible_at
+    const unsigned char *on_demand
+    const long long *job_ids
+    Py_ssize_t n
 
 
 cdef struct Entry:
@@ -21,15 +32,26 @@ cdef struct FullKey:
     long long idx
 
 
+@cython.final
+cdef class Columns:
+    # A Candidates' columns as typed views, and the Rows pointing into them (valid while the
+    # Columns lives and the Candidates is not resized).
+    cdef const long long[::1] types
+    cdef const long long[::1] priorities
+    cdef const double[::1] eligible_at
+    cdef const unsigned char[::1] on_demand
+    cdef const long long[::1] job_ids
+    cdef Rows rows
+
+
+cdef Columns columns_of(cands, Py_ssize_t n)
+
 cdef ScoreWeights weights_of(weights) except *
 
-cdef int score_into(const long long[::1] types, const long long[::1] priorities,
-                    const double[::1] eligible_at, const unsigned char[::1] on_demand,
-                    double now, const long long[::1] free_counts, ScoreWeights w,
-                    double[::1] scores) except -1
+cdef int score_into(const Rows *rows, double now, const long long[::1] free_counts,
+                    ScoreWeights w, double *scores) except -1
 
-cdef int order_into(const double[::1] scores, const double[::1] eligible_at,
-                    const long long[::1] job_ids, long long[::1] order) except -1
+cdef int order_into(const Rows *rows, const double *scores, long long *order) except -1
 
-cdef int score_and_order(cands, double now, const long long[::1] free_counts,
-                         ScoreWeights w, double[::1] scores, long long[::1] order) except -1
+cdef int score_and_order(const Rows *rows, double now, const long long[::1] free_counts,
+                         ScoreWeights w, double *scores, long long *order) except -1

@@ -4,6 +4,7 @@ The arithmetic matches _scoring_py operation for operation (and setup.py forbids
 multiply-add), so both produce bit-identical scores.
 """
 
+cimport cython
 from cpython.array cimport array, clone
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from libc.math cimport INFINITY
@@ -43,26 +44,54 @@ def score_candidates(cands, now, free_counts, weights):
     cdef double t = check_now(now)
     cdef array free = as_free_counts(free_counts)
     cdef ScoreWeights w = weights_of(weights)
+    cdef Columns columns = columns_of(cands, n)
     cdef array scores = clone(_DOUBLE_ARRAY, n, zero=False)
     cdef array order = clone(_INT64_ARRAY, n, zero=False)
-    score_and_order(cands, t, free, w, scores, order)
+    score_and_order(&columns.rows, t, free, w, scores.data.as_doubles, order.data.as_longlongs)
     return scores, order
 
 
-cdef int score_and_order(cands, double now, const long long[::1] free_counts,
-                         ScoreWeights w, double[::1] scores, long long[::1] order) except -1:
-    cdef const double[::1] eligible_at = cands.eligible_at
-    score_into(cands.types, cands.priorities, eligible_at, cands.on_demand, now,
-               free_counts, w, scores)
-    order_into(scores, eligible_at, cands.job_ids, order)
+@cython.final
+cdef class Columns:
+    pass
+
+
+cdef Columns columns_of(cands, Py_ssize_t n):
+    # n is check_candidates(cands): every column has n entries.
+    cdef Columns c = Columns.__new__(Columns)
+    c.types = cands.types
+    c.priorities = cands.priorities
+    c.eligible_at = cands.eligible_at
+    c.on_demand = cands.on_demand
+    c.job_ids = cands.job_ids
+    c.rows.n = n
+    if n == 0:
+        c.rows.types = c.rows.priorities = c.rows.job_ids = NULL
+        c.rows.eligible_at = NULL
+        c.rows.on_demand = NULL
+    else:
+        c.rows.types = &c.types[0]
+        c.rows.priorities = &c.priorities[0]
+        c.rows.eligible_at = &c.eligible_at[0]
+        c.rows.on_demand = &c.on_demand[0]
+        c.rows.job_ids = &c.job_ids[0]
+    return c
+
+
+cdef int score_and_order(const Rows *rows, double now, const long long[::1] free_counts,
+                         ScoreWeights w, double *scores, long long *order) except -1:
+    score_into(rows, now, free_counts, w, scores)
+    order_into(rows, scores, order)
     return 0
 
 
-cdef int score_into(const long long[::1] types, const long long[::1] priorities,
-                    const double[::1] eligible_at, const unsigned char[::1] on_demand,
-                    double now, const long long[::1] free_counts, ScoreWeights w,
-                    double[::1] scores) except -1:
-    cdef Py_ssize_t i, n = types.shape[0], n_free = free_counts.shape[0]
+cdef int score_into(const Rows *rows, double now, const long long[::1] free_counts,
+                    ScoreWeights w, double *scores) except -1:
+    cdef Py_ssize_t i, n = rows.n, n_free = free_counts.shape[0]
+    cdef const long long *types = rows.types
+    cdef const long long *priorities = rows.priorities
+    cdef const double *eligible_at = rows.eligible_at
+    cdef const unsigned char *on_demand = rows.on_demand
     cdef long long t, f
     cdef double age, s
     for i in range(n):
@@ -92,8 +121,8 @@ cdef inline uint64_t _rank_bits(double score) noexcept:
     return ~bits if bits >> 63 else bits | (<uint64_t>1 << 63)
 
 
-cdef inline bint _before(const Entry *a, const Entry *b, const double[::1] eligible_at,
-                         const long long[::1] job_ids) noexcept:
+cdef inline bint _before(const Entry *a, const Entry *b, const double *eligible_at,
+                         const long long *job_ids) noexcept:
     # The full order: higher score (lower key), then older, then lower job id, then index.
     if a.key != b.key:
         return a.key < b.key
@@ -116,8 +145,8 @@ cdef int _full_cmp(const void *pa, const void *pb) noexcept nogil:
     return -1 if a.idx < b.idx else (1 if a.idx > b.idx else 0)
 
 
-cdef int _sort_run(Entry *run, Py_ssize_t n, const double[::1] eligible_at,
-                   const long long[::1] job_ids) except -1:
+cdef int _sort_run(Entry *run, Py_ssize_t n, const double *eligible_at,
+                   const long long *job_ids) except -1:
     # Put run[0..n) in the full order: insertion sort when short, else qsort.
     cdef Py_ssize_t i, j
     cdef Entry x
@@ -179,8 +208,7 @@ cdef int _reserve(Py_ssize_t n) except -1:
     return 0
 
 
-cdef int order_into(const double[::1] scores, const double[::1] eligible_at,
-                    const long long[::1] job_ids, long long[::1] order) except -1:
+cdef int order_into(const Rows *rows, const double *scores, long long *order) except -1:
     # A bucket sort on the rank keys: key - lowest key, shifted right until at most n
     # buckets remain, is monotonic in the key, so the buckets come in order and only
     # candidates sharing one need comparing. The keys are a double's bits, so the buckets
@@ -188,7 +216,7 @@ cdef int order_into(const double[::1] scores, const double[::1] eligible_at,
     # (on-demand bonuses, long waits) that would stretch evenly spaced buckets and crowd
     # the bulk of the scores into a few. One pass for the keys, one counting pass, one
     # scatter, short sorts.
-    cdef Py_ssize_t i, b, end, n = scores.shape[0], n_buckets
+    cdef Py_ssize_t i, b, end, n = rows.n, n_buckets
     cdef uint64_t k, low = UINT64_MAX, high = 0, span
     cdef int shift = 0
     cdef uint32_t *starts
@@ -229,7 +257,7 @@ cdef int order_into(const double[::1] scores, const double[::1] eligible_at,
     for i in range(n_buckets):
         end = starts[i]
         if end - b > 1:
-            _sort_run(&entries[b], end - b, eligible_at, job_ids)
+            _sort_run(&entries[b], end - b, rows.eligible_at, rows.job_ids)
         b = end
     for i in range(n):
         order[i] = entries[i].idx

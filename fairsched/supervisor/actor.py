@@ -21,7 +21,7 @@ from fairsched.config import Config
 from fairsched.permissions import make_private_folder
 from fairsched.protocol import READ_SIZE
 from fairsched.supervisor.hooks import Observer
-from fairsched.supervisor.in_flight import Request, RunningJob
+from fairsched.supervisor.in_flight import RunningJob
 from fairsched.supervisor.lease import LeaseGuard
 from fairsched.supervisor.pipes import WorkerPipes
 from fairsched.supervisor.process import WorkerProcess
@@ -32,6 +32,7 @@ from fairsched.supervisor.states import IGNORED_SIGNALS, STOP_SIGNALS, ProcessSt
 from fairsched.supervisor.stopping import WorkerStopping
 from fairsched.supervisor.template_process import Template
 from fairsched.supervisor.templates import TemplateLifecycle
+from fairsched.supervisor.waiting import WaitingJobs
 from fairsched.supervisor.watchdog import Watchdog
 from fairsched.supervisor.workers import STOP_GRACE, WorkerLifecycle
 from fairsched.worker.launch import become_subreaper
@@ -60,10 +61,9 @@ class Supervisor(Scheduling, WorkerLifecycle, WorkerStopping, TemplateLifecycle,
         self.slot_owner: dict[int, tuple[WorkerProcess, int]] = {}
         self.running: dict[int, RunningJob] = {}  # by pool slot id
         self.running_by_job: dict[int | str, RunningJob] = {}
-        self.requests: dict[int, Request] = {}  # waiting on-demand requests by number
-        self.cache: dict[int, object] = {}  # fetched queued candidates, not yet claimed
-        # Jobs whose claim is on its way: whether a cancel was notified for one meanwhile.
-        self.claiming: dict[int, bool] = {}
+        # On-demand requests and fetched queued candidates waiting for a slot, and the queued
+        # jobs whose claim is on its way.
+        self.waiting = WaitingJobs(self.type_ids)
         self.exhausted: set[str] = set()  # types whose last fetch came back short
         self.notified: set[str] = set()  # types with new jobs notified since the last fetch began
         self._fetched = False  # a fetch answered since the last cycle
@@ -220,11 +220,10 @@ class Supervisor(Scheduling, WorkerLifecycle, WorkerStopping, TemplateLifecycle,
         if self.up:  # not when it could not start at all: the caller says why
             log.info("shutting down: cancelling %d running job%s, waiting up to %g s",
                      len(self.running), "" if len(self.running) == 1 else "s", timeout)
-        for req in list(self.requests.values()):
+        for req in self.waiting.requests():
             self._finish_request(req, {"event": "error", "job_id": req.job_id,
                                        "error": "the supervisor is shutting down"})
-        self.requests.clear()
-        self.cache.clear()
+        self.waiting.clear()
         for rj in list(self.running.values()):
             self.cancel_job(rj, "shutdown")
         for proc in self.procs:

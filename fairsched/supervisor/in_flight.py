@@ -1,8 +1,9 @@
-"""Records the actor keeps for work in flight: on-demand requests and running jobs."""
+"""Records the actor keeps for work in flight: on-demand requests, claims and running jobs."""
 
 from __future__ import annotations
 
 import time
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +33,31 @@ class Request:
     def core_id(self) -> int:
         # On-demand ids are negative inside the core so they never collide with queued ids.
         return -self.number
+
+
+class Claims:
+    """Queued jobs reserved by the actor and their slots, in the order planned: an array of
+    job ids beside one of slot ids, as the core's plan gives them, so a cycle hands over a
+    thousand claims without making an object for each. Iterating gives (job_id, slot_id)."""
+
+    __slots__ = ("job_ids", "slot_ids")
+
+    def __init__(self, job_ids=(), slot_ids=()):
+        self.job_ids = array("q", job_ids)
+        self.slot_ids = array("q", slot_ids)
+
+    def extend(self, job_ids, slot_ids) -> None:
+        self.job_ids.extend(job_ids)
+        self.slot_ids.extend(slot_ids)
+
+    def ids(self) -> list[int]:
+        return self.job_ids.tolist()
+
+    def __len__(self) -> int:
+        return len(self.job_ids)
+
+    def __iter__(self):
+        return zip(self.job_ids, self.slot_ids, strict=True)
 
 
 @dataclass(eq=False)

@@ -80,7 +80,7 @@ class LeaseGuard:
             return
         self.sup.read_pending()  # late after a stall: jobs may have finished meanwhile
         self.fenced = True
-        self.sup.cache.clear()
+        self.sup.waiting.forget()
         if self.sup.watchdog is not None:  # who is busy now, before the watchdog's turn comes
             self.sup.watchdog.refresh()
         jobs = [rj for rj in self.sup.running.values()

@@ -92,7 +92,7 @@ def take_snapshot(sup) -> Snapshot:
         in_flight[rj.type] = in_flight.get(rj.type, 0) + 1
     workers = collections.Counter((proc.group, proc.state.value) for proc in sup.procs)
     return Snapshot(types=tuple(sorted(sup.type_ids)), in_flight=in_flight, slots=dict(slots),
-                    workers=dict(workers), on_demand_waiting=len(sup.requests),
+                    workers=dict(workers), on_demand_waiting=sup.waiting.n_requests,
                     lease_lost=sup.lease.fenced)
 
 

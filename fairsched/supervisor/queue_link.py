@@ -26,6 +26,7 @@ from fairsched.store.connections import ANSWER_WITHIN
 from fairsched.store.database import open_database
 from fairsched.store.errors import DatabaseUnavailable
 from fairsched.store.queue import Queue
+from fairsched.supervisor.in_flight import Claims
 from fairsched.supervisor.locked_rows import LockedRows
 from fairsched.supervisor.outbox import Failure, Outbox
 from fairsched.supervisor.peers import Heartbeats
@@ -63,7 +64,7 @@ class QueueLink(Heartbeats):
         self.writer: AsyncStore | None = None  # the outcome lane's connection
         self.supervisor_id: str | None = None
         self.outbox = Outbox(on_unrecorded=sup.outcome_unrecorded)
-        self.claims: list = []  # (Candidate, slot_id) reserved by the actor, not yet claimed
+        self.claims = Claims()  # jobs reserved by the actor on their slots, not yet claimed
         self.claiming: AsyncStore | None = None  # the connection a claim is on its way over
         self.fetch_wanted = False
         self.connected = False
@@ -107,8 +108,9 @@ class QueueLink(Heartbeats):
             self.fetch_wanted = True
             self.wake()
 
-    def claim(self, pairs: list) -> None:
-        self.claims.extend(pairs)
+    def claim(self, job_ids, slot_ids) -> None:
+        """Claim these jobs, reserved on these slots (arrays, or sequences of ints)."""
+        self.claims.extend(job_ids, slot_ids)
         self.wake()
 
     def complete(self, job_id: int, claim: int, text: str | None, counted=None) -> None:
@@ -174,7 +176,7 @@ class QueueLink(Heartbeats):
 
         With the database out of reach the outbox waits for it up to `timeout` (default: the
         lease, while the rows are still this supervisor's), or until `stop_waiting`."""
-        self.claims.clear()
+        self.claims = Claims()
         self.fetch_wanted = False
         timeout = self.settings.lease if timeout is None else timeout
         deadline = time.monotonic() + timeout
@@ -347,7 +349,7 @@ class QueueLink(Heartbeats):
     def _requeue_claims(self) -> None:
         # Claims whose statement never ran (or whose outcome is unknown): the actor frees the
         # slots; _reconcile returns any row that did get claimed.
-        claims, self.claims = self.claims, []
+        claims, self.claims = self.claims, Claims()
         if claims:
             self.sup.on_claimed(claims, {}, contested=False)
 
@@ -446,15 +448,16 @@ class QueueLink(Heartbeats):
             self.fetch_wanted = True
             self._next_poll = now + self.settings.poll_interval
         if self.claims:
-            claims, self.claims = self.claims, []
+            claims, self.claims = self.claims, Claims()
             self.claiming = store  # until the actor has the answer (close() waits for it)
             try:
-                won = await store.claim([qj.id for qj, _ in claims], self.default_max_attempts)
+                won = await store.claim(claims.ids(), self.default_max_attempts)
             except BaseException:
                 if self.claiming is store:  # not a claim sent since over a new connection
                     self.claiming = None
                 if self.store is store:  # the lane goes on with this connection: sent again
-                    self.claims[:0] = claims
+                    claims.extend(self.claims.job_ids, self.claims.slot_ids)
+                    self.claims = claims
                 else:
                     # Given up for want of an answer (_answer), and perhaps connected again
                     # since: its _requeue_claims has run. The slots are free at once, and the
@@ -519,7 +522,7 @@ class QueueLink(Heartbeats):
         """Leave out of fetches for a while the rows this claim lost that are still pending:
         locked by someone else, as the claim skips locked rows."""
         won_ids = {qj.id for qj in won}
-        lost = [qj.id for qj, _ in claims if qj.id not in won_ids]
+        lost = [job_id for job_id, _ in claims if job_id not in won_ids]
         self._locked.note(await self.store.still_pending(lost), time.monotonic())
 
     async def _arm_delayed_wakeup(self) -> None:

@@ -251,7 +251,7 @@ class JobHandling:
         if interrupted or req.cancelled:
             if rj.cancel_reason == "restart" and not req.cancelled and not self.shutting_down:
                 self._record(rj, "returned", duration)
-                self.requests[req.number] = req  # not the job's fault: run it elsewhere
+                self.waiting.add_request(req)  # not the job's fault: run it elsewhere
                 req.attempts -= 1
                 log.info("job %s runs again (its worker restarted): %s", rj.job_id, where(rj),
                          extra=job_fields(rj, "returned", duration))
@@ -267,7 +267,7 @@ class JobHandling:
         if outcome == "refused":  # not the job's fault, as for a queued job: its attempt unspent
             self._record(rj, "returned", duration)
             req.attempts -= 1
-            self.requests[req.number] = req
+            self.waiting.add_request(req)
             log.info("job %s runs again (refused by its worker): %s", rj.job_id, where(rj),
                      extra=job_fields(rj, "returned", duration))
             return
@@ -286,7 +286,7 @@ class JobHandling:
             req.notify({"event": "retry", "job_id": req.job_id, "error": error,
                         "attempt": req.attempts})
         req.eligible_at = time.time()  # a retry's age counts from the retry, as a queued one's
-        self.requests[req.number] = req
+        self.waiting.add_request(req)
 
     def _record(self, rj: RunningJob, outcome: str, duration: float) -> None:
         self.counters[outcome] = self.counters.get(outcome, 0) + 1
@@ -302,7 +302,7 @@ class JobHandling:
         if req.done:
             return
         req.done = True
-        self.requests.pop(req.number, None)
+        self.waiting.drop_request(req)
         req.notify(event)
 
     # -- on-demand requests ---------------------------------------------------------------------
@@ -328,7 +328,7 @@ class JobHandling:
             self._finish_request(req, {"event": "error", "job_id": req.job_id,
                                        "error": no_worker})
             return req
-        self.requests[req.number] = req
+        self.waiting.add_request(req)
         self.schedule()
         return req
 
@@ -346,7 +346,7 @@ class JobHandling:
 
     def fail_unrunnable_requests(self) -> None:
         """Answer the waiting on-demand requests no worker is left to run (all fatal)."""
-        for req in list(self.requests.values()):
+        for req in self.waiting.requests():
             no_worker = self.no_live_worker(req.type)
             if no_worker is not None:
                 self._finish_request(req, {"event": "error", "job_id": req.job_id,
@@ -356,7 +356,7 @@ class JobHandling:
         """The caller gave up (timeout or disconnect): drop it, or cancel it where it runs;
         returns what became of it, for the caller."""
         req.cancelled = True
-        if self.requests.pop(req.number, None) is not None:
+        if self.waiting.drop_request(req):
             req.done = True
             what = "withdrawn before its next attempt" if req.attempts else "withdrawn before it started"
             log.info("job %s %s: its caller gave up (a timeout, or it left)", req.job_id, what)

@@ -1,6 +1,6 @@
-"""The actor's scheduling: cycles planned by the compiled core over on-demand requests and
-the queued jobs fetched, the claims they make, and what the queue's answers and notifications
-change. A mixin of the actor (actor.Supervisor), whose state it uses.
+"""The actor's scheduling: cycles planned by the compiled core's candidate cache over
+on-demand requests and the queued jobs fetched, the claims they make, and what the queue's
+answers and notifications change. A mixin of the actor (actor.Supervisor), whose state it uses.
 """
 
 from __future__ import annotations
@@ -9,8 +9,7 @@ import functools
 import logging
 import time
 
-from fairsched import core
-from fairsched.supervisor.in_flight import Request
+from fairsched.supervisor.in_flight import Claims
 from fairsched.supervisor.states import ProcessState
 
 LOSSES_BEFORE_REFETCH = 5
@@ -39,7 +38,7 @@ class Scheduling:
         stale, self._stale_types = self._stale_types, set()
         if self.shutting_down or self.pool.n_free == 0:
             for t in stale:
-                self._forget_cached(t)
+                self.waiting.forget(t)
             return
         if not fetched and self.queue.connected and self._unknown_types():
             # A type with a free slot may have pending jobs this supervisor has not seen
@@ -48,45 +47,18 @@ class Scheduling:
             # it waits no longer); without the database, plan with what is known.
             self.queue.request_fetch()
             return
-        entries: list = []
-        types, priorities, eligible, on_demand, ids = [], [], [], [], []
-        for req in self.requests.values():
-            entries.append(req)
-            types.append(req.type_id)
-            priorities.append(req.priority)
-            eligible.append(req.eligible_at)
-            on_demand.append(1)
-            ids.append(req.core_id)
-        type_ids = self.type_ids
-        offset = self.queue.clock_offset  # queued jobs' times are the server's; requests' ours
-        for qj in () if self.lease.fenced else self.cache.values():
-            tid = type_ids.get(qj.type)
-            if tid is not None:
-                entries.append(qj)
-                types.append(tid)
-                priorities.append(qj.priority)
-                eligible.append(qj.eligible_at - offset)
-                on_demand.append(0)
-                ids.append(qj.id)
+        # The placed leave the cache; the queued ones are being claimed from now on. Queued
+        # jobs' times are the server's, requests' ours: the clock offset is the difference.
+        reqs, req_slots, job_ids, slots = self.waiting.plan(
+            self.pool, time.time(), self.weights, self.queue.clock_offset,
+            queued=not self.lease.fenced, matching=self.config.matching)
         for t in stale:
-            self._forget_cached(t)  # planned in this cycle only: entries has them
-        if entries:
-            cands = core.Candidates.from_lists(types, priorities, eligible, on_demand, ids)
-            idx, slots = core.plan_cycle(self.pool, cands, time.time(), self.weights,
-                                         matching=self.config.matching)
-            claims = []
-            for i, slot_id in zip(idx, slots, strict=True):
-                entry = entries[i]
-                if isinstance(entry, Request):
-                    del self.requests[entry.number]
-                    entry.attempts += 1
-                    self.start_job(entry, slot_id, attempt=entry.attempts)
-                else:
-                    self.cache.pop(entry.id, None)
-                    self.claiming[entry.id] = False
-                    claims.append((entry, slot_id))
-            if claims:
-                self.queue.claim(claims)
+            self.waiting.forget(t)  # planned in this cycle only
+        for req, slot_id in zip(reqs, req_slots, strict=True):
+            req.attempts += 1
+            self.start_job(req, slot_id, attempt=req.attempts)
+        if job_ids:
+            self.queue.claim(job_ids, slots)
         if self._unknown_types():
             self.queue.request_fetch()
 
@@ -95,41 +67,31 @@ class Scheduling:
         known: none of it is cached, and its last fetch did not find it drained. (The cached
         jobs of a type are its best: queued jobs age alike, so their order never changes
         until new ones arrive, and then the type's cache is dropped.)"""
-        cached = {qj.type for qj in self.cache.values()}
-        return any(t not in cached for t in self.free_by_type())
-
-    def _forget_cached(self, type_name: str | None = None) -> None:
-        """Drop the cached candidates of `type_name` (of every type with None): newer jobs
-        may outrank them, and the next fetch finds out."""
-        if type_name is None:
-            self.cache.clear()
-        else:
-            self.cache = {i: qj for i, qj in self.cache.items() if qj.type != type_name}
+        has_queued = self.waiting.has_queued
+        return any(not has_queued(t) for t in self.free_by_type())
 
     def free_by_type(self) -> dict[str, int]:
-        if self.shutting_down or self.lease.fenced:
+        if self.shutting_down or self.lease.fenced or not self.pool.n_free:
             return {}
-        free = {}
-        for t, tid in self.type_ids.items():
-            if t not in self.exhausted:
-                n = self.pool.free_count(tid)
-                if n:
-                    free[t] = n
-        return free
+        counts = self.pool.free_counts(len(self.type_ids))  # type ids are 0 .. types - 1
+        exhausted = self.exhausted
+        return {t: counts[tid] for t, tid in self.type_ids.items()
+                if counts[tid] and t not in exhausted}
 
     def running_queued_ids(self) -> list[int]:
         ids = [rj.job_id for rj in self.running.values() if rj.request is None]
-        ids.extend(qj.id for qj, _ in self.queue.claims)
+        ids.extend(self.queue.claims.job_ids)
         return ids
 
     def on_fetched(self, rows: list, wanted: dict[str, int]) -> None:
         # Rows the actor reserved while this fetch was in flight are still pending in the
         # table: without this they would be claimed twice, and lost the second time.
         busy = {rj.job_id for rj in self.running.values()}
-        busy.update(qj.id for qj, _ in self.queue.claims)
+        busy.update(self.queue.claims.job_ids)
         # The types it did not ask for (no free slot then) keep what was known of them.
-        self.cache = {i: qj for i, qj in self.cache.items() if qj.type not in wanted}
-        self.cache.update((qj.id, qj) for qj in rows if qj.id not in busy)
+        for t in wanted:
+            self.waiting.forget(t)
+        self.waiting.add_fetched(rows, busy)
         # A type notified while the fetch ran may have a better job than it found: the next
         # cycle takes what it found all the same (or a stream of new jobs would starve the
         # type of cycles), and forgets the rest.
@@ -146,14 +108,14 @@ class Scheduling:
         self._fetched = True
         self.schedule()
 
-    def on_claimed(self, claims: list, won: dict, contested: bool = True) -> None:
+    def on_claimed(self, claims: Claims, won: dict, contested: bool = True) -> None:
         """The answer to a claim: `won` by job id. Not `contested`: the claim never reached
         the database (it was lost with the connection), which is no loss to another
         supervisor."""
         lost = 0
-        for qj, slot_id in claims:  # in the order planned: a win ends a row of losses
-            cancelled = self.claiming.pop(qj.id, False)
-            job = won.get(qj.id)
+        for job_id, slot_id in claims:  # in the order planned: a win ends a row of losses
+            cancelled = self.waiting.end_claim(job_id)
+            job = won.get(job_id)
             owner = self.slot_owner.get(slot_id)
             if job is None:
                 if contested:
@@ -176,7 +138,7 @@ class Scheduling:
             self.counters["claim_losses"] += lost
             self.observer.claims_lost(lost)
             if self.losses_in_row >= LOSSES_BEFORE_REFETCH:
-                self.cache.clear()
+                self.waiting.forget()
                 self.losses_in_row = 0
             self.exhausted.clear()
         self._flush_all()
@@ -188,7 +150,7 @@ class Scheduling:
             return
         self.notified.add(type_name)
         self.exhausted.discard(type_name)
-        self._forget_cached(type_name)
+        self.waiting.forget(type_name)
         self.queue.due_unknown = True  # it may be a delayed job, or a retry
         if self.pool.free_count(type_id):
             self.queue.request_fetch()
@@ -196,7 +158,7 @@ class Scheduling:
     def on_poll(self) -> None:
         # A delayed job that came due, a notification lost: what is known may be stale.
         self.exhausted.clear()
-        self._forget_cached()
+        self.waiting.forget()
         self.queue.due_unknown = True
 
     def wake_in(self, delay: float) -> None:
@@ -210,7 +172,7 @@ class Scheduling:
     def _on_wake(self) -> None:
         self._wake_handle = None  # a delayed job comes due: it may outrank what is cached
         self.exhausted.clear()
-        self._forget_cached()
+        self.waiting.forget()
         self.queue.due_unknown = True  # and the next one's time is to be learnt
         self.queue.request_fetch()
 
@@ -223,8 +185,7 @@ class Scheduling:
         if rj is None:
             # Its claim committed and the cancel came before the claim's answer, on another
             # connection: the job is cancelled as the answer comes (on_claimed).
-            if job_id in self.claiming:
-                self.claiming[job_id] = True
+            self.waiting.cancel_claim(job_id)
         elif rj.cancel_reason != "user":  # asked once is enough
             self.cancel_job(rj, "user")
 

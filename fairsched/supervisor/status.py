@@ -43,7 +43,7 @@ def snapshot(sup) -> dict:
         "lease_lost": sup.lease.fenced,
         "core": core.__impl__,
         "shutting_down": sup.shutting_down,
-        "waiting_on_demand": len(sup.requests),
+        "waiting_on_demand": sup.waiting.n_requests,
         "counters": dict(sup.counters),
     }
     return {"supervisor": supervisor, "slots": slots}
