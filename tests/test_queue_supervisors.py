@@ -194,7 +194,9 @@ def test_killed_supervisor_jobs_are_finished_by_another(supervisors, db, tmp_pat
     first = supervisors(workers, supervisor="lease = 2\nheartbeat_interval = 0.5\n").start()
     ids = enqueue(db, [{"type": "rec", "payload": {"log": str(log), "seconds": 3}}
                        for _ in range(4)])
-    first.wait_for(lambda ps: sum(s["state"] == "busy" for s in ps["slots"]) == 2, what="2 running")
+    # A slot reserved for a claim shows busy before its job runs there: wait for the jobs.
+    first.wait_for(lambda ps: sum(s["job_id"] is not None for s in ps["slots"]) == 2,
+                   what="2 running")
     first.proc.kill()
     first.proc.wait()
     began = time.monotonic()
@@ -815,8 +817,9 @@ def test_a_supervisor_cut_off_from_postgres_gives_its_jobs_back_before_its_lease
         ids = enqueue(db, [{"type": "span", "payload": {"log": str(log), "seconds": 4}},
                            {"type": "span", "payload": {"log": str(log), "seconds": 4,
                                                         "stubborn": True}}])
-        cut_off.wait_for(lambda ps: [s["state"] for s in ps["slots"]] == ["busy", "busy"],
-                         what="both jobs running")
+        # A slot reserved for a claim shows busy before its job runs: wait for the jobs.
+        cut_off.wait_for(lambda ps: all(s["job_id"] is not None for s in ps["slots"])
+                         and len(ps["slots"]) == 2, what="both jobs running")
         proxy.cut()
         cut_at = time.monotonic()
         other.start()
