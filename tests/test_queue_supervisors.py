@@ -1021,11 +1021,13 @@ def test_a_frozen_supervisors_worker_ends_its_job_before_another_takes_it_over(
     assert status == "succeeded" and result["pid"] != first_pid
     assert result["overlaps"] == []  # the first run had ended when the second started
     frozen.wait_for(lambda ps: ps["slots"][0]["state"] == "free", what="its worker back")
+    # The hand-back is said once the table has answered it, which may come after the slot
+    # shows free: wait for the line itself.
+    frozen.wait_output("lease had expired")
     out = frozen.output()
     assert ("worker span-1 was killed by the lease watchdog: this supervisor did not renew its"
             " lease for 1.8 s (stalled or stopped?)") in out, out
     assert "worker span-1 killed by the lease watchdog; restarting" in out, out
-    assert "lease had expired" in out, out
     with psycopg.connect(db) as conn:  # nothing the frozen one did later changed the row
         assert conn.execute("SELECT status, attempts FROM fairsched_jobs WHERE id = %s",
                             (job,)).fetchone() == ("succeeded", 2)
