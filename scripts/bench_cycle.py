@@ -1,10 +1,10 @@
 """Benchmark one whole scheduling cycle of the actor beside the core's plan_cycle alone.
 
 The actor (fairsched.supervisor.actor.Supervisor, not started: no worker process, no
-database) gets its slot pool filled and its candidates as a fetch leaves them (on_fetched);
-then its _cycle() is timed: the candidate cache plans, the placed jobs leave it, and their
-claims go to the queue link. Between cycles, untimed, the claims come back lost
-(on_claimed), which frees their slots, and the fetch is answered again. Beside it,
+database) gets its planner's slot pool filled and its candidates as a fetch leaves them
+(Planner.fetched); then the planner's _cycle() is timed: the candidate cache plans, the placed
+jobs leave it, and their claims go to the queue link. Between cycles, untimed, the claims come
+back lost (Planner.claimed), which frees their slots, and the fetch is answered again. Beside it,
 core.plan_cycle plans the same candidates, given as a core.Candidates, on a pool of the same
 slots. The candidates are queued jobs only: an on-demand job placed would start on a worker.
 Both cores, side by side in one process; the last line is the ratio of the medians at
@@ -39,6 +39,10 @@ def type_name(type_id):
     return f"t{type_id:03d}"
 
 
+async def _made(config):
+    return Supervisor(config)  # on the running loop, as the supervisor makes it
+
+
 class ActorBench:
     """A Supervisor of one core implementation with the workload's slots and candidates."""
 
@@ -48,32 +52,34 @@ class ActorBench:
         config = Config(path=Path("workers.toml"), supervisor=SupervisorSettings(
             state_dir=Path("bench-state")), scoring=Weights(), matching="greedy",
             workers=(spec,))
-        self.loop = asyncio.new_event_loop()  # never run: schedule() only queues a cycle on it
-        self.sup = sup = Supervisor(config)
-        sup.loop = self.loop
-        sup.pool = ns.SlotPool()
-        sup.waiting = WaitingJobs(sup.type_ids, ns.CandidateCache())
+        # Made on a loop, and never run again: schedule() only queues a cycle on it.
+        self.loop = asyncio.new_event_loop()
+        sup = self.loop.run_until_complete(_made(config))
+        self.planner = planner = sup.planner
+        planner.pool = ns.SlotPool()
+        planner.waiting = WaitingJobs(planner.type_ids, ns.CandidateCache())
         sup.queue.clock_offset = CLOCK_OFFSET
+        self.queue = sup.queue
         for slot_id, worker, types in slots:
-            sup.pool.add_slot(slot_id, worker, types)
+            planner.pool.add_slot(slot_id, worker, types)
         # The queue's clock: eligible_at as the fetch reads it from the table.
         self.rows = [Candidate(job_id, type_name(t), p, e + shift + CLOCK_OFFSET)
                      for t, p, e, job_id in zip(cands.types, cands.priorities,
                                                 cands.eligible_at, cands.job_ids, strict=True)]
-        self.wanted = sup.free_by_type()
-        sup.on_fetched(self.rows, self.wanted)
+        self.wanted = planner.free_by_type()
+        planner.fetched(self.rows, self.wanted)
 
     def cycle(self):
         """Microseconds of one _cycle(), then (untimed) the claims lost and the fetch again."""
-        sup = self.sup
+        planner = self.planner
         start = time.perf_counter_ns()
-        sup._cycle()
+        planner._cycle()
         took = (time.perf_counter_ns() - start) / 1000.0
         # As the queue link hands them back when their statement never ran.
-        claims, sup.queue.claims = sup.queue.claims, Claims()
+        claims, self.queue.claims = self.queue.claims, Claims()
         placed = len(claims)
-        sup.on_claimed(claims, {}, contested=False)
-        sup.on_fetched(self.rows, self.wanted)
+        planner.claimed(claims, {}, contested=False)
+        planner.fetched(self.rows, self.wanted)
         return took, placed
 
     def close(self):

@@ -1,125 +1,179 @@
-"""The actor: one asyncio loop owns the slot pool, the workers and every job in flight.
+"""The actor: one asyncio loop, on which every change of state happens, and the components
+that own that state, each changed only by its own methods:
 
-Everything that changes state arrives as a callback on the loop (a worker frame, SIGCHLD, a
-control request, a database result, a timer), so reasoning about state is sequential and there
-are no locks. Database work is handed to the QueueLink and its answers come back as callbacks.
-This module holds the state, start and shutdown.
+- Workers (workers.py): the worker processes, their templates (templates.py), their pipes
+  (pipes.py) and the lease watchdog;
+- Jobs (running.py): the jobs running on slots and the on-demand requests' callers;
+- Planner (scheduling.py): the slot pool, the jobs waiting for a slot, the cycles;
+- QueueLink (queue_link.py): the database lanes, which post what they learn as messages
+  (messages.py) to `handle`, the one dispatch of them;
+- LeaseGuard (lease.py): the lease's timers and the fence.
+
+Everything arrives as a callback on the loop (a worker frame, SIGCHLD, a control request, a
+database answer, a timer), so state changes one step at a time, with no locks. This module
+wires the components, dispatches the queue link's messages, and starts and stops it all.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import logging
 import os
 import signal
 import time
+from dataclasses import dataclass
 
 from fairsched import __version__, core
 from fairsched.config import Config
 from fairsched.permissions import make_private_folder
-from fairsched.protocol import READ_SIZE
 from fairsched.supervisor.hooks import Observer
-from fairsched.supervisor.in_flight import RunningJob
-from fairsched.supervisor.lease import LeaseGuard
-from fairsched.supervisor.pipes import WorkerPipes
-from fairsched.supervisor.process import WorkerProcess
+from fairsched.supervisor.lease import WATCHDOG_AT, LeaseGuard
+from fairsched.supervisor.messages import (
+    CancelRequested,
+    Claimed,
+    Connected,
+    Disconnected,
+    FetchBegan,
+    Fetched,
+    JobsNotified,
+    LeaseExpired,
+    LeaseRenewed,
+    NextDue,
+    OutcomeUnrecorded,
+    Stale,
+)
 from fairsched.supervisor.queue_link import QueueLink
-from fairsched.supervisor.running import JobHandling
-from fairsched.supervisor.scheduling import Scheduling
-from fairsched.supervisor.states import IGNORED_SIGNALS, STOP_SIGNALS, ProcessState
-from fairsched.supervisor.stopping import WorkerStopping
+from fairsched.supervisor.running import Jobs
+from fairsched.supervisor.scheduling import Planner
+from fairsched.supervisor.states import IGNORED_SIGNALS, STOP_SIGNALS
 from fairsched.supervisor.template_process import Template
-from fairsched.supervisor.templates import TemplateLifecycle
-from fairsched.supervisor.waiting import WaitingJobs
-from fairsched.supervisor.watchdog import Watchdog
-from fairsched.supervisor.workers import STOP_GRACE, WorkerLifecycle
+from fairsched.supervisor.workers import STOP_GRACE, Workers
 from fairsched.worker.launch import become_subreaper
 
 log = logging.getLogger("fairsched.supervisor")
 
 
-class Supervisor(Scheduling, WorkerLifecycle, WorkerStopping, TemplateLifecycle, WorkerPipes,
-                 JobHandling):
-    """The actor. Its state is all set up here; the scheduling cycle (scheduling.py), the
-    worker processes (workers.py), the templates that fork them (templates.py), their pipes
-    (pipes.py) and the jobs (running.py) are handled by the mixins it is made of."""
+@dataclass
+class RunState:
+    """What only the actor changes and every component reads."""
+    shutting_down: bool = False
+
+
+class Supervisor:
+    """The actor: builds and wires the components, handles the queue link's messages, the
+    signals, start and shutdown. Made on the running loop."""
 
     def __init__(self, config: Config, observer: Observer | None = None,
                  early_signals: list[int] | None = None):
         self.config = config
         self.early_signals = early_signals if early_signals is not None else []
         self.observer = observer or Observer()
-        self.weights = config.scoring
-        self.priority_per_second = self.weights.priority / self.weights.age
-        self.type_ids = {t: i for i, t in enumerate(sorted(config.types))}
-        self.pool = core.SlotPool()
-        self.procs = [WorkerProcess(spec, i) for spec in config.workers
-                      for i in range(1, spec.processes + 1)]
-        self.by_pid: dict[int, WorkerProcess] = {}
-        self.slot_owner: dict[int, tuple[WorkerProcess, int]] = {}
-        self.running: dict[int, RunningJob] = {}  # by pool slot id
-        self.running_by_job: dict[int | str, RunningJob] = {}
-        # On-demand requests and fetched queued candidates waiting for a slot, and the queued
-        # jobs whose claim is on its way.
-        self.waiting = WaitingJobs(self.type_ids)
-        self.exhausted: set[str] = set()  # types whose last fetch came back short
-        self.notified: set[str] = set()  # types with new jobs notified since the last fetch began
-        self._fetched = False  # a fetch answered since the last cycle
-        self._stale_types: set[str] = set()  # types notified while that fetch ran
-        self.stop_asked = False  # a shutdown is under way, or about to be
-        self.hurried = False  # stop was asked again while shutting down
-        self.losses_in_row = 0
-        self.queue = QueueLink(self, config)
-        self.lease = LeaseGuard(self, config.supervisor.lease)
-        self.watchdog: Watchdog | None = None
-        self.templates: dict[str, Template] = {}
-        self.template_pids: dict[int, str] = {}
-        self.warming: dict[str, Template] = {}  # templates still importing their handler
-        self.template_losses: dict[str, list[float]] = {}  # monotonic times, by group
-        # Groups whose template could not import the handler: why, said when one of their
-        # workers, importing it itself, is ready after all (else that worker says what failed).
-        self.import_failed: dict[str, str] = {}
-        self.template_timers: dict[str, asyncio.TimerHandle] = {}  # replacements due
-        self.pending_spawns: dict[str, collections.deque] = {}
-        self.early_exits: dict[int, int] = {}
-        self.crashed_jobs: dict[int | str, None] = {}  # jobs that crashed a worker, oldest first
-        self.shutting_down = False
-        self.stopped = asyncio.Event()
-        self.changed = asyncio.Event()
-        self.next_slot_id = 1
-        self.next_generation = 1
-        self.next_request = 1
-        self.started = time.time()
+        self.loop = asyncio.get_running_loop()
+        self.run = RunState()
         self.counters = {"succeeded": 0, "failed": 0, "retried": 0, "cancelled": 0,
                          "returned": 0, "unrecorded": 0, "claim_losses": 0, "restarts": 0}
-        self._scheduling = False
-        self._schedule_pending = False
-        self._unflushed: set[WorkerProcess] = set()
-        self.read_buffer = memoryview(bytearray(READ_SIZE))  # every worker's reads, one at a time
-        self._wake_handle: asyncio.TimerHandle | None = None
+        self.stopped = asyncio.Event()
+        self.changed = asyncio.Event()
+        self.workers = Workers(config, self.loop, self.run, self.counters, self.observer,
+                               self._changed)
+        self.jobs = Jobs(config, self.loop, self.run, self.counters, self.observer,
+                         self._changed)
+        self.planner = Planner(config, self.loop, self.run, self.counters, self.observer)
+        self.queue = QueueLink(config, self.handle, self.observer,
+                               wanted=self.planner.free_by_type,
+                               running_queued=self.jobs.running_queued)
+        self.lease = LeaseGuard(self.loop, self.run, config.supervisor.lease,
+                                running_out=self._lease_running_out,
+                                kill_due=self._lease_kill_due)
+        self.workers.connect(self.planner, self.jobs, self.lease)
+        self.jobs.connect(self.planner, self.queue, self.lease, self.workers)
+        self.planner.connect(self.queue, self.lease, self.jobs, self.workers)
+        self.stop_asked = False  # a shutdown is under way, or about to be
+        self.hurried = False  # stop was asked again while shutting down
+        self.started = time.time()
         self.starting = False
         self.up = False  # the database works and the workers were started
         self._stop_when_started: tuple[float | None] | None = None  # (timeout,) of an early stop
-        self.loop: asyncio.AbstractEventLoop | None = None
         self.log_dir = config.supervisor.state_dir / "logs"
+
+    @property
+    def shutting_down(self) -> bool:
+        return self.run.shutting_down
+
+    # -- the queue link's messages -------------------------------------------------------------
+
+    def handle(self, msg) -> None:
+        """Act on one message of the queue link."""
+        match msg:
+            case Fetched(rows, wanted):
+                self.planner.fetched(rows, wanted)
+            case Claimed(claims, won, contested):
+                self.planner.claimed(claims, won, contested)
+            case FetchBegan():
+                self.planner.fetch_began()
+            case JobsNotified(type_name):
+                self.planner.jobs_notified(type_name)
+            case CancelRequested(job_id):
+                self.jobs.cancel_requested(job_id)
+            case Stale():
+                self.planner.forget_queued()
+            case NextDue(delay):
+                self.planner.wake_in(delay)
+            case Connected() | Disconnected():
+                self.planner.schedule()
+            case LeaseRenewed(sent_at):
+                self._lease_renewed(sent_at)
+            case LeaseExpired(lost, idle):
+                if idle:
+                    self.lease.said_expired_idle()
+                self.lease.expired(lost)
+            case OutcomeUnrecorded(job_type, outcome):
+                self.jobs.outcome_unrecorded(job_type, outcome)
+            case _:
+                raise TypeError(f"no handler for {msg!r}")
+
+    def _lease_renewed(self, sent_at: float) -> None:
+        self.workers.watchdog.lease(sent_at + self.lease.lease * WATCHDOG_AT)
+        running = [job_id for job_id, _ in self.jobs.running_queued()]
+        if self.lease.renewed(sent_at, running):
+            self.planner.schedule()
+
+    def _lease_running_out(self, expired: bool, lost: frozenset | None, late: float) -> None:
+        """The lease could not be renewed in time (or had run out): give the queued jobs
+        running here back before other supervisors take them over, and claim no more."""
+        self.workers.read_pending()  # late after a stall: jobs may have finished meanwhile
+        self.lease.fence()
+        self.planner.forget_fetched()
+        if self.workers.watchdog is not None:  # who is busy now, before its turn comes
+            self.workers.watchdog.refresh()
+        jobs = self.jobs.queued(lost)
+        self.lease.said_running_out(late, len(jobs), expired)
+        for rj in jobs:
+            self.jobs.cancel_job(rj, "lease")
+
+    def _lease_kill_due(self) -> None:
+        """Kill the workers still running a job given back; their on-demand jobs run again.
+        Restarted at once, not counted as a crash."""
+        self.workers.read_pending()
+        for proc in self.jobs.given_back_on():
+            log.error("worker %s is still running a job of the expiring lease; killing it",
+                      proc.name)
+            self.jobs.rerun_on_demand(proc)
+            self.workers.kill_for_lease(proc)
 
     # -- start and stop ------------------------------------------------------------------------
 
     async def start(self, templates: dict[str, Template] | None = None) -> None:
         """Start the workers (adopting `templates`, see start_templates) and the database."""
-        self.loop = asyncio.get_running_loop()
         make_private_folder(self.log_dir)
         become_subreaper()
-        self.loop.add_signal_handler(signal.SIGCHLD, self.reap_workers)
+        self.loop.add_signal_handler(signal.SIGCHLD, self.workers.reap_workers)
         for sig in STOP_SIGNALS:
             self.loop.add_signal_handler(sig, self.request_shutdown, None)
         for sig in IGNORED_SIGNALS:
             self.loop.add_signal_handler(sig, self._ignore_signal, sig)
-        self.watchdog = Watchdog(self.loop, self.log_dir / "watchdog.log", self.busy_pids,
-                                 self.worker_pids)
-        self.watchdog.start()
+        self.workers.start_watchdog()
         self.starting = True
         for sig in self.early_signals:  # those that came before the loop took them over
             if sig in STOP_SIGNALS:
@@ -133,15 +187,13 @@ class Supervisor(Scheduling, WorkerLifecycle, WorkerStopping, TemplateLifecycle,
             try:
                 await self.queue.start()
             except BaseException:
-                for template in (templates or {}).values():  # for shutdown to stop
-                    self.warming[template.group] = template
+                self.workers.templates.keep_for_shutdown(templates or {})  # for shutdown to stop
                 raise
             self.up = True
             if self._stop_when_started is None:
-                self.spawn_workers(templates)
+                self.workers.templates.start_all(templates)
             else:  # stopped while the database started: no worker to start and stop again
-                for template in (templates or {}).values():
-                    self.warming[template.group] = template
+                self.workers.templates.keep_for_shutdown(templates or {})
             self.observer.start(self)
         finally:
             self.starting = False
@@ -152,7 +204,7 @@ class Supervisor(Scheduling, WorkerLifecycle, WorkerStopping, TemplateLifecycle,
             return
         log.info("supervisor %s started (pid %d, fairsched %s, core %s, database %s, %d worker%s)",
                  self.queue.supervisor_id, os.getpid(), __version__, core.__impl__, self.queue.kind,
-                 len(self.procs), "" if len(self.procs) == 1 else "s")
+                 len(self.workers.procs), "" if len(self.workers.procs) == 1 else "s")
         if self.queue.kind == "embedded":
             url = self.queue.database.url
             log.info("embedded PostgreSQL at %s (other supervisors on this host: "
@@ -180,13 +232,6 @@ class Supervisor(Scheduling, WorkerLifecycle, WorkerStopping, TemplateLifecycle,
         for sig in (*STOP_SIGNALS, *IGNORED_SIGNALS):
             signal.signal(sig, signal.SIG_IGN)  # shutdown has already begun or finished
 
-    def busy_pids(self) -> list[int]:
-        """The workers running queued jobs now, for the lease watchdog."""
-        return [p.pid for p in self.procs if p.queued_jobs and p.pid is not None]
-
-    def worker_pids(self) -> list[int]:
-        return [p.pid for p in self.procs if p.pid is not None]
-
     def request_shutdown(self, timeout: float | None) -> None:
         if self.starting:
             # The database may be half set up (an embedded server starting): stop once it is,
@@ -204,9 +249,10 @@ class Supervisor(Scheduling, WorkerLifecycle, WorkerStopping, TemplateLifecycle,
             self._changed()
 
     async def shutdown(self, timeout: float | None = None) -> None:
-        if self.shutting_down:
+        if self.run.shutting_down:
             return
-        self.shutting_down = self.stop_asked = True
+        self.run.shutting_down = self.stop_asked = True
+        self.queue.wind_down()
         try:
             await self._shut_down(timeout)
         except Exception:  # never expected; the process must still end, and say why
@@ -217,68 +263,39 @@ class Supervisor(Scheduling, WorkerLifecycle, WorkerStopping, TemplateLifecycle,
     async def _shut_down(self, timeout: float | None) -> None:
         self.lease.stop()
         timeout = self.config.supervisor.shutdown_timeout if timeout is None else timeout
+        running = len(self.jobs.running)
         if self.up:  # not when it could not start at all: the caller says why
             log.info("shutting down: cancelling %d running job%s, waiting up to %g s",
-                     len(self.running), "" if len(self.running) == 1 else "s", timeout)
-        for req in self.waiting.requests():
-            self._finish_request(req, {"event": "error", "job_id": req.job_id,
-                                       "error": "the supervisor is shutting down"})
-        self.waiting.clear()
-        for rj in list(self.running.values()):
-            self.cancel_job(rj, "shutdown")
-        for proc in self.procs:
-            if proc.pid is None and proc.state is ProcessState.STARTING:
-                proc.set_state(ProcessState.STOPPING)  # its template's answer: it is stopped then
+                     running, "" if running == 1 else "s", timeout)
+        self.jobs.drop_requests("the supervisor is shutting down")
+        self.jobs.cancel_all("shutdown")
+        self.workers.shutting_down()
         deadline = time.monotonic() + timeout
-        self._stop_idle_workers()
-        while self.running and time.monotonic() < deadline and not self.hurried:
+        self.workers.stop_idle()
+        while self.jobs.running and time.monotonic() < deadline and not self.hurried:
             await self._wait_changed(deadline - time.monotonic())
-            self._stop_idle_workers()
-        for proc in self.procs:
-            self._cancel_timers(proc)
-            if proc.state in (ProcessState.DOWN, ProcessState.FATAL):
-                proc.set_state(ProcessState.STOPPED)
-            elif proc.pid is not None:
-                jobs = [str(rj.job_id) for rj in self.running.values() if rj.proc is proc]
-                if jobs:
-                    when = ("when stop was asked again" if self.hurried else
-                            f"at the end of shutdown_timeout ({timeout:g} s)")
-                    log.warning("worker %s still runs job %s %s; killing it", proc.name,
-                                ", ".join(jobs), when)
-                    proc.kill_reason = ("still running when stop was asked again" if self.hurried
-                                        else f"still running after shutdown_timeout, {timeout:g} s")
-                self.stop_worker(proc, kill_now=bool(jobs))
+            self.workers.stop_idle()
+        self.workers.stop_all(timeout, self.hurried)
         deadline = time.monotonic() + STOP_GRACE + 1.0
-        while self.by_pid and time.monotonic() < deadline:
+        while self.workers.live() and time.monotonic() < deadline:
             await self._wait_changed(deadline - time.monotonic())
-        if self.watchdog is not None:
-            self.watchdog.close()  # it exits when its socket closes
+        watchdog = self.workers.watchdog
+        if watchdog is not None:
+            watchdog.close()  # it exits when its socket closes
             deadline = time.monotonic() + STOP_GRACE
-            while self.watchdog.pid is not None and time.monotonic() < deadline:
+            while watchdog.pid is not None and time.monotonic() < deadline:
                 await self._wait_changed(deadline - time.monotonic())
-            if self.watchdog.pid is not None:  # stopped, or stuck: every worker is gone now
+            if watchdog.pid is not None:  # stopped, or stuck: every worker is gone now
                 with contextlib.suppress(ProcessLookupError):
-                    os.kill(self.watchdog.pid, signal.SIGKILL)
+                    os.kill(watchdog.pid, signal.SIGKILL)
                 with contextlib.suppress(ChildProcessError):
-                    os.waitpid(self.watchdog.pid, 0)
-        self.reap_workers()
-        for template in [*self.templates.values(), *self.warming.values()]:
-            self._drop_template(template)
-        for pid in self.template_pids:  # the templates and what their imports started
-            with contextlib.suppress(OSError):
-                os.killpg(pid, signal.SIGKILL)
+                    os.waitpid(watchdog.pid, 0)
+        self.workers.reap_workers()
+        self.workers.templates.close_all()
         await self.queue.close()
         self.observer.stop()
         if self.up:
             log.info("supervisor stopped")
-
-    def _stop_idle_workers(self) -> None:
-        """Shutting down: a worker whose jobs have all reported is told to stop at once."""
-        busy = {rj.proc for rj in self.running.values()}
-        for proc in self.procs:
-            if (proc.pid is not None and proc not in busy
-                    and proc.state in (ProcessState.STARTING, ProcessState.RUNNING)):
-                self.stop_worker(proc)
 
     async def _wait_changed(self, timeout: float) -> None:
         self.changed.clear()

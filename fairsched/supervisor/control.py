@@ -191,14 +191,15 @@ class ControlServer:
         if cmd == "ps":
             _send(writer, {"ok": True, "ps": snapshot(sup)})
         elif cmd == "restart":
-            names = [] if sup.shutting_down else sup.restart(str(request.get("name", "")))
+            names = [] if sup.shutting_down else sup.workers.restart(str(request.get("name", "")))
             if sup.shutting_down:
                 _send(writer, {"ok": False, "code": 1,
                                "error": "the supervisor is shutting down: nothing restarts"})
             elif names:
                 _send(writer, {"ok": True, "restarted": names})
             else:
-                known = sorted({p.group for p in sup.procs} | {p.name for p in sup.procs})
+                known = sorted({p.group for p in sup.workers.procs}
+                               | {p.name for p in sup.workers.procs})
                 _send(writer, {"ok": False, "code": 2,
                                "error": f"no worker or group named {request.get('name')!r} "
                                         f"(known: {', '.join(known)})"})
@@ -309,7 +310,7 @@ class ControlServer:
                            "error": f"payload nests deeper than {MAX_DEPTH} levels"})
             return
         type_name = str(request.get("type", ""))
-        req = sup.submit_on_demand(type_name, payload, priority, notify)
+        req = sup.jobs.submit_on_demand(type_name, payload, priority, notify)
         if req is None:
             _send(writer, {"event": "refused", "code": 2,
                            "error": sup.config.unknown_type(type_name, absolute=True,
@@ -324,7 +325,7 @@ class ControlServer:
                 {eof, waiter}, timeout=float(timeout) if timeout else None,
                 return_when=asyncio.FIRST_COMPLETED)
             if waiter not in finished:
-                became = sup.abandon_request(req)
+                became = sup.jobs.abandon_request(req)
                 if eof in finished and eof.result():
                     _send(writer, {"event": "refused", "code": 2, "job_id": req.job_id,
                                    "error": "one request per connection: this one sent more "

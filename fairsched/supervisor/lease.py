@@ -23,6 +23,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from fairsched.logs import some_ids
+
 log = logging.getLogger("fairsched.supervisor")
 
 CANCEL_AT = 2 / 3  # past the longest gap a slow database makes between heartbeats (queue_link)
@@ -32,9 +34,16 @@ STALL_SEEN = 1.0  # seconds a timer comes late that mean the supervisor itself s
 
 
 class LeaseGuard:
-    def __init__(self, sup, lease: float):
-        self.sup = sup
+    """Owns the lease's timers and whether this supervisor is fenced. What fencing does to the
+    jobs and workers is the actor's: at CANCEL_AT it calls `running_out(expired, lost, late)`,
+    at KILL_AT `kill_due()` (when still fenced)."""
+
+    def __init__(self, loop, run, lease: float, running_out, kill_due):
+        self.loop = loop
+        self.run = run  # RunState: the actor's, read only
         self.lease = lease
+        self._running_out_cb = running_out
+        self._kill_due_cb = kill_due
         self.fenced = False
         self._cancel_timer: asyncio.TimerHandle | None = None
         self._kill_timer: asyncio.TimerHandle | None = None
@@ -43,22 +52,26 @@ class LeaseGuard:
         # later ran while it ran out, even if they have ended here since.
         self.running_at_renewal: list[int] = []
 
-    def renewed(self, sent_at: float) -> None:
-        """A heartbeat (or registration) sent at loop time `sent_at` succeeded."""
-        loop = self.sup.loop
-        self.sup.watchdog.lease(sent_at + self.lease * WATCHDOG_AT)
-        self.running_at_renewal = sorted(
-            rj.job_id for rj in self.sup.running.values() if rj.request is None)
+    def renewed(self, sent_at: float, running_queued: list[int]) -> bool:
+        """A heartbeat (or registration) sent at loop time `sent_at` succeeded, with the
+        queued jobs `running_queued` running here; whether that lifted the fence."""
+        self.running_at_renewal = sorted(running_queued)
         self._cancel_timers()
         self._cancel_due = sent_at + self.lease * CANCEL_AT
-        self._cancel_timer = loop.call_at(self._cancel_due, self._running_out)
-        self._kill_timer = loop.call_at(sent_at + self.lease * KILL_AT, self._kill_stragglers)
-        if self.fenced:
-            self.fenced = False
-            log.warning("lease renewed: claiming queued jobs again")
-            self.sup.schedule()
+        self._cancel_timer = self.loop.call_at(self._cancel_due, self._running_out)
+        self._kill_timer = self.loop.call_at(sent_at + self.lease * KILL_AT,
+                                             self._kill_stragglers)
+        if not self.fenced:
+            return False
+        self.fenced = False
+        log.warning("lease renewed: claiming queued jobs again")
+        return True
 
-    def expired(self, lost: set[int] | None = None) -> None:
+    def fence(self) -> None:
+        """Claim nothing more until the lease is renewed."""
+        self.fenced = True
+
+    def expired(self, lost: frozenset[int] | None = None) -> None:
         """The lease had already run out: the jobs (those of `lost`, or all) may be running
         elsewhere now."""
         self._cancel_timers()
@@ -74,19 +87,21 @@ class LeaseGuard:
                 timer.cancel()
         self._cancel_timer = self._kill_timer = None
 
-    def _running_out(self, expired: bool = False, lost: set[int] | None = None) -> None:
+    def _running_out(self, expired: bool = False, lost: frozenset[int] | None = None) -> None:
         self._cancel_timer = None
-        if self.sup.shutting_down:
+        if self.run.shutting_down:
             return
-        self.sup.read_pending()  # late after a stall: jobs may have finished meanwhile
-        self.fenced = True
-        self.sup.waiting.forget()
-        if self.sup.watchdog is not None:  # who is busy now, before the watchdog's turn comes
-            self.sup.watchdog.refresh()
-        jobs = [rj for rj in self.sup.running.values()
-                if rj.request is None and (lost is None or rj.job_id in lost)]
         # A timer that comes seconds late says why: the supervisor itself was not running.
-        late = 0.0 if expired else self.sup.loop.time() - self._cancel_due
+        late = 0.0 if expired else self.loop.time() - self._cancel_due
+        self._running_out_cb(expired, lost, late)
+
+    def _kill_stragglers(self) -> None:
+        self._kill_timer = None
+        if self.fenced and not self.run.shutting_down:
+            self._kill_due_cb()
+
+    def said_running_out(self, late: float, jobs: int, expired: bool) -> None:
+        """Log that the lease could not be renewed, with `jobs` queued jobs to give back."""
         why = (f" (this supervisor stalled: its timer came {late:.0f} s late; stopped, or "
                f"starved of CPU?)" if late >= STALL_SEEN else "")
         if not jobs:
@@ -96,26 +111,16 @@ class LeaseGuard:
             return
         log.error("could not renew the %g s lease%s: giving back %d running queued job%s before "
                   "other supervisors take them over; claiming stops until the lease is renewed",
-                  self.lease, why, len(jobs), "" if len(jobs) == 1 else "s")
-        for rj in jobs:
-            self.sup.cancel_job(rj, "lease")
+                  self.lease, why, jobs, "" if jobs == 1 else "s")
 
-    def _kill_stragglers(self) -> None:
-        """Kill the workers still running a job given back; their on-demand jobs run again."""
-        self._kill_timer = None
-        if not self.fenced or self.sup.shutting_down:
-            return
-        self.sup.read_pending()
-        procs = {rj.proc for rj in self.sup.running.values() if rj.cancel_reason == "lease"}
-        for proc in procs:
-            log.error("worker %s is still running a job of the expiring lease; killing it",
-                      proc.name)
-            for rj in self.sup.running.values():
-                if rj.proc is proc and rj.request is not None:
-                    rj.cancel_reason = "restart"
-            # Its slots leave the index now, as with any stop: no on-demand job is placed on
-            # them before its exit is read. Restarted at once, not counted as a crash.
-            proc.fenced_kill = True
-            if proc.kill_reason is None:
-                proc.kill_reason = "still running a job of the expiring lease"
-            self.sup.stop_worker(proc, kill_now=True)
+    def said_expired_idle(self) -> None:
+        """The lease found expired with no queued job running here now: whether some ran while
+        it ran out (the lease watchdog may have killed their workers, or they ended meanwhile)."""
+        ran = self.running_at_renewal
+        if not ran:
+            what = "this supervisor's lease had expired while no job of the queue ran here"
+        else:
+            what = (f"this supervisor's lease had expired while {len(ran)} of its queued "
+                    f"job{'' if len(ran) == 1 else 's'} ran here ({some_ids(ran)}; ended here "
+                    f"since)")
+        log.warning("%s: registered again", what)

@@ -82,17 +82,17 @@ def take_snapshot(sup) -> Snapshot:
     # Each slot in the state `ps` gives it at this moment, so the two agree: a stopping
     # worker's slots are `stopping`, whatever job they still run.
     slots = collections.Counter()
-    for proc in sup.procs:
+    for proc in sup.workers.procs:
         types = proc.types or proc.spec.types
         for _, state, _ in slot_states(sup, proc):
             for t in types:
                 slots[(t, state)] += 1
-    in_flight = dict.fromkeys(sup.type_ids, 0)
-    for rj in sup.running.values():
+    in_flight = dict.fromkeys(sup.planner.type_ids, 0)
+    for rj in sup.jobs.running.values():
         in_flight[rj.type] = in_flight.get(rj.type, 0) + 1
-    workers = collections.Counter((proc.group, proc.state.value) for proc in sup.procs)
-    return Snapshot(types=tuple(sorted(sup.type_ids)), in_flight=in_flight, slots=dict(slots),
-                    workers=dict(workers), on_demand_waiting=sup.waiting.n_requests,
+    workers = collections.Counter((proc.group, proc.state.value) for proc in sup.workers.procs)
+    return Snapshot(types=tuple(sorted(sup.planner.type_ids)), in_flight=in_flight, slots=dict(slots),
+                    workers=dict(workers), on_demand_waiting=sup.planner.waiting.n_requests,
                     lease_lost=sup.lease.fenced)
 
 
@@ -373,7 +373,7 @@ class PrometheusObserver(Observer):
 
     def start(self, sup) -> None:
         self._sup = sup
-        for t in sup.type_ids:  # every series exists from the start, so rate() sees the first job
+        for t in sup.planner.type_ids:  # every series exists from the start, so rate() sees the first job
             self.waited.labels(t)
             self.ran.labels(t)
             for outcome in OUTCOMES:

@@ -1,8 +1,8 @@
 """The claim lane's heartbeat: renewing this supervisor's lease, judging the others by theirs
 and returning the jobs of those found dead, and squaring the job table with what runs here.
 
-A mixin of QueueLink (queue_link.py), whose state it reads: the store, the actor (`sup`),
-the settings, the outbox and the lane's clocks.
+The base of QueueLink (queue_link.py), whose state it reads: the store, the settings, the
+outbox and the lane's clocks; what it finds goes to the actor as messages.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import math
 
 from fairsched.logs import plural, some_ids
 from fairsched.store.aqueue import AsyncStore
+from fairsched.supervisor.messages import CancelRequested, LeaseExpired, LeaseRenewed
 
 log = logging.getLogger("fairsched.queue")
 
@@ -25,7 +26,7 @@ class Heartbeats:
         if not await store.heartbeat():
             await self._lease_lost(store)
         self.clock_offset = store.clock_offset
-        self.sup.lease.renewed(sent_at)
+        self._post(LeaseRenewed(sent_at))
         # Judge others dead only after a whole lease in touch: when the database itself was
         # out of reach (or frozen) past the lease, every supervisor's heartbeat is old, and
         # the first back must give the others the time to come back and write what their
@@ -55,8 +56,10 @@ class Heartbeats:
             return
         for job_id, _, cancel in held:
             if cancel:
-                self.sup.on_cancel_requested(job_id)
-        known = set(self.sup.running_queued_ids() + self.outbox.job_ids())
+                self._post(CancelRequested(job_id))
+        known = {job_id for job_id, _ in self._running_queued()}
+        known.update(self.claims.job_ids)
+        known.update(self.outbox.job_ids())
         ghosts = [(job_id, claim) for job_id, claim, _ in held if job_id not in known]
         if ghosts:
             ended = await self.store.release(ghosts)
@@ -93,16 +96,17 @@ class Heartbeats:
         table still says run under this supervisor's claims were not taken over: the row was
         deleted some other way (by hand, say). Those run on; their outcomes still pass the
         fence."""
-        running = [rj for rj in self.sup.running.values() if rj.request is None]
+        running = self._running_queued()
         try:
             mine = {(job_id, claim) for job_id, claim, _ in await store.held()}
         except BaseException:  # the next connection finds the row made again: fence now
             self._lease_expired()
             raise
-        lost = {rj.job_id for rj in running if (rj.job_id, rj.claim) not in mine}
+        lost = frozenset(job_id for job_id, claim in running if (job_id, claim) not in mine)
         if not running:
-            log.warning("%s: registered again", _expired_idle(self.sup.lease.running_at_renewal))
-            self.sup.lease.expired(lost)  # a claim under way may have won rows: fenced too
+            # (said with the jobs that ran while it ran out; a claim under way may have won
+            # rows: fenced too)
+            self._post(LeaseExpired(lost, idle=True))
             return
         if not lost:
             log.warning("this supervisor's row in fairsched_supervisors was gone, but none of "
@@ -110,19 +114,10 @@ class Heartbeats:
             return
         self._lease_expired(lost)
 
-    def _lease_expired(self, lost: set[int] | None = None) -> None:
+    def _lease_expired(self, lost: frozenset[int] | None = None) -> None:
         log.error("this supervisor's lease had expired and its running jobs were given "
                   "back to the queue; their results here will not be recorded")
-        self.sup.lease.expired(lost)
-
-
-def _expired_idle(ran: list[int]) -> str:
-    """The lease found expired with no queued job running here now: whether some ran while
-    it ran out (the lease watchdog may have killed their workers, or they ended meanwhile)."""
-    if not ran:
-        return "this supervisor's lease had expired while no job of the queue ran here"
-    return (f"this supervisor's lease had expired while {len(ran)} of its queued "
-            f"job{'' if len(ran) == 1 else 's'} ran here ({some_ids(ran)}; ended here since)")
+        self._post(LeaseExpired(lost))
 
 
 def _rescued_line(rescued: dict[str, int]) -> str:

@@ -1,21 +1,64 @@
-"""The actor's side of the worker pipes: frames out in batches, frames in, a worker's hello.
-A mixin of Supervisor (actor.py)."""
+"""The workers' pipes: frames out in batches, frames in, each message handed to whoever acts on
+it (a hello to the workers, a job's progress or outcome to the jobs). Owned by the workers
+component (workers.py)."""
 
 from __future__ import annotations
 
 import logging
 import signal
 
-from fairsched.logs import fields, quoted
-from fairsched.protocol import IncompatibleProtocol, ProtocolError, encode, validate
+from fairsched.logs import quoted
+from fairsched.protocol import (
+    READ_SIZE,
+    WORKER_MESSAGES,
+    FrameDecoder,
+    IncompatibleProtocol,
+    ProtocolError,
+    encode,
+    validate,
+)
 from fairsched.supervisor.process import WorkerProcess
 from fairsched.supervisor.states import ProcessState
-from fairsched.supervisor.workers import EXIT_GRACE
+
+EXIT_GRACE = 2.0  # a worker that closed its pipe gets this long to exit before SIGKILL
 
 log = logging.getLogger("fairsched.supervisor")
 
 
-class WorkerPipes:
+class Pipes:
+    """Owns each worker's reading and writing on the loop, the read buffer every worker's reads
+    share, and the workers with frames waiting for the end of a cycle."""
+
+    def __init__(self, workers, jobs, planner, loop, run, log_dir):
+        self.workers = workers
+        self.jobs = jobs
+        self.planner = planner
+        self.loop = loop
+        self.run = run  # RunState: the actor's, read only
+        self.log_dir = log_dir
+        self._unflushed: set[WorkerProcess] = set()
+        self._read_buffer = memoryview(bytearray(READ_SIZE))  # every worker's reads, one at a time
+
+    def attach(self, proc: WorkerProcess, sock) -> None:
+        """A new incarnation's pipe: read from now on."""
+        proc.sock = sock
+        sock.setblocking(False)
+        proc.decoder = FrameDecoder(accept=WORKER_MESSAGES)
+        proc.outbox = bytearray()
+        proc.writing = False
+        self.loop.add_reader(sock.fileno(), self._on_readable, proc)
+
+    def drop(self, proc: WorkerProcess) -> None:
+        """Let go of the worker's pipe (it is gone, or relaunched)."""
+        if proc.sock is not None:
+            fd = proc.sock.fileno()
+            self.loop.remove_reader(fd)
+            self.loop.remove_writer(fd)
+            proc.sock.close()
+            proc.sock = None
+        proc.writing = False
+        self._unflushed.discard(proc)
+
     def send(self, proc: WorkerProcess, msg: dict | bytes, *, defer: bool = False) -> bool:
         """Frame `msg` (or send a frame already encoded) to the worker; with defer, it leaves
         with the cycle's other frames."""
@@ -45,9 +88,9 @@ class WorkerPipes:
             self.loop.add_writer(proc.sock.fileno(), self._on_writable, proc)
         return True
 
-    def _flush_all(self) -> None:
-        if self._unflushed and self.watchdog is not None:
-            self.watchdog.flush()  # the workers about to get queued jobs are busy first
+    def flush_all(self) -> None:
+        if self._unflushed and self.workers.watchdog is not None:
+            self.workers.watchdog.flush()  # the workers about to get queued jobs are busy first
         while self._unflushed:
             self._flush(self._unflushed.pop())
 
@@ -74,18 +117,18 @@ class WorkerPipes:
             proc.writing = False
         proc.outbox.clear()
         proc.write_failed = f"worker {proc.name} pipe closed ({exc.strerror})"
-        self.pool.remove_worker(proc.generation)  # its running jobs keep their slots' ids
+        self.planner.close_slots(proc.generation)  # its running jobs keep their slots' ids
         self.loop.call_later(EXIT_GRACE, self._drop_after_grace, proc, proc.incarnation)
 
     def _drop_after_grace(self, proc: WorkerProcess, incarnation: str) -> None:
         if proc.incarnation == incarnation and proc.sock is not None:
-            self.unregister_worker(proc, proc.write_failed)
-            self.expect_exit(proc)
+            self.workers.unregister_worker(proc, proc.write_failed)
+            self.workers.expect_exit(proc)
 
-    def read_pending(self, procs=None) -> None:
-        """Read all that the workers (or `procs`) have written so far: what finished while
-        this supervisor was stalled counts before it acts on the stall."""
-        for proc in self.procs if procs is None else procs:
+    def read_pending(self, procs) -> None:
+        """Read all that the workers `procs` have written so far: what finished while this
+        supervisor was stalled counts before it acts on the stall."""
+        for proc in procs:
             while proc.sock is not None and self._on_readable(proc):
                 pass
 
@@ -93,7 +136,7 @@ class WorkerPipes:
         """Read from the worker once and act on it; whether there was anything to read."""
         sock = proc.sock
         try:
-            size = sock.recv_into(self.read_buffer)
+            size = sock.recv_into(self._read_buffer)
         except BlockingIOError:
             return False
         except OSError:
@@ -102,28 +145,12 @@ class WorkerPipes:
             if proc.decoder.pending:
                 log.warning("worker %s closed its pipe in the middle of a frame (%d bytes of it "
                             "came)", proc.name, proc.decoder.pending)
-            self.killed_by_watchdog(proc)
-            if not self.reap_worker(proc):  # exited: its jobs learn how (a signal, a code)
-                self.pipe_closed(proc)
+            self.workers.killed_by_watchdog(proc)
+            if not self.workers.reap_worker(proc):  # exited: its jobs learn how (a signal, a code)
+                self.workers.pipe_closed(proc)
             return True
         self._take(proc, sock, size)
         return True
-
-    def pipe_closed(self, proc: WorkerProcess) -> None:
-        """The worker's pipe closed and it has not exited yet. Its slots take no more work at
-        once; its running jobs fail when it exits, EXIT_GRACE later at most, with how it
-        ended: a worker whose handler closed its channel still has to find that out, say so
-        in its log and exit, which takes longer than reap_worker waits."""
-        waits = (proc.pid is not None and self.by_pid.get(proc.pid) is proc
-                 and not self.shutting_down)
-        if waits and any(rj.proc is proc for rj in self.running.values()):
-            self.pool.remove_worker(proc.generation)  # its jobs keep their slots' ids
-            self._drop_pipe(proc)
-            self.schedule()
-        else:
-            self.unregister_worker(proc, f"worker {proc.name} closed its pipe" + (
-                f" after saying: {proc.said_fatal}" if proc.said_fatal else ""))
-        self.expect_exit(proc)
 
     def read_last_words(self, proc: WorkerProcess) -> None:
         """Act on all an exited worker wrote before it went, so that a result it sent is its
@@ -132,7 +159,7 @@ class WorkerPipes:
         sock = proc.sock
         while sock is not None and proc.sock is sock:
             try:
-                size = sock.recv_into(self.read_buffer)
+                size = sock.recv_into(self._read_buffer)
             except OSError:  # BlockingIOError: nothing more; a reset: nothing at all
                 return
             if not size:
@@ -144,7 +171,7 @@ class WorkerPipes:
         try:
             broken = None
             try:
-                messages = proc.decoder.feed(self.read_buffer[:size])
+                messages = proc.decoder.feed(self._read_buffer[:size])
             except ProtocolError as exc:  # what came ahead of the bad frame counts first
                 messages, broken = exc.before, exc
             for msg in messages:
@@ -158,18 +185,18 @@ class WorkerPipes:
             log.error("worker %s cannot work with this supervisor: %s; killing it", proc.name, exc)
             proc.incompatible = str(exc)
             proc.kill_reason = f"it speaks another protocol version: {exc}"
-            self.kill_worker(proc, signal.SIGKILL)
-            self.unregister_worker(proc, f"worker {proc.name}: {exc}")
+            self.workers.kill_worker(proc, signal.SIGKILL)
+            self.workers.unregister_worker(proc, f"worker {proc.name}: {exc}")
         except ProtocolError as exc:
             log.error("worker %s sent a bad frame: %s; killing it", proc.name, exc)
             proc.kill_reason = f"it sent a bad frame: {exc}"
-            self.kill_worker(proc, signal.SIGKILL)
-            self.unregister_worker(proc, f"worker {proc.name} sent a bad frame: {exc}")
+            self.workers.kill_worker(proc, signal.SIGKILL)
+            self.workers.unregister_worker(proc, f"worker {proc.name} sent a bad frame: {exc}")
 
     def handle_message(self, proc: WorkerProcess, msg: dict) -> None:
         kind = msg["t"]
         if kind == "hello":
-            self.register_worker(proc, msg)
+            self.workers.register_worker(proc, msg)
             return
         if kind == "fatal":
             proc.said_fatal = quoted(msg["error"])
@@ -179,7 +206,7 @@ class WorkerPipes:
         if not proc.slot_ids:
             raise ProtocolError(f"{kind!r} before hello")
         slot = msg["slot"]
-        rj = self.running.get(proc.slot_ids[slot]) if 0 <= slot < len(proc.slot_ids) else None
+        rj = self.jobs.on_slot(proc.slot_ids[slot]) if 0 <= slot < len(proc.slot_ids) else None
         if rj is None or rj.job_id != msg["job_id"]:
             self._not_running_there(proc, msg, rj)
             return
@@ -195,21 +222,21 @@ class WorkerPipes:
                                    "fraction": rj.progress, "message": rj.message})
         elif kind == "result":
             outcome = "stopped" if msg.get("stopped") is True else "succeeded"
-            self.finish_job(rj, outcome, result=msg.get("result"))
+            self.jobs.finish_job(rj, outcome, result=msg.get("result"))
         elif kind == "error":
             error = msg["error"].strip() or f"worker {proc.name} reported an error without a message"
-            self.finish_job(rj, "failed", error=error, permanent=bool(msg.get("permanent")))
+            self.jobs.finish_job(rj, "failed", error=error, permanent=bool(msg.get("permanent")))
         elif kind == "refused":
             reason = quoted(msg["reason"])
             log.error("worker %s refused job %s: %s", proc.name, rj.job_id, reason)
-            if proc.state is not ProcessState.STOPPING and not self.shutting_down:
+            if proc.state is not ProcessState.STOPPING and not self.run.shutting_down:
                 # Stopping (told so by someone else) or out of step with us: either way its
                 # slots must take no more work, or the job would bounce back and forth.
                 log.warning("worker %s refuses work; restarting it", proc.name)
                 proc.refused_work = True  # counted as a crash: a worker that always refuses
-                self.spare_jobs_beside(rj)  # backs off and ends fatal; its other jobs are
-                self.stop_worker(proc)      # not to pay for it
-            self.finish_job(rj, "refused", error=f"refused by {proc.name}: {reason}")
+                self.jobs.spare_jobs_beside(rj)  # backs off and ends fatal; its other jobs
+                self.workers.stop_worker(proc)   # are not to pay for it
+            self.jobs.finish_job(rj, "refused", error=f"refused by {proc.name}: {reason}")
 
     def _not_running_there(self, proc: WorkerProcess, msg: dict, rj) -> None:
         """A message for a job its slot is not running. A late progress is let go (with one
@@ -252,53 +279,3 @@ class WorkerPipes:
             log.warning("worker %s sent progress with %s; ignored (said once per process)",
                         proc.name, " and ".join(wrong))
         return fraction, quoted(message)  # shown in ps, sent to the caller: a line, not a book
-
-    def register_worker(self, proc: WorkerProcess, hello: dict) -> None:
-        if proc.slot_ids:
-            raise ProtocolError("a second hello")
-        if hello.get("incarnation") != proc.incarnation:
-            raise ProtocolError(f"hello for incarnation {quoted(repr(hello['incarnation']), 100)}, "
-                                f"expected {proc.incarnation!r}")
-        if proc.pid is None:  # the template's answer is still on its way
-            self._learn_pid(proc, int(hello["pid"]))
-            if proc.sock is None or proc.incarnation != hello["incarnation"]:
-                return  # it had exited already, and is gone (or restarted) now
-        if proc.state is not ProcessState.STARTING:  # told to stop before it was ready
-            return
-        types = [t for t in proc.spec.types if t in set(hello["types"])]
-        announced = quoted(", ".join(hello["types"]))
-        if not types:
-            raise ProtocolError(f"hello announces types {announced}, none of "
-                                f"those configured for it ({', '.join(proc.spec.types)})")
-        if set(hello["types"]) != set(types):
-            log.warning("worker %s announced types %s; it gets jobs of %s only", proc.name,
-                        announced, ", ".join(types))
-        slots = min(int(hello["slots"]), proc.spec.slots)
-        if hello["slots"] != proc.spec.slots:
-            log.warning("worker %s announced %d slot%s, %d configured: it gets %d", proc.name,
-                        hello["slots"], "" if hello["slots"] == 1 else "s", proc.spec.slots,
-                        slots)
-        type_ids = [self.type_ids[t] for t in types]
-        proc.types = tuple(types)
-        proc.slot_ids = []
-        for index in range(slots):
-            sid = self.next_slot_id
-            self.next_slot_id += 1
-            self.pool.add_slot(sid, proc.generation, type_ids)
-            proc.slot_ids.append(sid)
-            self.slot_owner[sid] = (proc, index)
-        if proc.hello_timer is not None:
-            proc.hello_timer.cancel()
-            proc.hello_timer = None
-        proc.set_state(ProcessState.RUNNING)
-        self._changed()
-        log.info("worker %s ready (pid %d, %d slot%s, types %s)", proc.name, proc.pid, slots,
-                 "" if slots == 1 else "s", ",".join(types),
-                 extra=fields(event="worker_ready", worker=proc.name, group=proc.group,
-                              pid=proc.pid, slots=slots, types=list(types)))
-        why = self.import_failed.pop(proc.group, None)
-        if why is not None:  # a worker imported what its template could not: that one differs
-            log.warning("%s; its workers import it all the same (reading at import a variable "
-                        "set per worker, such as FAIRSCHED_WORKER?), so they start cold, each "
-                        "importing it", why)
-        self.schedule()

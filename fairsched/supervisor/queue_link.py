@@ -28,6 +28,19 @@ from fairsched.store.errors import DatabaseUnavailable
 from fairsched.store.queue import Queue
 from fairsched.supervisor.in_flight import Claims
 from fairsched.supervisor.locked_rows import LockedRows
+from fairsched.supervisor.messages import (
+    CancelRequested,
+    Claimed,
+    Connected,
+    Disconnected,
+    FetchBegan,
+    Fetched,
+    JobsNotified,
+    LeaseRenewed,
+    NextDue,
+    OutcomeUnrecorded,
+    Stale,
+)
 from fairsched.supervisor.outbox import Failure, Outbox
 from fairsched.supervisor.peers import Heartbeats
 
@@ -54,16 +67,26 @@ DB_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError, READ_ONLY, Databa
 
 
 class QueueLink(Heartbeats):
-    def __init__(self, sup, config):
-        self.sup = sup
+    """Takes requests from the actor (fetch, claim, outcomes) and posts what came of them, and
+    what the database said unasked, as messages (messages.py) to `post`. It asks the actor two
+    things, through the callables it was given: the free slots by type a fetch is for
+    (`wanted`), and the queued jobs running here, (job id, claim) (`running_queued`)."""
+
+    def __init__(self, config, post, observer, wanted, running_queued):
+        self._post = post
+        self.observer = observer
+        self._wanted = wanted
+        self._running_queued = running_queued
         self.config = config
+        self.priority_per_second = config.scoring.priority / config.scoring.age
         self.settings = config.supervisor
         self.default_max_attempts = config.max_attempts_by_type()
         self.database = None
         self.store: AsyncStore | None = None
         self.writer: AsyncStore | None = None  # the outcome lane's connection
         self.supervisor_id: str | None = None
-        self.outbox = Outbox(on_unrecorded=sup.outcome_unrecorded)
+        self.outbox = Outbox(on_unrecorded=lambda job_type, outcome: post(
+            OutcomeUnrecorded(job_type, outcome)))
         self.claims = Claims()  # jobs reserved by the actor on their slots, not yet claimed
         self.claiming: AsyncStore | None = None  # the connection a claim is on its way over
         self.fetch_wanted = False
@@ -71,6 +94,7 @@ class QueueLink(Heartbeats):
         self._refused_writes = False  # said that the database takes no writes
         self._unavailable: str | None = None  # the last DatabaseUnavailable said, said once
         self.closing = False
+        self._winding_down = False  # the supervisor is shutting down
         self._wake = asyncio.Event()
         self._outbox_wake = asyncio.Event()
         self._give_up = asyncio.Event()  # close(): stop waiting for the database (stop_waiting)
@@ -103,7 +127,11 @@ class QueueLink(Heartbeats):
     def wake(self) -> None:
         self._wake.set()
 
-    def request_fetch(self) -> None:
+    def request_fetch(self, *, due_unknown: bool = False) -> None:
+        """Fetch the best candidates for the free slots; `due_unknown`: and learn again when
+        the next delayed job comes due."""
+        if due_unknown:
+            self.due_unknown = True
         if not self.fetch_wanted:
             self.fetch_wanted = True
             self.wake()
@@ -164,8 +192,8 @@ class QueueLink(Heartbeats):
         self._in_touch_since = time.monotonic()
         if store.lease_lost:
             await self._lease_lost(store)
-        self.sup.lease.renewed(sent_at)
-        self.sup.on_poll()  # what was notified while the connection was down never reached us
+        self._post(LeaseRenewed(sent_at))
+        self._stale()  # what was notified while the connection was down never reached us
         await self._reconcile()
         if self._listen_task is None or self._listen_task.done():
             self._listen_task = asyncio.create_task(self._listen(), name="fairsched-listen")
@@ -242,6 +270,14 @@ class QueueLink(Heartbeats):
             except Exception as exc:  # the embedded server would not stop: say so, exit anyway
                 log.error("%s", exc)
 
+    def wind_down(self) -> None:
+        """The supervisor is shutting down (the lanes say so in what they log)."""
+        self._winding_down = True
+
+    def _stale(self) -> None:
+        self.due_unknown = True  # a delayed job may have come due, or a retry
+        self._post(Stale())
+
     def stop_waiting(self) -> None:
         """Exit without waiting any longer for the database (a second stop signal)."""
         self._give_up.set()
@@ -262,7 +298,7 @@ class QueueLink(Heartbeats):
                     if lost:
                         log.info("database connection restored")
                     lost = False
-                    self.sup.schedule()
+                    self._post(Connected())
                 await self._answer(self._drain())
                 failures = 0
                 if not self._pending():
@@ -280,11 +316,11 @@ class QueueLink(Heartbeats):
                     if not self._refused_writes:  # once, until it takes them again
                         log.error("the database refuses writes: %s (a standby?); reconnecting "
                                   "until it takes them%s", first_line(exc),
-                                  "" if self.sup.shutting_down else " (workers keep running)")
+                                  "" if self._winding_down else " (workers keep running)")
                     self._refused_writes = lost = True
                 elif self.connected:
                     log.error("lost the database: %s; reconnecting%s", first_line(exc),
-                              "" if self.sup.shutting_down else " (workers keep running)")
+                              "" if self._winding_down else " (workers keep running)")
                     lost = True
                 elif isinstance(exc, DatabaseUnavailable) and str(exc) != self._unavailable:
                     log.error("%s; trying again", exc)  # once, not at every attempt
@@ -292,7 +328,7 @@ class QueueLink(Heartbeats):
                 self.connected = False
                 # A cycle may have waited for a fetch that will not come: it plans now with
                 # what is known, and waiting on-demand requests run without the database.
-                self.sup.schedule()
+                self._post(Disconnected())
                 await self._drop_store()
                 self._requeue_claims()
                 await asyncio.sleep(delay)
@@ -351,7 +387,7 @@ class QueueLink(Heartbeats):
         # slots; _reconcile returns any row that did get claimed.
         claims, self.claims = self.claims, Claims()
         if claims:
-            self.sup.on_claimed(claims, {}, contested=False)
+            self._post(Claimed(claims, {}, contested=False))
 
     async def _run_outcomes(self) -> None:
         failures = 0  # in a row
@@ -427,7 +463,7 @@ class QueueLink(Heartbeats):
                               age_text(every))
             else:
                 if count:
-                    self.sup.observer.jobs_pruned(count)
+                    self.observer.jobs_pruned(count)
                     log.info("pruned %d succeeded or cancelled job%s that finished more than %s "
                              "ago (prune_after)", count, "" if count == 1 else "s", age_text(age))
             await asyncio.sleep(every)
@@ -444,7 +480,7 @@ class QueueLink(Heartbeats):
             await self._heartbeat(store, now)
         if now >= self._next_poll:
             # The safety net behind LISTEN/NOTIFY, and the clock for delayed jobs.
-            self.sup.on_poll()
+            self._stale()
             self.fetch_wanted = True
             self._next_poll = now + self.settings.poll_interval
         if self.claims:
@@ -463,7 +499,7 @@ class QueueLink(Heartbeats):
                     # since: its _requeue_claims has run. The slots are free at once, and the
                     # next connection's reconcile returns any row the claim did win, which
                     # these claims, put back, would have hidden from it.
-                    self.sup.on_claimed(claims, {}, contested=False)
+                    self._post(Claimed(claims, {}, contested=False))
                 raise
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("claimed %d of %d job%s", len(won), len(claims),
@@ -483,7 +519,7 @@ class QueueLink(Heartbeats):
             finally:
                 if self.claiming is store:
                     self.claiming = None
-                self.sup.on_claimed(claims, {qj.id: qj for qj in won})
+                self._post(Claimed(claims, {qj.id: qj for qj in won}))
             if fetching is not None:
                 try:
                     await fetching
@@ -494,23 +530,23 @@ class QueueLink(Heartbeats):
             if len(won) < len(claims):
                 await self._note_locked(claims, won)
         if self._locked.expire(now):
-            self.sup.on_poll()  # the rows left out may be free now: look afresh
+            self._stale()  # the rows left out may be free now: look afresh
             self.fetch_wanted = True
         if self.fetch_wanted and not self.claims:
             await self._fetch(store)
 
     async def _fetch(self, store: AsyncStore) -> None:
         self.fetch_wanted = False
-        wanted = self.sup.free_by_type()
+        wanted = self._wanted()
         if not wanted:
             return
-        self.sup.notified.clear()  # rows notified before this fetch are in its answer
-        rows = await store.fetch(self._locked.asking(wanted), self.sup.priority_per_second)
+        self._post(FetchBegan())  # rows notified before this fetch are in its answer
+        rows = await store.fetch(self._locked.asking(wanted), self.priority_per_second)
         rows = self._locked.kept(rows, wanted)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("fetched %d candidate%s for %s", len(rows), "" if len(rows) == 1 else "s",
                       ", ".join(f"{t} ({n} free)" for t, n in sorted(wanted.items())))
-        self.sup.on_fetched(rows, wanted)
+        self._post(Fetched(rows, wanted))
         # When the next delayed job or retry comes due, the jobs fetched may no longer be the
         # best: learn when, if the fetch came back short (what is due is drained) or a job was
         # notified since last asked (a new one may be delayed).
@@ -528,7 +564,7 @@ class QueueLink(Heartbeats):
     async def _arm_delayed_wakeup(self) -> None:
         delay = await self.store.next_eligible_in()
         if delay is not None:
-            self.sup.wake_in(delay)
+            self._post(NextDue(delay))
 
     async def _listen(self) -> None:
         failures = 0  # in a row
@@ -540,16 +576,17 @@ class QueueLink(Heartbeats):
                 await notifications
                 if lost:  # what was notified while it was down never came: look afresh
                     lost = False
-                    self.sup.on_poll()
+                    self._stale()
                     # Cancels too: the heartbeat passes on those the table holds (_reconcile).
                     self._next_heartbeat = 0.0
                     self.request_fetch()
                 async for kind, value in notifications:
                     failures = 0
                     if kind == "jobs":
-                        self.sup.on_jobs_notified(value)
+                        self.due_unknown = True  # it may be a delayed job, or a retry
+                        self._post(JobsNotified(value))
                     elif kind == "cancel":
-                        self.sup.on_cancel_requested(value)
+                        self._post(CancelRequested(value))
             except asyncio.CancelledError:
                 raise
             except Exception as exc:

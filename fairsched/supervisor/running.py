@@ -1,6 +1,6 @@
-"""The actor's jobs: start one on a slot, time it out, cancel it, and record how it ended
-(queued jobs through the queue lane, on-demand ones to their waiting caller). A mixin of
-Supervisor (actor.py)."""
+"""The jobs component: the jobs running on slots and the on-demand requests' callers. It starts
+a job on the slot the planner gave it, times it out, cancels it, and records how it ended
+(queued jobs through the queue link's outbox, on-demand ones to their waiting caller)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from fairsched.supervisor.states import ProcessState
 
 log = logging.getLogger("fairsched.supervisor")
 
+CRASHED_JOBS_KEPT = 1024  # jobs remembered for having crashed a worker (blame)
 # A failed job is tried again after retry_backoff x 2^(attempt-1) s, at most this long, with
 # jitter so that jobs failed together do not come back in lockstep.
 RETRY_DELAY_MAX = 300.0
@@ -34,9 +35,62 @@ def job_fields(rj: RunningJob, outcome: str, duration: float, **more) -> dict:
                   duration=round(duration, 6), on_demand=rj.on_demand, **more)
 
 
-class JobHandling:
+class Jobs:
+    """Owns the running jobs (by slot and by job id), the jobs remembered for crashing a
+    worker and the request numbers. Wired by the actor to the planner, the queue link, the
+    lease and the workers (connect)."""
+
+    def __init__(self, config, loop, run, counters: dict, observer, changed):
+        self.config = config
+        self.loop = loop
+        self.run = run  # RunState: the actor's, read only
+        self.counters = counters
+        self.observer = observer
+        self._changed = changed  # wakes a shutdown waiting for jobs to end
+        self.running: dict[int, RunningJob] = {}  # by pool slot id
+        self.running_by_job: dict[int | str, RunningJob] = {}
+        self._crashed: dict[int | str, None] = {}  # jobs that crashed a worker, oldest first
+        self._next_request = 1
+
+    def connect(self, planner, queue, lease, workers) -> None:
+        self.planner, self.queue, self.lease, self.workers = planner, queue, lease, workers
+
+    # -- what others ask -------------------------------------------------------------------------
+
+    def on(self, proc) -> list[RunningJob]:
+        """The jobs running on `proc`."""
+        return [rj for rj in self.running.values() if rj.proc is proc]
+
+    def busy(self, proc) -> bool:
+        return any(rj.proc is proc for rj in self.running.values())
+
+    def on_slot(self, slot_id: int) -> RunningJob | None:
+        return self.running.get(slot_id)
+
+    def running_ids(self) -> list:
+        return [rj.job_id for rj in self.running.values()]
+
+    def running_queued(self) -> list[tuple[int, int]]:
+        """(job id, claim) of the queued jobs running here: the queue link's reconcile."""
+        return [(rj.job_id, rj.claim) for rj in self.running.values() if rj.request is None]
+
+    def blame(self, jobs: list) -> int | str | None:
+        """The first of `jobs`, those a crashed worker ran, that crashed a worker before. A job
+        that crashes every worker it runs on (a PDF that makes the renderer segfault, say)
+        spends its own attempts, not its group's max_restarts: two such requests would
+        otherwise leave the group fatal for everyone. Remembers them all, the latest
+        CRASHED_JOBS_KEPT."""
+        blamed = next((job_id for job_id in jobs if job_id in self._crashed), None)
+        for job_id in jobs:
+            self._crashed[job_id] = None
+        while len(self._crashed) > CRASHED_JOBS_KEPT:
+            del self._crashed[next(iter(self._crashed))]
+        return blamed
+
+    # -- starting and stopping jobs ------------------------------------------------------------
+
     def start_job(self, entry, slot_id: int, attempt: int) -> None:
-        proc, index = self.slot_owner[slot_id]
+        proc, index = self.planner.owner(slot_id)
         if isinstance(entry, Request):
             rj = RunningJob(job_id=entry.job_id, type=entry.type, priority=entry.priority,
                             payload_json=entry.payload_json, attempt=attempt,
@@ -55,7 +109,7 @@ class JobHandling:
         if rj.request is None:
             proc.queued_jobs += 1
             if proc.queued_jobs == 1:
-                self.watchdog.busy(proc.pid)
+                self.workers.watchdog.busy(proc.pid)
         if proc.spec.timeout is not None:
             rj.timer = self.loop.call_later(proc.spec.timeout, self._on_job_timeout, rj)
         waited = max(0.0, time.time() - rj.eligible_at)
@@ -74,11 +128,11 @@ class JobHandling:
             self.finish_job(rj, "failed", error=f"the payload cannot be sent to a worker: {exc}",
                             permanent=True)
             return
-        self.send(proc, frame, defer=True)  # the caller flushes the batch
+        self.workers.send(proc, frame, defer=True)  # the caller flushes the batch
 
     def _on_job_timeout(self, rj: RunningJob) -> None:
         rj.timer = None
-        self.read_pending([rj.proc])  # late after a stall: its result may be waiting there
+        self.workers.read_pending([rj.proc])  # late after a stall: its result may be waiting there
         if self.running.get(rj.slot_id) is not rj:
             return
         rj.failure = f"timed out after {rj.proc.spec.timeout:g} s"
@@ -94,8 +148,8 @@ class JobHandling:
         its handler does not check job.cancelled() (or not often enough). The job ends
         cancelled when its worker is gone."""
         rj.cancel_timer = None
-        self.read_pending([rj.proc])  # its answer may be waiting there
-        if self.running.get(rj.slot_id) is not rj or self.shutting_down:
+        self.workers.read_pending([rj.proc])  # its answer may be waiting there
+        if self.running.get(rj.slot_id) is not rj or self.run.shutting_down:
             return
         grace = rj.proc.spec.cancel_grace
         log.warning("job %s on worker %s did not stop within %g s of its cancel (cancel_grace);"
@@ -109,7 +163,7 @@ class JobHandling:
         the jobs beside it go back to the queue unspent."""
         rj.proc.stopped_for_job = rj.proc.stopped_for_job or why
         self.spare_jobs_beside(rj)
-        self.stop_worker(rj.proc)  # its free slots take no more work
+        self.workers.stop_worker(rj.proc)  # its free slots take no more work
 
     def spare_jobs_beside(self, rj: RunningJob) -> None:
         """The worker of `rj` is stopped for what `rj` did: its other jobs go back to the queue
@@ -119,13 +173,71 @@ class JobHandling:
                     and other.failure is None):
                 other.cancel_reason = "restart"
 
+    def cancel_requested(self, job_id) -> None:
+        """`fairsched cancel` (or the table's cancel flag) for a queued job."""
+        try:
+            job_id = int(job_id)
+        except (TypeError, ValueError):
+            return
+        rj = self.running_by_job.get(job_id)
+        if rj is None:
+            # Its claim committed and the cancel came before the claim's answer, on another
+            # connection: the job is cancelled as the answer comes (Planner.claimed).
+            self.planner.waiting.cancel_claim(job_id)
+        elif rj.cancel_reason != "user":  # asked once is enough
+            self.cancel_job(rj, "user")
+
+    def queued(self, only: frozenset | None = None) -> list[RunningJob]:
+        """The queued jobs running here (those of `only`, when given)."""
+        return [rj for rj in self.running.values()
+                if rj.request is None and (only is None or rj.job_id in only)]
+
+    def given_back_on(self) -> set:
+        """The workers still running a job given back for the lease."""
+        return {rj.proc for rj in self.running.values() if rj.cancel_reason == "lease"}
+
+    def watchdog_killed(self, proc) -> None:
+        """The lease watchdog killed `proc`: its jobs may be running elsewhere by now. Its
+        queued ones go back to the queue unspent (a release that changes nothing if another
+        supervisor took them), its on-demand ones run again."""
+        for rj in self.on(proc):
+            if rj.cancel_reason is None:
+                rj.cancel_reason = "lease" if rj.request is None else "restart"
+
+    def rerun_on_demand(self, proc) -> None:
+        """`proc` is killed for a job of the expiring lease: its on-demand jobs run again."""
+        for rj in self.on(proc):
+            if rj.request is not None:
+                rj.cancel_reason = "restart"
+
+    def cancel_all(self, reason: str) -> None:
+        for rj in list(self.running.values()):
+            self.cancel_job(rj, reason)
+
+    def cancel_on(self, proc, reason: str) -> None:
+        for rj in self.on(proc):
+            self.cancel_job(rj, reason)
+
+    def drop_requests(self, error: str) -> None:
+        """Answer every waiting on-demand request with `error` (shutting down)."""
+        for req in self.planner.waiting.requests():
+            self.finish_request(req, {"event": "error", "job_id": req.job_id, "error": error})
+        self.planner.waiting.clear()
+
+    def crashed_with(self, proc, slot_ids, reason: str) -> None:
+        """The worker is gone: the jobs on its slots fail this attempt."""
+        for sid in slot_ids:
+            rj = self.running.get(sid)
+            if rj is not None:
+                self.finish_job(rj, "crashed", error=rj.failure or reason)
+
     def cancel_job(self, rj: RunningJob, reason: str) -> None:
         if rj.cancel_reason is None or reason == "user":
             rj.cancel_reason = reason
         if reason == "user" and rj.cancel_timer is None:
             rj.cancel_timer = self.loop.call_later(rj.proc.spec.cancel_grace,
                                                    self._on_cancel_overdue, rj)
-        self.send(rj.proc, {"t": "cancel", "incarnation": rj.proc.incarnation,
+        self.workers.send(rj.proc, {"t": "cancel", "incarnation": rj.proc.incarnation,
                             "slot": rj.slot_index, "job_id": rj.job_id})
 
     def finish_job(self, rj: RunningJob, outcome: str, *, result=None, error: str | None = None,
@@ -138,8 +250,8 @@ class JobHandling:
             rj.proc.queued_jobs -= 1
             # Its being idle goes to the lease watchdog with the next line (Watchdog.busy),
             # which the next renewal sends; with the lease in doubt, none may come in time.
-            if rj.proc.queued_jobs == 0 and self.lease.fenced and self.watchdog is not None:
-                self.watchdog.refresh()
+            if rj.proc.queued_jobs == 0 and self.lease.fenced:
+                self.workers.watchdog.refresh()
         for timer in (rj.timer, rj.cancel_timer):
             if timer is not None:
                 timer.cancel()
@@ -150,11 +262,11 @@ class JobHandling:
             if error and error != rj.failure:
                 error = f"{rj.failure}; then: {error}"
         if outcome == "stopped" and rj.cancel_reason is None and rj.failure is None:
-            self.worker_leaving(rj.proc)  # stopped unasked: it was told to stop by another
-        self.pool.release(rj.slot_id)  # a no-op when the worker (and its slots) is gone
+            self.workers.worker_leaving(rj.proc)  # stopped unasked: told to stop by another
+        self.planner.release(rj.slot_id)
         if (rj.proc.leaving and rj.proc.state is ProcessState.RUNNING
-                and not any(other.proc is rj.proc for other in self.running.values())):
-            self.left_idle(rj.proc)
+                and not self.busy(rj.proc)):
+            self.workers.left_idle(rj.proc)
         self._changed()
         duration = time.monotonic() - rj.started_mono
         if outcome == "stopped" and error is None:
@@ -170,7 +282,7 @@ class JobHandling:
             self._finish_on_demand(rj, outcome, result, error, permanent, duration)
         else:
             self._finish_queued(rj, outcome, result, error, permanent, duration)
-        self.schedule()
+        self.planner.schedule()
 
     def _finish_queued(self, rj, outcome, result, error, permanent, duration) -> None:
         if outcome == "succeeded":
@@ -237,7 +349,7 @@ class JobHandling:
             if log.isEnabledFor(logging.INFO):
                 log.info("job %s succeeded: %s, %.3f s", rj.job_id, where(rj), duration,
                          extra=job_fields(rj, "succeeded", duration))
-            self._finish_request(req, {"event": "result", "job_id": req.job_id, "result": result})
+            self.finish_request(req, {"event": "result", "job_id": req.job_id, "result": result})
             return
         timed_out_anyway = rj.cancel_reason == "restart" and rj.failure is not None
         # A handler's own error counts, whatever stop was asked of it meanwhile.
@@ -249,35 +361,35 @@ class JobHandling:
                      extra=job_fields(rj, "succeeded", duration))
             return
         if interrupted or req.cancelled:
-            if rj.cancel_reason == "restart" and not req.cancelled and not self.shutting_down:
+            if rj.cancel_reason == "restart" and not req.cancelled and not self.run.shutting_down:
                 self._record(rj, "returned", duration)
-                self.waiting.add_request(req)  # not the job's fault: run it elsewhere
+                self.planner.waiting.add_request(req)  # not the job's fault: run it elsewhere
                 req.attempts -= 1
                 log.info("job %s runs again (its worker restarted): %s", rj.job_id, where(rj),
                          extra=job_fields(rj, "returned", duration))
                 return
             self._record(rj, "cancelled", duration)
-            reason = ("the supervisor is shutting down" if self.shutting_down else
+            reason = ("the supervisor is shutting down" if self.run.shutting_down else
                       {"restart": "the worker was restarted"}.get(rj.cancel_reason, "cancelled"))
             log.info("job %s cancelled (%s): %s, %.3f s", rj.job_id,
                      "its caller left" if req.cancelled else reason, where(rj), duration,
                      extra=job_fields(rj, "cancelled", duration))
-            self._finish_request(req, {"event": "error", "job_id": req.job_id, "error": reason})
+            self.finish_request(req, {"event": "error", "job_id": req.job_id, "error": reason})
             return
         if outcome == "refused":  # not the job's fault, as for a queued job: its attempt unspent
             self._record(rj, "returned", duration)
             req.attempts -= 1
-            self.waiting.add_request(req)
+            self.planner.waiting.add_request(req)
             log.info("job %s runs again (refused by its worker): %s", rj.job_id, where(rj),
                      extra=job_fields(rj, "returned", duration))
             return
         said = quoted(error)
-        if permanent or req.attempts >= req.max_attempts or self.shutting_down:
+        if permanent or req.attempts >= req.max_attempts or self.run.shutting_down:
             self._record(rj, "failed", duration)
             log.warning("job %s failed for good: %s, %.3f s: %s", rj.job_id, where(rj), duration,
                         said, extra=job_fields(rj, "failed", duration, error=said))
-            self._finish_request(req, {"event": "error", "job_id": req.job_id, "error": error,
-                                       "attempts": req.attempts})
+            self.finish_request(req, {"event": "error", "job_id": req.job_id, "error": error,
+                                      "attempts": req.attempts})
             return
         self._record(rj, "retried", duration)
         log.warning("job %s failed: %s, %.3f s: %s; retrying now", rj.job_id, where(rj), duration,
@@ -286,7 +398,7 @@ class JobHandling:
             req.notify({"event": "retry", "job_id": req.job_id, "error": error,
                         "attempt": req.attempts})
         req.eligible_at = time.time()  # a retry's age counts from the retry, as a queued one's
-        self.waiting.add_request(req)
+        self.planner.waiting.add_request(req)
 
     def _record(self, rj: RunningJob, outcome: str, duration: float) -> None:
         self.counters[outcome] = self.counters.get(outcome, 0) + 1
@@ -298,11 +410,11 @@ class JobHandling:
         self.counters["unrecorded"] = self.counters.get("unrecorded", 0) + 1
         self.observer.job_unrecorded(job_type, outcome)
 
-    def _finish_request(self, req: Request, event: dict) -> None:
+    def finish_request(self, req: Request, event: dict) -> None:
         if req.done:
             return
         req.done = True
-        self.waiting.drop_request(req)
+        self.planner.waiting.drop_request(req)
         req.notify(event)
 
     # -- on-demand requests ---------------------------------------------------------------------
@@ -311,31 +423,31 @@ class JobHandling:
                          notify) -> Request | None:
         """Accept an on-demand request (its payload as protocol.payload_json); None when no
         configured worker supports the type."""
-        tid = self.type_ids.get(type_name)
+        tid = self.planner.type_ids.get(type_name)
         if tid is None:
             return None
         attempts = max(w.max_attempts for w in self.config.workers if type_name in w.types)
-        req = Request(number=self.next_request, type=type_name, type_id=tid,
+        req = Request(number=self._next_request, type=type_name, type_id=tid,
                       payload_json=payload_json, priority=priority, max_attempts=attempts,
                       notify=notify)
-        self.next_request += 1
-        if self.shutting_down:
-            self._finish_request(req, {"event": "error", "job_id": req.job_id,
-                                       "error": "the supervisor is shutting down"})
+        self._next_request += 1
+        if self.run.shutting_down:
+            self.finish_request(req, {"event": "error", "job_id": req.job_id,
+                                      "error": "the supervisor is shutting down"})
             return req
         no_worker = self.no_live_worker(type_name)
         if no_worker is not None:
-            self._finish_request(req, {"event": "error", "job_id": req.job_id,
-                                       "error": no_worker})
+            self.finish_request(req, {"event": "error", "job_id": req.job_id,
+                                      "error": no_worker})
             return req
-        self.waiting.add_request(req)
-        self.schedule()
+        self.planner.waiting.add_request(req)
+        self.planner.schedule()
         return req
 
     def no_live_worker(self, type_name: str) -> str | None:
         """Why no worker will ever run a `type_name` job until an operator acts (all of them
         fatal), or None."""
-        procs = [p for p in self.procs if type_name in p.spec.types]
+        procs = [p for p in self.workers.procs if type_name in p.spec.types]
         if any(p.state is not ProcessState.FATAL for p in procs):
             return None
         names = ", ".join(p.name for p in procs)
@@ -346,17 +458,17 @@ class JobHandling:
 
     def fail_unrunnable_requests(self) -> None:
         """Answer the waiting on-demand requests no worker is left to run (all fatal)."""
-        for req in self.waiting.requests():
+        for req in self.planner.waiting.requests():
             no_worker = self.no_live_worker(req.type)
             if no_worker is not None:
-                self._finish_request(req, {"event": "error", "job_id": req.job_id,
-                                           "error": no_worker})
+                self.finish_request(req, {"event": "error", "job_id": req.job_id,
+                                          "error": no_worker})
 
     def abandon_request(self, req: Request) -> str:
         """The caller gave up (timeout or disconnect): drop it, or cancel it where it runs;
         returns what became of it, for the caller."""
         req.cancelled = True
-        if self.waiting.drop_request(req):
+        if self.planner.waiting.drop_request(req):
             req.done = True
             what = "withdrawn before its next attempt" if req.attempts else "withdrawn before it started"
             log.info("job %s %s: its caller gave up (a timeout, or it left)", req.job_id, what)

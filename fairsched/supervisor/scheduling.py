@@ -1,7 +1,7 @@
-"""The actor's scheduling: cycles planned by the compiled core's candidate cache over
-on-demand requests and the queued jobs fetched, the claims they make, and what the queue's
-answers and notifications change. A mixin of the actor (actor.Supervisor), whose state it uses.
-"""
+"""The planner: the slot pool, the jobs waiting for a slot (the compiled core's candidate
+cache), and the cycles that place them. It knows which types may have jobs it has not seen
+(notified, or never fetched) and asks the queue link to fetch or claim; a cycle's placements
+go to the jobs component, which starts them."""
 
 from __future__ import annotations
 
@@ -9,15 +9,83 @@ import functools
 import logging
 import time
 
+from fairsched import core
 from fairsched.supervisor.in_flight import Claims
 from fairsched.supervisor.states import ProcessState
+from fairsched.supervisor.waiting import WaitingJobs
 
 LOSSES_BEFORE_REFETCH = 5
 
 log = logging.getLogger("fairsched.supervisor")
 
 
-class Scheduling:
+class Planner:
+    """Owns the slot pool and which worker each slot is on, the waiting jobs and what is known
+    of the queue by type. Wired by the actor to the queue link, the lease, the jobs and the
+    workers (connect)."""
+
+    def __init__(self, config, loop, run, counters: dict, observer):
+        self.config = config
+        self.loop = loop
+        self.run = run  # RunState: the actor's, read only
+        self.counters = counters
+        self.observer = observer
+        self.weights = config.scoring
+        self.type_ids = {t: i for i, t in enumerate(sorted(config.types))}
+        self.pool = core.SlotPool()
+        self._slot_owner: dict[int, tuple[object, int]] = {}  # slot id: (process, index)
+        self._next_slot_id = 1
+        # On-demand requests and fetched queued candidates waiting for a slot, and the queued
+        # jobs whose claim is on its way.
+        self.waiting = WaitingJobs(self.type_ids)
+        self._exhausted: set[str] = set()  # types whose last fetch came back short
+        self._notified: set[str] = set()  # types with new jobs notified since the last fetch began
+        self._fetched = False  # a fetch answered since the last cycle
+        self._stale_types: set[str] = set()  # types notified while that fetch ran
+        self._losses_in_row = 0
+        self._schedule_pending = False
+        self._wake_handle = None
+
+    def connect(self, queue, lease, jobs, workers) -> None:
+        self.queue, self.lease, self.jobs, self.workers = queue, lease, jobs, workers
+
+    # -- slots ---------------------------------------------------------------------------------
+
+    def add_slots(self, proc, generation: int, types, count: int) -> list[int]:
+        """Put `count` slots of a worker that said hello in the pool; their ids, by index."""
+        type_ids = [self.type_ids[t] for t in types]
+        slot_ids = []
+        for index in range(count):
+            sid = self._next_slot_id
+            self._next_slot_id += 1
+            self.pool.add_slot(sid, generation, type_ids)
+            slot_ids.append(sid)
+            self._slot_owner[sid] = (proc, index)
+        return slot_ids
+
+    def close_slots(self, generation: int) -> None:
+        """The worker's slots take no more work (it is stopping, leaving or gone); those busy
+        keep their ids until their jobs end."""
+        self.pool.remove_worker(generation)
+
+    def drop_slots(self, slot_ids) -> None:
+        """The worker is gone: its slots are no one's."""
+        for sid in slot_ids:
+            self._slot_owner.pop(sid, None)
+
+    def owner(self, slot_id: int):
+        """(process, slot index) of a slot, or None once its worker is gone."""
+        return self._slot_owner.get(slot_id)
+
+    def release(self, slot_id: int) -> None:
+        self.pool.release(slot_id)  # a no-op when the worker (and its slots) is gone
+
+    def slot_state(self, slot_id: int) -> tuple[bool, bool]:
+        """(in the pool, busy) for `ps`."""
+        return self.pool.has_slot(slot_id), self.pool.is_busy(slot_id)
+
+    # -- cycles --------------------------------------------------------------------------------
+
     def schedule(self) -> None:
         """Ask for a scheduling cycle; every request made in one loop pass folds into one cycle."""
         if not self._schedule_pending:
@@ -26,17 +94,13 @@ class Scheduling:
 
     def _run_schedule(self) -> None:
         self._schedule_pending = False
-        self._scheduling = True
-        try:
-            self._cycle()
-            self._flush_all()
-        finally:
-            self._scheduling = False
+        self._cycle()
+        self.workers.flush_all()
 
     def _cycle(self) -> None:
         fetched, self._fetched = self._fetched, False
         stale, self._stale_types = self._stale_types, set()
-        if self.shutting_down or self.pool.n_free == 0:
+        if self.run.shutting_down or self.pool.n_free == 0:
             for t in stale:
                 self.waiting.forget(t)
             return
@@ -56,7 +120,7 @@ class Scheduling:
             self.waiting.forget(t)  # planned in this cycle only
         for req, slot_id in zip(reqs, req_slots, strict=True):
             req.attempts += 1
-            self.start_job(req, slot_id, attempt=req.attempts)
+            self.jobs.start_job(req, slot_id, attempt=req.attempts)
         if job_ids:
             self.queue.claim(job_ids, slots)
         if self._unknown_types():
@@ -71,22 +135,23 @@ class Scheduling:
         return any(not has_queued(t) for t in self.free_by_type())
 
     def free_by_type(self) -> dict[str, int]:
-        if self.shutting_down or self.lease.fenced or not self.pool.n_free:
+        """Free slots by type, those of types known drained left out: what a fetch asks for."""
+        if self.run.shutting_down or self.lease.fenced or not self.pool.n_free:
             return {}
         counts = self.pool.free_counts(len(self.type_ids))  # type ids are 0 .. types - 1
-        exhausted = self.exhausted
+        exhausted = self._exhausted
         return {t: counts[tid] for t, tid in self.type_ids.items()
                 if counts[tid] and t not in exhausted}
 
-    def running_queued_ids(self) -> list[int]:
-        ids = [rj.job_id for rj in self.running.values() if rj.request is None]
-        ids.extend(self.queue.claims.job_ids)
-        return ids
+    # -- what the queue link tells -------------------------------------------------------------
 
-    def on_fetched(self, rows: list, wanted: dict[str, int]) -> None:
+    def fetch_began(self) -> None:
+        self._notified.clear()  # rows notified before this fetch are in its answer
+
+    def fetched(self, rows: list, wanted: dict[str, int]) -> None:
         # Rows the actor reserved while this fetch was in flight are still pending in the
         # table: without this they would be claimed twice, and lost the second time.
-        busy = {rj.job_id for rj in self.running.values()}
+        busy = set(self.jobs.running_ids())
         busy.update(self.queue.claims.job_ids)
         # The types it did not ask for (no free slot then) keep what was known of them.
         for t in wanted:
@@ -95,20 +160,20 @@ class Scheduling:
         # A type notified while the fetch ran may have a better job than it found: the next
         # cycle takes what it found all the same (or a stream of new jobs would starve the
         # type of cycles), and forgets the rest.
-        self._stale_types = self.notified & wanted.keys()
+        self._stale_types = self._notified & wanted.keys()
         counts: dict[str, int] = {}
         for qj in rows:
             counts[qj.type] = counts.get(qj.type, 0) + 1
         for t, free in wanted.items():
             # Jobs notified while it ran may have come too late for it: not drained yet.
-            if counts.get(t, 0) < 2 * free and t not in self.notified:
-                self.exhausted.add(t)
+            if counts.get(t, 0) < 2 * free and t not in self._notified:
+                self._exhausted.add(t)
             else:
-                self.exhausted.discard(t)
+                self._exhausted.discard(t)
         self._fetched = True
         self.schedule()
 
-    def on_claimed(self, claims: Claims, won: dict, contested: bool = True) -> None:
+    def claimed(self, claims: Claims, won: dict, contested: bool = True) -> None:
         """The answer to a claim: `won` by job id. Not `contested`: the claim never reached
         the database (it was lost with the connection), which is no loss to another
         supervisor."""
@@ -116,16 +181,16 @@ class Scheduling:
         for job_id, slot_id in claims:  # in the order planned: a win ends a row of losses
             cancelled = self.waiting.end_claim(job_id)
             job = won.get(job_id)
-            owner = self.slot_owner.get(slot_id)
+            owner = self._slot_owner.get(slot_id)
             if job is None:
                 if contested:
                     lost += 1
-                    self.losses_in_row += 1
+                    self._losses_in_row += 1
                 self.pool.release(slot_id)
                 continue
-            self.losses_in_row = 0
+            self._losses_in_row = 0
             proc = owner[0] if owner else None
-            if (proc is None or proc.state is not ProcessState.RUNNING or self.shutting_down
+            if (proc is None or proc.state is not ProcessState.RUNNING or self.run.shutting_down
                     or self.lease.fenced or not self.pool.is_busy(slot_id) or cancelled):
                 # The slot's worker died or is stopping while the claim was in flight, or
                 # this supervisor is giving its jobs back, or the job was cancelled: handed
@@ -133,35 +198,39 @@ class Scheduling:
                 self.queue.release(job.id, job.claim, said=functools.partial(_unstarted, job.id))
                 self.pool.release(slot_id)
                 continue
-            self.start_job(job, slot_id, attempt=job.attempts)
+            self.jobs.start_job(job, slot_id, attempt=job.attempts)
         if lost:
             self.counters["claim_losses"] += lost
             self.observer.claims_lost(lost)
-            if self.losses_in_row >= LOSSES_BEFORE_REFETCH:
+            if self._losses_in_row >= LOSSES_BEFORE_REFETCH:
                 self.waiting.forget()
-                self.losses_in_row = 0
-            self.exhausted.clear()
-        self._flush_all()
+                self._losses_in_row = 0
+            self._exhausted.clear()
+        self.workers.flush_all()
         self.schedule()
 
-    def on_jobs_notified(self, type_name: str) -> None:
+    def jobs_notified(self, type_name: str) -> None:
         type_id = self.type_ids.get(type_name)
         if type_id is None:  # a type only other supervisors on this database run
             return
-        self.notified.add(type_name)
-        self.exhausted.discard(type_name)
+        self._notified.add(type_name)
+        self._exhausted.discard(type_name)
         self.waiting.forget(type_name)
-        self.queue.due_unknown = True  # it may be a delayed job, or a retry
         if self.pool.free_count(type_id):
             self.queue.request_fetch()
 
-    def on_poll(self) -> None:
-        # A delayed job that came due, a notification lost: what is known may be stale.
-        self.exhausted.clear()
+    def forget_queued(self) -> None:
+        """What is known of the queue may be stale (a poll, a lost notification, a lease in
+        doubt): look afresh."""
+        self._exhausted.clear()
         self.waiting.forget()
-        self.queue.due_unknown = True
+
+    def forget_fetched(self) -> None:
+        """Drop the queued candidates fetched (the lease is in doubt: none is claimed)."""
+        self.waiting.forget()
 
     def wake_in(self, delay: float) -> None:
+        """The next delayed job comes due in `delay` seconds."""
         delay = max(0.0, delay)
         if self._wake_handle is not None:
             if self._wake_handle.when() <= self.loop.time() + delay:
@@ -171,23 +240,8 @@ class Scheduling:
 
     def _on_wake(self) -> None:
         self._wake_handle = None  # a delayed job comes due: it may outrank what is cached
-        self.exhausted.clear()
-        self.waiting.forget()
-        self.queue.due_unknown = True  # and the next one's time is to be learnt
-        self.queue.request_fetch()
-
-    def on_cancel_requested(self, job_id) -> None:
-        try:
-            job_id = int(job_id)
-        except (TypeError, ValueError):
-            return
-        rj = self.running_by_job.get(job_id)
-        if rj is None:
-            # Its claim committed and the cancel came before the claim's answer, on another
-            # connection: the job is cancelled as the answer comes (on_claimed).
-            self.waiting.cancel_claim(job_id)
-        elif rj.cancel_reason != "user":  # asked once is enough
-            self.cancel_job(rj, "user")
+        self.forget_queued()
+        self.queue.request_fetch(due_unknown=True)  # and the next one's time is to be learnt
 
 
 def _unstarted(job_id: int, status: str) -> None:

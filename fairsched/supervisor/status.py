@@ -13,7 +13,7 @@ def snapshot(sup) -> dict:
     now = time.time()
     mono = time.monotonic()
     slots = []
-    for proc in sup.procs:
+    for proc in sup.workers.procs:
         uptime = now - proc.started_at if proc.pid is not None and proc.started_at else None
         base = {
             "worker": proc.name,
@@ -43,7 +43,7 @@ def snapshot(sup) -> dict:
         "lease_lost": sup.lease.fenced,
         "core": core.__impl__,
         "shutting_down": sup.shutting_down,
-        "waiting_on_demand": sup.waiting.n_requests,
+        "waiting_on_demand": sup.planner.waiting.n_requests,
         "counters": dict(sup.counters),
     }
     return {"supervisor": supervisor, "slots": slots}
@@ -54,19 +54,20 @@ def slot_states(sup, proc):
     the metrics count the same states."""
     if not proc.slot_ids:
         state = SLOT_STATE.get(proc.state, proc.state.value)
-        if proc.state is ProcessState.DOWN and proc.group in sup.warming:
+        if proc.state is ProcessState.DOWN and sup.workers.templates.warming(proc.group):
             state = "starting"  # its template is still importing the handler
         for index in range(proc.spec.slots):
             yield index, state, None
         return
     for index, sid in enumerate(proc.slot_ids):
-        rj = sup.running.get(sid)
+        rj = sup.jobs.on_slot(sid)
+        in_pool, busy = sup.planner.slot_state(sid)
         # A slot out of the index takes no more work: its worker is on its way out
         # (stopped by a SIGTERM from elsewhere, or its pipe broke), whatever it runs.
         if (proc.state is ProcessState.STOPPING
-                or (rj is None and (sup.shutting_down or not sup.pool.has_slot(sid)))):
+                or (rj is None and (sup.shutting_down or not in_pool))):
             yield index, "stopping", rj
-        elif rj is not None or sup.pool.is_busy(sid):
+        elif rj is not None or busy:
             yield index, "busy", rj
         else:
             yield index, "free", rj

@@ -1,6 +1,7 @@
-"""The actor's worker processes: spawn (cold or from a template, see templates.py), reap, and
-restart with backoff after a crash (stopping, killing and restarting on purpose: stopping.py).
-A mixin of Supervisor (actor.py), which owns the state these methods change."""
+"""The workers component: the worker processes, spawned (cold, or forked by their group's
+template: templates.py), reaped, restarted with backoff after a crash, and stopped or killed on
+purpose (SIGTERM, then SIGKILL after a grace; the operator's `fairsched restart`). Their pipes
+are pipes.py's; the lease watchdog, which watches their pids, is owned here too."""
 
 from __future__ import annotations
 
@@ -14,24 +15,24 @@ import sys
 import time
 
 from fairsched.backoff import backoff
-from fairsched.logs import fields, tail_lines, unstamped
-from fairsched.protocol import EXIT_CANNOT_START, WORKER_MESSAGES, FrameDecoder
+from fairsched.logs import fields, quoted, tail_lines, unstamped
+from fairsched.protocol import EXIT_CANNOT_START, ProtocolError
 from fairsched.supervisor.lease import WATCHDOG_AT
+from fairsched.supervisor.pipes import EXIT_GRACE, Pipes
 from fairsched.supervisor.process import (
     WorkerProcess,
     describe_exit,
     log_tells_why,
     oom_kill_count,
 )
-from fairsched.supervisor.states import ProcessState
-from fairsched.supervisor.templates import launch_spec
-from fairsched.worker.launch import LaunchError, launch
+from fairsched.supervisor.states import EXITED, ProcessState
+from fairsched.supervisor.templates import Templates, launch_spec
+from fairsched.supervisor.watchdog import Watchdog
+from fairsched.worker.launch import launch
 
 log = logging.getLogger("fairsched.supervisor")
 
 STOP_GRACE = 2.0  # SIGTERM to SIGKILL for a worker that is stopped or timed out
-EXIT_GRACE = 2.0  # a worker that closed its pipe gets this long to exit before SIGKILL
-CRASHED_JOBS_KEPT = 1024  # jobs remembered for having crashed a worker (_job_to_blame)
 # A crash after a calm period restarts at once, the next ones after 0.1 s doubling to 30 s.
 RESTART_DELAY_FIRST = 0.1
 RESTART_DELAY_MAX = 30.0
@@ -40,8 +41,69 @@ REAP_WAIT = 0.002  # seconds the loop waits, at most, for a worker whose pipe cl
 _WNOTHREAD = 0x20000000 if sys.platform.startswith("linux") else 0
 
 
-class WorkerLifecycle:
-    def _learn_pid(self, proc: WorkerProcess, pid: int) -> None:
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        # No group of that id: the worker is dead (SIGCHLD is on its way), or a template
+        # forked it so recently that it has not made its own session yet.
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
+class Workers:
+    """Owns the worker processes (`procs`, in config order, and by pid), the generations that
+    name their slots in the pool, the exits reaped before their pid was known, the templates
+    (Templates), the pipes (Pipes) and the lease watchdog. Wired by the actor to the planner,
+    the jobs and the lease (connect)."""
+
+    def __init__(self, config, loop, run, counters: dict, observer, changed):
+        self.config = config
+        self.loop = loop
+        self.run = run  # RunState: the actor's, read only
+        self.counters = counters
+        self.observer = observer
+        self._changed = changed  # wakes a shutdown waiting for workers to exit
+        self.log_dir = config.supervisor.state_dir / "logs"
+        self.procs = [WorkerProcess(spec, i) for spec in config.workers
+                      for i in range(1, spec.processes + 1)]
+        self.by_pid: dict[int, WorkerProcess] = {}
+        self._early_exits: dict[int, int] = {}
+        self._next_generation = 1
+        self.watchdog: Watchdog | None = None
+        self.templates = Templates(self, config, loop, run, self.log_dir)
+        self.pipes: Pipes | None = None
+
+    def connect(self, planner, jobs, lease) -> None:
+        self.planner, self.jobs, self.lease = planner, jobs, lease
+        self.pipes = Pipes(self, jobs, planner, self.loop, self.run, self.log_dir)
+
+    def start_watchdog(self) -> None:
+        self.watchdog = Watchdog(self.loop, self.log_dir / "watchdog.log", self.busy_pids,
+                                 self.pids)
+        self.watchdog.start()
+
+    def busy_pids(self) -> list[int]:
+        """The workers running queued jobs now, for the lease watchdog."""
+        return [p.pid for p in self.procs if p.queued_jobs and p.pid is not None]
+
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs if p.pid is not None]
+
+    def live(self) -> bool:
+        """Whether a worker process is still to be reaped."""
+        return bool(self.by_pid)
+
+    def send(self, proc: WorkerProcess, msg: dict | bytes, *, defer: bool = False) -> bool:
+        return self.pipes.send(proc, msg, defer=defer)
+
+    def flush_all(self) -> None:
+        self.pipes.flush_all()
+
+    def read_pending(self, procs=None) -> None:
+        self.pipes.read_pending(self.procs if procs is None else procs)
+
+    def learn_pid(self, proc: WorkerProcess, pid: int) -> None:
         if proc.pid is None:
             proc.pid = pid
             self.by_pid[pid] = proc
@@ -52,7 +114,7 @@ class WorkerLifecycle:
         # Whether it exited before we knew whose it was: a zombie waiting for us, or reaped
         # already (early_exits). Asked of the process first: a stored exit is an earlier
         # process's that had the same pid when this one lives, or is a zombie still.
-        earlier = self.early_exits.pop(pid, None)
+        earlier = self._early_exits.pop(pid, None)
         try:
             done, status = os.waitpid(pid, os.WNOHANG)
             status = status if done else None
@@ -65,23 +127,21 @@ class WorkerLifecycle:
             self.kill_worker(proc, signal.SIGTERM, grace=STOP_GRACE)
         elif proc.sock is None:  # its pipe closed before the template's answer came
             self.expect_exit(proc)
-    def _relaunch_cold(self, proc: WorkerProcess) -> None:
-        if proc.sock is not None:
-            self.loop.remove_reader(proc.sock.fileno())
-            proc.sock.close()
-            proc.sock = None
+
+    def relaunch_cold(self, proc: WorkerProcess) -> None:
+        self.pipes.drop(proc)
         proc.set_state(ProcessState.DOWN)
         self.spawn_worker(proc, cold=True)
 
     def spawn_worker(self, proc: WorkerProcess, *, cold: bool = False) -> None:
-        if self.shutting_down:
+        if self.run.shutting_down:
             return
         proc.restart_timer = None
-        if not cold and proc.group in self.warming:
+        if not cold and self.templates.warming(proc.group):
             proc.set_state(ProcessState.DOWN)  # its template starts it once it has imported
             return
-        proc.generation = self.next_generation
-        self.next_generation += 1
+        proc.generation = self._next_generation
+        self._next_generation += 1
         proc.incarnation = f"{proc.name}.{proc.generation}.{secrets.token_hex(4)}"
         proc.signalled.clear()
         proc.stopped_for_job = None
@@ -92,32 +152,17 @@ class WorkerLifecycle:
         proc.jobs_succeeded = 0
         proc.warned_progress = proc.warned_stale = proc.warned_log_lost = False
         spec = launch_spec(proc, self.log_dir, self.config.supervisor)
-        template = None if cold else self.templates.get(proc.group)
         pid = None
         try:
-            sock = None
-            if template is not None:
-                try:
-                    sock = template.begin_spawn(spec, proc.incarnation)
-                    self.pending_spawns[proc.group].append((proc, proc.incarnation))
-                except LaunchError as exc:  # the template's own failure; any other OSError
-                    # (the worker's log cannot be opened, say) would stop a cold start too
-                    log.warning("template for %s failed (%s); starting %s cold", proc.group, exc,
-                                proc.name)
-                    self._drop_template(template)
-                    sock = None
+            sock = None if cold else self.templates.fork(proc, spec)
             if sock is None:
                 launched = launch(spec, proc.incarnation)
                 sock, pid = launched.sock, launched.pid
         except OSError as exc:
-            self._make_fatal(proc, f"could not start: {exc}")
+            self.make_fatal(proc, f"could not start: {exc}")
             return
         proc.pid = None
-        proc.sock = sock
-        proc.sock.setblocking(False)
-        proc.decoder = FrameDecoder(accept=WORKER_MESSAGES)
-        proc.outbox = bytearray()
-        proc.writing = False
+        self.pipes.attach(proc, sock)
         proc.started_at = time.time()
         proc.started_mono = time.monotonic()
         proc.oom_kills_at_start = oom_kill_count()
@@ -125,18 +170,76 @@ class WorkerLifecycle:
         if proc.hello_timer is not None:  # an earlier try's, relaunched cold since
             proc.hello_timer.cancel()
         proc.hello_timer = self.loop.call_later(proc.spec.start_timeout, self._no_hello, proc)
-        self.loop.add_reader(proc.sock.fileno(), self._on_readable, proc)
         if pid is not None:
-            self._learn_pid(proc, pid)
+            self.learn_pid(proc, pid)
 
-    def _make_fatal(self, proc: WorkerProcess, reason: str) -> None:
+    def register_worker(self, proc: WorkerProcess, hello: dict) -> None:
+        if proc.slot_ids:
+            raise ProtocolError("a second hello")
+        if hello.get("incarnation") != proc.incarnation:
+            raise ProtocolError(f"hello for incarnation {quoted(repr(hello['incarnation']), 100)}, "
+                                f"expected {proc.incarnation!r}")
+        if proc.pid is None:  # the template's answer is still on its way
+            self.learn_pid(proc, int(hello["pid"]))
+            if proc.sock is None or proc.incarnation != hello["incarnation"]:
+                return  # it had exited already, and is gone (or restarted) now
+        if proc.state is not ProcessState.STARTING:  # told to stop before it was ready
+            return
+        types = [t for t in proc.spec.types if t in set(hello["types"])]
+        announced = quoted(", ".join(hello["types"]))
+        if not types:
+            raise ProtocolError(f"hello announces types {announced}, none of "
+                                f"those configured for it ({', '.join(proc.spec.types)})")
+        if set(hello["types"]) != set(types):
+            log.warning("worker %s announced types %s; it gets jobs of %s only", proc.name,
+                        announced, ", ".join(types))
+        slots = min(int(hello["slots"]), proc.spec.slots)
+        if hello["slots"] != proc.spec.slots:
+            log.warning("worker %s announced %d slot%s, %d configured: it gets %d", proc.name,
+                        hello["slots"], "" if hello["slots"] == 1 else "s", proc.spec.slots,
+                        slots)
+        proc.types = tuple(types)
+        proc.slot_ids = self.planner.add_slots(proc, proc.generation, types, slots)
+        if proc.hello_timer is not None:
+            proc.hello_timer.cancel()
+            proc.hello_timer = None
+        proc.set_state(ProcessState.RUNNING)
+        self._changed()
+        log.info("worker %s ready (pid %d, %d slot%s, types %s)", proc.name, proc.pid, slots,
+                 "" if slots == 1 else "s", ",".join(types),
+                 extra=fields(event="worker_ready", worker=proc.name, group=proc.group,
+                              pid=proc.pid, slots=slots, types=list(types)))
+        why = self.templates.imported_by_worker(proc.group)
+        if why is not None:  # a worker imported what its template could not: that one differs
+            log.warning("%s; its workers import it all the same (reading at import a variable "
+                        "set per worker, such as FAIRSCHED_WORKER?), so they start cold, each "
+                        "importing it", why)
+        self.planner.schedule()
+
+    def pipe_closed(self, proc: WorkerProcess) -> None:
+        """The worker's pipe closed and it has not exited yet. Its slots take no more work at
+        once; its running jobs fail when it exits, EXIT_GRACE later at most, with how it
+        ended: a worker whose handler closed its channel still has to find that out, say so
+        in its log and exit, which takes longer than reap_worker waits."""
+        waits = (proc.pid is not None and self.by_pid.get(proc.pid) is proc
+                 and not self.run.shutting_down)
+        if waits and self.jobs.busy(proc):
+            self.planner.close_slots(proc.generation)  # its jobs keep their slots' ids
+            self.pipes.drop(proc)
+            self.planner.schedule()
+        else:
+            self.unregister_worker(proc, f"worker {proc.name} closed its pipe" + (
+                f" after saying: {proc.said_fatal}" if proc.said_fatal else ""))
+        self.expect_exit(proc)
+
+    def make_fatal(self, proc: WorkerProcess, reason: str) -> None:
         proc.fatal_reason = reason
         proc.set_state(ProcessState.FATAL)
         log.error("worker %s is fatal: %s; run `fairsched restart %s` once fixed",
                   proc.name, reason, proc.name,
                   extra=fields(event="worker_fatal", worker=proc.name, group=proc.group,
                                reason=reason))
-        self.fail_unrunnable_requests()
+        self.jobs.fail_unrunnable_requests()
 
     def reap_workers(self) -> None:
         """Collect every exited child of the loop's thread; several SIGCHLDs fold into one call.
@@ -163,21 +266,14 @@ class WorkerLifecycle:
         elif self.watchdog is not None and pid == self.watchdog.pid:
             self.watchdog.exited(status)
             self._changed()
-        elif pid in self.template_pids:
-            group = self.template_pids.pop(pid)
-            # What its handler's import started (a helper process, say) goes with it, as
-            # what a job starts goes with its worker: the workers it forked lead their own.
-            with contextlib.suppress(OSError):
-                os.killpg(pid, signal.SIGKILL)
-            template = self.templates.get(group)
-            if template is not None and template.pid == pid:
-                self._drop_template(template)
-        elif any(self.pending_spawns.values()):
+        elif self.templates.reaped(pid):
+            pass
+        elif self.templates.spawns_pending():
             # A template-forked worker can exit before its pid reaches us. (Other unknown
             # children are orphans re-parented here: nothing to keep of them.)
-            self.early_exits[pid] = status
-            while len(self.early_exits) > 256:
-                self.early_exits.pop(next(iter(self.early_exits)))
+            self._early_exits[pid] = status
+            while len(self._early_exits) > 256:
+                self._early_exits.pop(next(iter(self._early_exits)))
 
     def reap_worker(self, proc: WorkerProcess, wait: float = REAP_WAIT) -> bool:
         """Reap `proc` if it exits within `wait` seconds; whether it did.
@@ -208,7 +304,7 @@ class WorkerLifecycle:
         # with it: those jobs may run again elsewhere, and nothing outlives its worker.
         with contextlib.suppress(OSError):  # nothing left in the group: the usual case
             os.killpg(proc.pid, signal.SIGKILL)
-        self.read_last_words(proc)
+        self.pipes.read_last_words(proc)
         before_hello = proc.state is ProcessState.STARTING
         lease_ran_out = self.killed_by_watchdog(proc)
         if self.watchdog is not None:
@@ -231,12 +327,12 @@ class WorkerLifecycle:
             how += (f"{' before its hello' if before_hello else ''} (its log ends: "
                     f"{self._last_log_line(proc)[:300]})")
         proc.last_exit = how
-        jobs = [rj.job_id for rj in self.running.values() if rj.proc is proc]
+        jobs = [rj.job_id for rj in self.jobs.on(proc)]
         self.unregister_worker(proc, f"worker {proc.name} {how}")
-        self._cancel_timers(proc)
+        self.cancel_timers(proc)
         proc.pid = None
         self._changed()
-        if self.shutting_down:
+        if self.run.shutting_down:
             proc.set_state(ProcessState.STOPPED)
             log.info("worker %s stopped: %s", proc.name, how,
                      extra=fields(event="worker_exited", worker=proc.name, group=proc.group,
@@ -267,21 +363,21 @@ class WorkerLifecycle:
             self._respawn(proc)
             return
         if proc.incompatible is not None:
-            self._make_fatal(proc, f"could not start: {proc.incompatible}")
+            self.make_fatal(proc, f"could not start: {proc.incompatible}")
             return
         if before_hello and os.WIFEXITED(status) and os.WEXITSTATUS(status) == EXIT_CANNOT_START:
             why = proc.said_fatal
             if why is None:
                 line = self._last_log_line(proc)  # the runtime's "... could not start: why"
                 why = line.partition(' could not start: ')[2] or line
-            self._make_fatal(proc, f"could not start: {why}")
+            self.make_fatal(proc, f"could not start: {why}")
             return
-        blamed = self._job_to_blame(jobs)
+        blamed = self.jobs.blame(jobs)
         recent = len(proc.crash_times) if blamed is not None else proc.record_crash()
         if proc.crash_loop(recent):
             proc.set_state(ProcessState.DOWN)
             times = "once" if recent == 1 else f"{recent} times"  # max_restarts = 0
-            self._make_fatal(proc, f"{how}; crashed {times} within "
+            self.make_fatal(proc, f"{how}; crashed {times} within "
                                    f"{proc.spec.restart_window:g} s")
             return
         delay = 0.0 if recent <= 1 else backoff(recent - 2, RESTART_DELAY_FIRST, RESTART_DELAY_MAX)
@@ -296,19 +392,6 @@ class WorkerLifecycle:
         else:
             proc.restart_timer = self.loop.call_later(delay, self._respawn, proc)
 
-    def _job_to_blame(self, jobs: list) -> int | str | None:
-        """The first of `jobs`, those a crashed worker ran, that crashed a worker before. A job
-        that crashes every worker it runs on (a PDF that makes the renderer segfault, say)
-        spends its own attempts, not its group's max_restarts: two such requests would
-        otherwise leave the group fatal for everyone. Remembers them all, the latest
-        CRASHED_JOBS_KEPT."""
-        blamed = next((job_id for job_id in jobs if job_id in self.crashed_jobs), None)
-        for job_id in jobs:
-            self.crashed_jobs[job_id] = None
-        while len(self.crashed_jobs) > CRASHED_JOBS_KEPT:
-            del self.crashed_jobs[next(iter(self.crashed_jobs))]
-        return blamed
-
     def killed_by_watchdog(self, proc: WorkerProcess) -> bool:
         """Whether the lease watchdog killed `proc` because this supervisor stalled past its
         lease. The jobs that made it do so may be running elsewhere by now: they go back to
@@ -322,9 +405,7 @@ class WorkerLifecycle:
         log.error("worker %s was killed by the lease watchdog: this supervisor did not renew "
                   "its lease for %g s (stalled or stopped?)", proc.name,
                   self.lease.lease * WATCHDOG_AT)
-        for rj in self.running.values():
-            if rj.proc is proc and rj.cancel_reason is None:
-                rj.cancel_reason = "lease" if rj.request is None else "restart"
+        self.jobs.watchdog_killed(proc)
         return True
 
     def _respawn(self, proc: WorkerProcess) -> None:
@@ -350,22 +431,18 @@ class WorkerLifecycle:
         if proc.state is ProcessState.STARTING and proc.pid is None:
             # Its template never answered the spawn: stuck (stopped, say). Its workers start
             # cold from here on.
-            template = self.templates.get(proc.group)
             log.warning("template for %s did not start worker %s within %g s (start_timeout); "
                         "killing it, its workers start cold", proc.group, proc.name,
                         proc.spec.start_timeout)
-            if template is None:
-                self._relaunch_cold(proc)
-                return
-            template.kill()
-            self._drop_template(template, why_said=True)  # its pending spawns start cold
+            if not self.templates.kill(proc.group):  # its pending spawns start cold
+                self.relaunch_cold(proc)
         elif proc.state is ProcessState.STARTING:
             log.warning("worker %s did not start within %g s (start_timeout); killing it",
                         proc.name, proc.spec.start_timeout)
             proc.kill_reason = f"no hello within {proc.spec.start_timeout:g} s"
             self.kill_worker(proc, signal.SIGKILL)
 
-    def _cancel_timers(self, proc: WorkerProcess) -> None:
+    def cancel_timers(self, proc: WorkerProcess) -> None:
         for name in ("restart_timer", "kill_timer", "hello_timer"):
             timer = getattr(proc, name)
             if timer is not None:
@@ -374,25 +451,150 @@ class WorkerLifecycle:
 
     def unregister_worker(self, proc: WorkerProcess, reason: str) -> None:
         """Drop the worker's pipe and slots at once; its running jobs fail this attempt."""
-        self._drop_pipe(proc)
+        self.pipes.drop(proc)
         if not proc.slot_ids:
             return
-        self.pool.remove_worker(proc.generation)
+        self.planner.close_slots(proc.generation)
         slot_ids, proc.slot_ids = proc.slot_ids, []
-        for sid in slot_ids:
-            self.slot_owner.pop(sid, None)
-        for sid in slot_ids:
-            rj = self.running.get(sid)
-            if rj is not None:
-                self.finish_job(rj, "crashed", error=rj.failure or reason)
-        self.schedule()
+        self.planner.drop_slots(slot_ids)
+        self.jobs.crashed_with(proc, slot_ids, reason)
+        self.planner.schedule()
 
-    def _drop_pipe(self, proc: WorkerProcess) -> None:
-        if proc.sock is not None:
-            fd = proc.sock.fileno()
-            self.loop.remove_reader(fd)
-            self.loop.remove_writer(fd)
-            proc.sock.close()
-            proc.sock = None
-        proc.writing = False
-        self._unflushed.discard(proc)
+    # -- stopping on purpose ---------------------------------------------------------------------
+
+    def kill_for_lease(self, proc: WorkerProcess) -> None:
+        """`proc` still runs a job of the expiring lease: killed now. Its slots leave the index
+        at once, as with any stop: no on-demand job is placed on them before its exit is read.
+        Restarted at once, not counted as a crash."""
+        proc.fenced_kill = True
+        if proc.kill_reason is None:
+            proc.kill_reason = "still running a job of the expiring lease"
+        self.stop_worker(proc, kill_now=True)
+
+    def shutting_down(self) -> None:
+        """The shutdown began: a worker its template is still forking is stopped when its pid
+        comes."""
+        for proc in self.procs:
+            if proc.pid is None and proc.state is ProcessState.STARTING:
+                proc.set_state(ProcessState.STOPPING)
+
+    def stop_idle(self) -> None:
+        """Shutting down: a worker whose jobs have all reported is told to stop at once."""
+        for proc in self.procs:
+            if (proc.pid is not None and not self.jobs.busy(proc)
+                    and proc.state in (ProcessState.STARTING, ProcessState.RUNNING)):
+                self.stop_worker(proc)
+
+    def stop_all(self, timeout: float, hurried: bool) -> None:
+        """The end of a shutdown: every worker is stopped, those still running a job killed."""
+        for proc in self.procs:
+            self.cancel_timers(proc)
+            if proc.state in (ProcessState.DOWN, ProcessState.FATAL):
+                proc.set_state(ProcessState.STOPPED)
+            elif proc.pid is not None:
+                jobs = [str(rj.job_id) for rj in self.jobs.on(proc)]
+                if jobs:
+                    when = ("when stop was asked again" if hurried else
+                            f"at the end of shutdown_timeout ({timeout:g} s)")
+                    log.warning("worker %s still runs job %s %s; killing it", proc.name,
+                                ", ".join(jobs), when)
+                    proc.kill_reason = ("still running when stop was asked again" if hurried
+                                        else f"still running after shutdown_timeout, {timeout:g} s")
+                self.stop_worker(proc, kill_now=bool(jobs))
+
+    def expect_exit(self, proc: WorkerProcess) -> None:
+        """The worker's pipe is gone: it exits now (a crash, as SIGCHLD will tell), or it is
+        killed after EXIT_GRACE, having nothing more to do without its pipe."""
+        if proc.pid is None or proc.kill_timer is not None or self.run.shutting_down:
+            return
+        proc.kill_timer = self.loop.call_later(EXIT_GRACE, self._kill_pipeless, proc)
+
+    def _kill_pipeless(self, proc: WorkerProcess) -> None:
+        proc.kill_timer = None
+        if proc.pid is not None and proc.sock is None and not self.reap_worker(proc, wait=0):
+            log.warning("worker %s closed its pipe but kept running; killing it", proc.name)
+            proc.kill_reason = proc.kill_reason or "it closed its pipe but kept running"
+            self.kill_worker(proc, signal.SIGKILL)
+
+    def kill_worker(self, proc: WorkerProcess, sig: int, grace: float | None = None) -> None:
+        if proc.pid is None:
+            return
+        proc.signalled.add(sig)
+        _signal_group(proc.pid, sig)
+        if sig == signal.SIGTERM:
+            # One a signal has stopped (SIGSTOP, Ctrl-Z) takes SIGTERM only once continued, as
+            # systemd continues what it stops: it ends in good order, not with SIGKILL.
+            _signal_group(proc.pid, signal.SIGCONT)
+        if grace is not None and proc.kill_timer is None:
+            proc.kill_timer = self.loop.call_later(grace, self._kill_after_grace, proc, grace)
+
+    def _kill_after_grace(self, proc: WorkerProcess, grace: float) -> None:
+        proc.kill_timer = None
+        if proc.pid is None or self.reap_worker(proc, wait=0):
+            return  # it exited in time; its SIGCHLD had yet to be heard
+        jobs = ", ".join(str(rj.job_id) for rj in self.jobs.on(proc))
+        if jobs:  # it took the SIGTERM, and waits for handlers that do not check job.cancelled()
+            log.warning("worker %s still runs job %s %g s after it was told to stop; killing it",
+                        proc.name, jobs, grace)
+            why = f"job {jobs} did not stop within {grace:g} s"
+        else:
+            log.warning("worker %s still runs %g s after SIGTERM; killing it", proc.name, grace)
+            why = f"it ignored SIGTERM for {grace:g} s"
+        if proc.kill_reason is None:
+            proc.kill_reason = why
+        self.kill_worker(proc, signal.SIGKILL)
+
+    def worker_leaving(self, proc: WorkerProcess) -> None:
+        """`proc` stopped a job it was not asked to stop: it was told to stop by someone else
+        (a SIGTERM), and exits once its jobs have returned. Its slots take no more work, which
+        it would refuse or, exiting, fail unrun; its exit is a crash, restarted as usual."""
+        if proc.state is ProcessState.RUNNING:
+            self.planner.close_slots(proc.generation)
+            proc.leaving = True
+
+    def left_idle(self, proc: WorkerProcess) -> None:
+        """The last job of a worker that is leaving (worker_leaving) has ended: it exits now,
+        or it is stopped STOP_GRACE later, not left holding its place with no work."""
+        self.loop.call_later(STOP_GRACE, self._still_leaving, proc, proc.generation)
+
+    def _still_leaving(self, proc: WorkerProcess, generation: int) -> None:
+        if proc.generation != generation or proc.state is not ProcessState.RUNNING:
+            return  # it left, or was stopped or restarted meanwhile (its slots take no work)
+        log.warning("worker %s stopped its jobs as if told to stop, but still runs %g s "
+                    "after the last one; stopping it", proc.name, STOP_GRACE)
+        self.stop_worker(proc)
+
+    def stop_worker(self, proc: WorkerProcess, *, kill_now: bool = False) -> None:
+        """Take the worker's slots out of the index, then SIGTERM (or SIGKILL) it."""
+        if proc.state is ProcessState.STOPPING and proc.kill_timer is not None and not kill_now:
+            return  # told already (a second job timing out, say): its SIGKILL is on its way
+        if proc.state in (ProcessState.STARTING, ProcessState.RUNNING):
+            proc.set_state(ProcessState.STOPPING)
+        self.planner.close_slots(proc.generation)
+        if kill_now:
+            self.kill_worker(proc, signal.SIGKILL)
+        else:
+            self.send(proc, {"t": "stop"})
+            self.kill_worker(proc, signal.SIGTERM, grace=STOP_GRACE)
+
+    def restart(self, name: str) -> list[str]:
+        """Restart a group or one process, `fatal` ones included; returns the process names."""
+        procs = [p for p in self.procs if name in (p.name, p.group)]
+        for spec in {p.spec.name: p.spec for p in procs}.values():
+            self.templates.reload(spec)
+        for proc in procs:
+            proc.crash_times.clear()
+            proc.fatal_reason = None
+            if (proc.state is ProcessState.DOWN and proc.restart_timer is None
+                    and self.templates.warming(proc.group)):
+                continue  # not started yet: it starts when the new template has imported
+            if proc.state in EXITED:
+                self.cancel_timers(proc)
+                log.info("worker %s restarted by the operator", proc.name)
+                self._respawn(proc)
+            elif proc.state in (ProcessState.STARTING, ProcessState.RUNNING):
+                log.info("worker %s restarted by the operator (stopping pid %s)", proc.name,
+                         proc.pid)
+                self.jobs.cancel_on(proc, "restart")
+                self.stop_worker(proc)
+        return [p.name for p in procs]
