@@ -14,12 +14,12 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from socketserver import ThreadingMixIn
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import psycopg
 from prometheus_client import CollectorRegistry, Counter, Histogram, make_wsgi_app
 from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.exposition import ThreadingWSGIServer
 from psycopg.conninfo import conninfo_to_dict
 
 from fairsched.config import metrics_address
@@ -103,8 +103,8 @@ class _QuietHandler(WSGIRequestHandler):
         pass
 
 
-class _ThreadingServer(ThreadingMixIn, WSGIServer):
-    daemon_threads = True
+class _ThreadingServer(ThreadingWSGIServer):
+    """prometheus_client's own server (a thread per request, daemon threads), quieter."""
 
     def handle_error(self, request, client_address):
         # socketserver's own prints a traceback to stderr, where the log is: a client that
@@ -344,7 +344,7 @@ class PrometheusObserver(Observer):
         self.registry = CollectorRegistry(auto_describe=False)
         self.snapshot = Snapshot()
         self.depth = QueueDepth(self._database_url)
-        self.server: WSGIServer | None = None
+        self.server: ThreadingWSGIServer | None = None
         self.thread: threading.Thread | None = None
         self._sup = None
         self._timer = None
