@@ -83,7 +83,7 @@ def take_snapshot(sup) -> Snapshot:
     # worker's slots are `stopping`, whatever job they still run.
     slots = collections.Counter()
     for proc in sup.workers.procs:
-        types = proc.types or proc.spec.types
+        types = proc.life.types or proc.spec.types
         for _, state, _ in slot_states(sup, proc):
             for t in types:
                 slots[(t, state)] += 1

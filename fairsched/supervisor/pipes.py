@@ -41,51 +41,51 @@ class Pipes:
 
     def attach(self, proc: WorkerProcess, sock) -> None:
         """A new incarnation's pipe: read from now on."""
-        proc.sock = sock
+        proc.life.sock = sock
         sock.setblocking(False)
-        proc.decoder = FrameDecoder(accept=WORKER_MESSAGES)
-        proc.outbox = bytearray()
-        proc.writing = False
+        proc.life.decoder = FrameDecoder(accept=WORKER_MESSAGES)
+        proc.life.outbox = bytearray()
+        proc.life.writing = False
         self.loop.add_reader(sock.fileno(), self._on_readable, proc)
 
     def drop(self, proc: WorkerProcess) -> None:
         """Let go of the worker's pipe (it is gone, or relaunched)."""
-        if proc.sock is not None:
-            fd = proc.sock.fileno()
+        if proc.life.sock is not None:
+            fd = proc.life.sock.fileno()
             self.loop.remove_reader(fd)
             self.loop.remove_writer(fd)
-            proc.sock.close()
-            proc.sock = None
-        proc.writing = False
+            proc.life.sock.close()
+            proc.life.sock = None
+        proc.life.writing = False
         self._unflushed.discard(proc)
 
     def send(self, proc: WorkerProcess, msg: dict | bytes, *, defer: bool = False) -> bool:
         """Frame `msg` (or send a frame already encoded) to the worker; with defer, it leaves
         with the cycle's other frames."""
-        if proc.sock is None or proc.write_failed:
+        if proc.life.sock is None or proc.life.write_failed:
             return False
-        proc.outbox += msg if isinstance(msg, bytes) else encode(msg)
+        proc.life.outbox += msg if isinstance(msg, bytes) else encode(msg)
         if defer:
             self._unflushed.add(proc)
             return True
         return self._flush(proc)
 
     def _flush(self, proc: WorkerProcess) -> bool:
-        if proc.sock is None or proc.write_failed:
+        if proc.life.sock is None or proc.life.write_failed:
             return False
-        if proc.writing:  # a partial write is pending: the writer callback carries on
+        if proc.life.writing:  # a partial write is pending: the writer callback carries on
             return True
         try:
-            sent = proc.sock.send(proc.outbox)
+            sent = proc.life.sock.send(proc.life.outbox)
         except BlockingIOError:
             sent = 0
         except OSError as exc:  # EPIPE/ECONNRESET: the worker is gone
             self._write_failed(proc, exc)
             return False
-        del proc.outbox[:sent]
-        if proc.outbox:
-            proc.writing = True
-            self.loop.add_writer(proc.sock.fileno(), self._on_writable, proc)
+        del proc.life.outbox[:sent]
+        if proc.life.outbox:
+            proc.life.writing = True
+            self.loop.add_writer(proc.life.sock.fileno(), self._on_writable, proc)
         return True
 
     def flush_all(self) -> None:
@@ -96,45 +96,45 @@ class Pipes:
 
     def _on_writable(self, proc: WorkerProcess) -> None:
         try:
-            sent = proc.sock.send(proc.outbox)
+            sent = proc.life.sock.send(proc.life.outbox)
         except BlockingIOError:
             return
         except OSError as exc:
             self._write_failed(proc, exc)
             return
-        del proc.outbox[:sent]
-        if not proc.outbox:
-            proc.writing = False
-            self.loop.remove_writer(proc.sock.fileno())
+        del proc.life.outbox[:sent]
+        if not proc.life.outbox:
+            proc.life.writing = False
+            self.loop.remove_writer(proc.life.sock.fileno())
 
     def _write_failed(self, proc: WorkerProcess, exc: OSError) -> None:
         """The worker is gone (EPIPE) or going: it takes no more work. What it wrote before it
         went still counts (a result that crossed our frame on the wire), so the reader, which
         reads that and then the end of the pipe, drops the worker; or, if that end has not
         come EXIT_GRACE later (a worker that shut down only its reading side), this does."""
-        if proc.writing:
-            self.loop.remove_writer(proc.sock.fileno())
-            proc.writing = False
-        proc.outbox.clear()
-        proc.write_failed = f"worker {proc.name} pipe closed ({exc.strerror})"
-        self.planner.close_slots(proc.generation)  # its running jobs keep their slots' ids
-        self.loop.call_later(EXIT_GRACE, self._drop_after_grace, proc, proc.incarnation)
+        if proc.life.writing:
+            self.loop.remove_writer(proc.life.sock.fileno())
+            proc.life.writing = False
+        proc.life.outbox.clear()
+        proc.life.write_failed = f"worker {proc.name} pipe closed ({exc.strerror})"
+        self.planner.close_slots(proc.life.generation)  # its running jobs keep their slots' ids
+        self.loop.call_later(EXIT_GRACE, self._drop_after_grace, proc, proc.life.name)
 
     def _drop_after_grace(self, proc: WorkerProcess, incarnation: str) -> None:
-        if proc.incarnation == incarnation and proc.sock is not None:
-            self.workers.unregister_worker(proc, proc.write_failed)
+        if proc.life.name == incarnation and proc.life.sock is not None:
+            self.workers.unregister_worker(proc, proc.life.write_failed)
             self.workers.expect_exit(proc)
 
     def read_pending(self, procs) -> None:
         """Read all that the workers `procs` have written so far: what finished while this
         supervisor was stalled counts before it acts on the stall."""
         for proc in procs:
-            while proc.sock is not None and self._on_readable(proc):
+            while proc.life.sock is not None and self._on_readable(proc):
                 pass
 
     def _on_readable(self, proc: WorkerProcess) -> bool:
         """Read from the worker once and act on it; whether there was anything to read."""
-        sock = proc.sock
+        sock = proc.life.sock
         try:
             size = sock.recv_into(self._read_buffer)
         except BlockingIOError:
@@ -142,9 +142,9 @@ class Pipes:
         except OSError:
             size = 0
         if not size:
-            if proc.decoder.pending:
+            if proc.life.decoder.pending:
                 log.warning("worker %s closed its pipe in the middle of a frame (%d bytes of it "
-                            "came)", proc.name, proc.decoder.pending)
+                            "came)", proc.name, proc.life.decoder.pending)
             self.workers.killed_by_watchdog(proc)
             if not self.workers.reap_worker(proc):  # exited: its jobs learn how (a signal, a code)
                 self.workers.pipe_closed(proc)
@@ -156,8 +156,8 @@ class Pipes:
         """Act on all an exited worker wrote before it went, so that a result it sent is its
         job's outcome and not a crash: its exit can be reaped (SIGCHLD) before its last
         frames are read."""
-        sock = proc.sock
-        while sock is not None and proc.sock is sock:
+        sock = proc.life.sock
+        while sock is not None and proc.life.sock is sock:
             try:
                 size = sock.recv_into(self._read_buffer)
             except OSError:  # BlockingIOError: nothing more; a reset: nothing at all
@@ -171,25 +171,25 @@ class Pipes:
         try:
             broken = None
             try:
-                messages = proc.decoder.feed(self._read_buffer[:size])
+                messages = proc.life.decoder.feed(self._read_buffer[:size])
             except ProtocolError as exc:  # what came ahead of the bad frame counts first
                 messages, broken = exc.before, exc
             for msg in messages:
                 validate(msg)
                 self.handle_message(proc, msg)
-                if proc.sock is not sock:  # dropped, perhaps restarted: the rest was its own
+                if proc.life.sock is not sock:  # dropped, perhaps restarted: the rest was its own
                     return
             if broken is not None:
                 raise broken
         except IncompatibleProtocol as exc:  # no restart will change it: fatal once it exits
             log.error("worker %s cannot work with this supervisor: %s; killing it", proc.name, exc)
-            proc.incompatible = str(exc)
-            proc.kill_reason = f"it speaks another protocol version: {exc}"
+            proc.life.incompatible = str(exc)
+            proc.life.kill_reason = f"it speaks another protocol version: {exc}"
             self.workers.kill_worker(proc, signal.SIGKILL)
             self.workers.unregister_worker(proc, f"worker {proc.name}: {exc}")
         except ProtocolError as exc:
             log.error("worker %s sent a bad frame: %s; killing it", proc.name, exc)
-            proc.kill_reason = f"it sent a bad frame: {exc}"
+            proc.life.kill_reason = f"it sent a bad frame: {exc}"
             self.workers.kill_worker(proc, signal.SIGKILL)
             self.workers.unregister_worker(proc, f"worker {proc.name} sent a bad frame: {exc}")
 
@@ -199,19 +199,19 @@ class Pipes:
             self.workers.register_worker(proc, msg)
             return
         if kind == "fatal":
-            proc.said_fatal = quoted(msg["error"])
+            proc.life.said_fatal = quoted(msg["error"])
             log.error("worker %s %s: %s", proc.name,
-                      "gave up" if proc.slot_ids else "cannot start", proc.said_fatal)
+                      "gave up" if proc.life.slot_ids else "cannot start", proc.life.said_fatal)
             return
-        if not proc.slot_ids:
+        if not proc.life.slot_ids:
             raise ProtocolError(f"{kind!r} before hello")
         slot = msg["slot"]
-        rj = self.jobs.on_slot(proc.slot_ids[slot]) if 0 <= slot < len(proc.slot_ids) else None
+        rj = self.jobs.on_slot(proc.life.slot_ids[slot]) if 0 <= slot < len(proc.life.slot_ids) else None
         if rj is None or rj.job_id != msg["job_id"]:
             self._not_running_there(proc, msg, rj)
             return
-        if isinstance(msg.get("log_lost"), str) and not proc.warned_log_lost:
-            proc.warned_log_lost = True
+        if isinstance(msg.get("log_lost"), str) and not proc.life.warned_log_lost:
+            proc.life.warned_log_lost = True
             log.warning("worker %s cannot write to its log %s: %s; what its jobs print is lost "
                         "until there is room (said once per process)", proc.name,
                         self.log_dir / f"{proc.name}.log", quoted(msg["log_lost"], 200))
@@ -233,7 +233,7 @@ class Pipes:
                 # Stopping (told so by someone else) or out of step with us: either way its
                 # slots must take no more work, or the job would bounce back and forth.
                 log.warning("worker %s refuses work; restarting it", proc.name)
-                proc.refused_work = True  # counted as a crash: a worker that always refuses
+                proc.life.refused_work = True  # counted as a crash: a worker that always refuses
                 self.jobs.spare_jobs_beside(rj)  # backs off and ends fatal; its other jobs
                 self.workers.stop_worker(proc)   # are not to pay for it
             self.jobs.finish_job(rj, "refused", error=f"refused by {proc.name}: {reason}")
@@ -248,9 +248,9 @@ class Pipes:
         if rj is not None and str(msg["job_id"]) == str(rj.job_id):
             hint = " (a job id goes back exactly as it came: a number as a number, a string as a string)"
         if rj is None or kind == "progress":
-            if proc.warned_stale:  # a worker that keeps at it must not flood the log
+            if proc.life.warned_stale:  # a worker that keeps at it must not flood the log
                 return
-            proc.warned_stale = True
+            proc.life.warned_stale = True
             running = "which is not running there" if rj is None else f"which runs job {rj.job_id!r}"
             log.warning("worker %s sent %s for job %s on slot %s, %s%s; ignored (said once per "
                         "process)", proc.name, kind, job_id, slot, running, hint)
@@ -274,8 +274,8 @@ class Pipes:
         if not isinstance(message, str):
             wrong.append(f"'message' is {quoted(repr(message), 100)}, not a string")
             message = ""
-        if wrong and not proc.warned_progress:
-            proc.warned_progress = True
+        if wrong and not proc.life.warned_progress:
+            proc.life.warned_progress = True
             log.warning("worker %s sent progress with %s; ignored (said once per process)",
                         proc.name, " and ".join(wrong))
         return fraction, quoted(message)  # shown in ps, sent to the caller: a line, not a book

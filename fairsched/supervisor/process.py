@@ -1,14 +1,19 @@
 """One supervised worker process: its assignment, its current incarnation and its crash history.
 
 The assignment (group, types, slots) outlives every incarnation so a replacement comes back the
-same; the incarnation (pid, socket, pool slot ids) is replaced on every start.
+same; the incarnation (pid, socket, pool slot ids, what befell it) is replaced whole at every
+start.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import Enum
 
 from fairsched.config import WorkerSpec
 from fairsched.protocol import EXIT_CANNOT_START, EXIT_PROTOCOL, EXIT_SOFTWARE
@@ -16,46 +21,57 @@ from fairsched.supervisor.states import ProcessState, check_transition
 
 
 @dataclass(eq=False)
-class WorkerProcess:
-    spec: WorkerSpec
-    index: int  # 1-based position within its group
-    state: ProcessState = ProcessState.DOWN
+class Incarnation:
+    """One start of a worker process, made whole at spawn and replaced whole at the next: its
+    pid, pipe and slots, and what happened to it that tells how it ended."""
+
+    name: str = ""  # "<worker>.<generation>.<token>", as its hello and the frames carry it
+    generation: int = 0  # pool worker id: its slots' owner in the slot pool
     pid: int | None = None
-    incarnation: str = ""
-    generation: int = 0  # pool worker id of the current incarnation
     sock: object | None = None
     decoder: object | None = None
     outbox: bytearray = field(default_factory=bytearray)
     writing: bool = False  # a partial write waits for the socket to drain
     slot_ids: list[int] = field(default_factory=list)  # pool slot id per slot index
-    types: tuple[str, ...] = ()
-    started_at: float | None = None  # time.time() of the current start
+    types: tuple[str, ...] = ()  # as its hello announced them, of those configured
+    started_at: float | None = None  # time.time() of the start
     started_mono: float = 0.0
-    restarts: int = 0
-    crash_times: deque = field(default_factory=deque)
-    last_exit: str | None = None
-    jobs_succeeded: int = 0  # by this incarnation: one that runs fine after a crash
-    fatal_reason: str | None = None
-    restart_timer: object | None = None
-    kill_timer: object | None = None
+    oom_kills_at_start: int | None = None  # the kernel's OOM kill count when it started
+    jobs_succeeded: int = 0  # one that runs fine after a crash
+    queued_jobs: int = 0  # queued (not on-demand) jobs running on it: the lease watchdog's
     hello_timer: object | None = None
-    signalled: set = field(default_factory=set)  # signals the supervisor sent this incarnation
+    kill_timer: object | None = None
+    signalled: set = field(default_factory=set)  # signals the supervisor sent it
     # Why it was stopped for one of its jobs ("its job timed out", or did not stop when
     # cancelled): the job failed or was cancelled, and the worker is no crash.
     stopped_for_job: str | None = None
-    queued_jobs: int = 0  # queued (not on-demand) jobs running on it: the lease watchdog's
     lease_killed: bool = False  # the lease watchdog killed it (watchdog.py)
     fenced_kill: bool = False  # this supervisor killed it under a job of its expiring lease
     write_failed: str | None = None  # why the last write to it failed (it is gone)
     refused_work: bool = False  # stopped for refusing a job: out of step with its config
     leaving: bool = False  # stopped a job unasked: told to stop by someone else (a SIGTERM)
-    kill_reason: str | None = None  # why the supervisor killed this incarnation, for ps
+    kill_reason: str | None = None  # why the supervisor killed it, for ps
     said_fatal: str | None = None  # the error of the 'fatal' message it sent
     incompatible: str | None = None  # its hello spoke another protocol version: why
     warned_progress: bool = False  # it was told once that its progress fields are ignored
     warned_stale: bool = False  # told once that messages for jobs not running there are ignored
     warned_log_lost: bool = False  # said once that its log file has no room for its output
-    oom_kills_at_start: int | None = None  # the kernel's OOM kill count when it started
+
+
+@dataclass(eq=False)
+class WorkerProcess:
+    """One supervised worker: its assignment (spec, index), its state, its crash history, and
+    its current incarnation (`life`)."""
+
+    spec: WorkerSpec
+    index: int  # 1-based position within its group
+    state: ProcessState = ProcessState.DOWN
+    life: Incarnation = field(default_factory=Incarnation)
+    restarts: int = 0
+    crash_times: deque = field(default_factory=deque)
+    last_exit: str | None = None
+    fatal_reason: str | None = None
+    restart_timer: object | None = None
 
     @property
     def name(self) -> str:
@@ -86,14 +102,75 @@ class WorkerProcess:
         has been up restart_window seconds (after which a crash before it no longer counts
         toward max_restarts either). How the one before ended is then old news."""
         return (self.state is ProcessState.RUNNING
-                and (self.jobs_succeeded > 0
-                     or now_mono - self.started_mono >= self.spec.restart_window))
+                and (self.life.jobs_succeeded > 0
+                     or now_mono - self.life.started_mono >= self.spec.restart_window))
 
     def slot_index(self, slot_id: int) -> int | None:
         try:
-            return self.slot_ids.index(slot_id)
+            return self.life.slot_ids.index(slot_id)
         except ValueError:
             return None
+
+
+class ExitCause(Enum):
+    """Why a worker process ended, as far as what follows goes."""
+
+    SHUTDOWN = "shutdown"  # stopped by the supervisor's shutdown: not restarted
+    FENCED = "fenced"  # killed for a lease in doubt (this supervisor, or its watchdog)
+    STOPPED_FOR_JOB = "stopped_for_job"  # its job timed out or did not stop when cancelled
+    RESTARTED = "restarted"  # the operator's `fairsched restart`
+    INCOMPATIBLE = "incompatible"  # it speaks another protocol version: fatal
+    CANNOT_START = "cannot_start"  # EXIT_CANNOT_START before its hello: fatal
+    CRASHED = "crashed"  # anything else: restarted with backoff, fatal in a crash loop
+
+
+@dataclass(frozen=True, slots=True)
+class Exit:
+    cause: ExitCause
+    how: str  # in words, for the log and ps: "killed by SIGKILL: out of memory (...)"
+    why: str | None = None  # what makes it fatal (INCOMPATIBLE, CANNOT_START)
+
+
+def decode_exit(proc: WorkerProcess, status: int, *, lease_ran_out: bool, shutting_down: bool,
+                last_log_line: Callable[[], str]) -> Exit:
+    """How `proc`'s current incarnation ended (its waitpid `status`), decided in this one place
+    from what befell it; `lease_ran_out`: the lease watchdog killed it; `last_log_line` reads
+    the last line of its log, asked only when that is what explains the exit."""
+    life = proc.life
+    before_hello = proc.state is ProcessState.STARTING
+    how = ("killed by the lease watchdog" if lease_ran_out
+           else describe_exit(status, life.signalled, (life.oom_kills_at_start, oom_kill_count()),
+                              started=not before_hello))
+    if life.refused_work:
+        how += " after refusing work"
+    elif life.kill_reason is not None and not lease_ran_out:
+        how += f" ({life.kill_reason})"
+    elif life.said_fatal is not None and not lease_ran_out:
+        if how.endswith(" (could not start)"):
+            how = how.removesuffix(")") + f": {life.said_fatal})"
+        else:
+            how += f" (it said: {life.said_fatal})"
+    elif not lease_ran_out and not life.signalled and log_tells_why(status, before_hello):
+        # It died saying nothing on the pipe: its log may say why.
+        how += (f"{' before its hello' if before_hello else ''} (its log ends: "
+                f"{last_log_line()[:300]})")
+    if shutting_down:
+        return Exit(ExitCause.SHUTDOWN, how)
+    if lease_ran_out or life.fenced_kill:
+        return Exit(ExitCause.FENCED, how)
+    if life.stopped_for_job:
+        return Exit(ExitCause.STOPPED_FOR_JOB, how, life.stopped_for_job)
+    if proc.state is ProcessState.STOPPING and not life.refused_work:
+        return Exit(ExitCause.RESTARTED, how)
+    if life.incompatible is not None:
+        return Exit(ExitCause.INCOMPATIBLE, how, life.incompatible)
+    if before_hello and os.WIFEXITED(status) and os.WEXITSTATUS(status) == EXIT_CANNOT_START:
+        why = life.said_fatal
+        if why is None:
+            line = last_log_line()  # the runtime's "... could not start: why"
+            why = line.partition(" could not start: ")[2] or line
+        return Exit(ExitCause.CANNOT_START, how, why)
+    return Exit(ExitCause.CRASHED, how)
 
 
 def describe_exit(status: int, sent: set | frozenset = frozenset(),
@@ -104,7 +181,6 @@ def describe_exit(status: int, sent: set | frozenset = frozenset(),
     OOM kill count (oom_kill_count) when the process started and now; `started`: it had
     said hello (EXIT_CANNOT_START means "could not start" only before that)."""
     import os
-    import signal
 
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
@@ -138,8 +214,6 @@ def log_tells_why(status: int, before_hello: bool) -> bool:
     supervisor did not cause): a death on its way up, but for a start failure's
     EXIT_CANNOT_START (said in a `fatal` frame), or after its hello, the runtime's own failures
     (EXIT_SOFTWARE, EXIT_PROTOCOL: it wrote why to its log, and could not say it on its pipe)."""
-    import os
-
     if not os.WIFEXITED(status):
         return before_hello
     if before_hello:

@@ -107,9 +107,9 @@ class Jobs:
         self.running[slot_id] = rj
         self.running_by_job[rj.job_id] = rj
         if rj.request is None:
-            proc.queued_jobs += 1
-            if proc.queued_jobs == 1:
-                self.workers.watchdog.busy(proc.pid)
+            proc.life.queued_jobs += 1
+            if proc.life.queued_jobs == 1:
+                self.workers.watchdog.busy(proc.life.pid)
         if proc.spec.timeout is not None:
             rj.timer = self.loop.call_later(proc.spec.timeout, self._on_job_timeout, rj)
         waited = max(0.0, time.time() - rj.eligible_at)
@@ -122,7 +122,7 @@ class Jobs:
                                   max_attempts=rj.max_attempts, waited=round(waited, 6),
                                   on_demand=rj.on_demand))
         try:
-            frame = encode_run(proc.incarnation, index, rj.job_id, rj.type, rj.priority, attempt,
+            frame = encode_run(proc.life.name, index, rj.job_id, rj.type, rj.priority, attempt,
                                rj.on_demand, rj.payload_json)
         except ProtocolError as exc:  # stored by hand (enqueue refuses it): it can never run
             self.finish_job(rj, "failed", error=f"the payload cannot be sent to a worker: {exc}",
@@ -154,14 +154,14 @@ class Jobs:
         grace = rj.proc.spec.cancel_grace
         log.warning("job %s on worker %s did not stop within %g s of its cancel (cancel_grace);"
                     " stopping the worker", rj.job_id, rj.proc.name, grace)
-        rj.proc.kill_reason = rj.proc.kill_reason or (
+        rj.proc.life.kill_reason = rj.proc.life.kill_reason or (
             f"job {rj.job_id} did not stop within cancel_grace, {grace:g} s after its cancel")
         self._stop_worker_for(rj, "its job did not stop when cancelled")
 
     def _stop_worker_for(self, rj: RunningJob, why: str) -> None:
         """Stop the worker of `rj` for what `rj` did (SIGTERM, then SIGKILL): not a crash, and
         the jobs beside it go back to the queue unspent."""
-        rj.proc.stopped_for_job = rj.proc.stopped_for_job or why
+        rj.proc.life.stopped_for_job = rj.proc.life.stopped_for_job or why
         self.spare_jobs_beside(rj)
         self.workers.stop_worker(rj.proc)  # its free slots take no more work
 
@@ -237,7 +237,7 @@ class Jobs:
         if reason == "user" and rj.cancel_timer is None:
             rj.cancel_timer = self.loop.call_later(rj.proc.spec.cancel_grace,
                                                    self._on_cancel_overdue, rj)
-        self.workers.send(rj.proc, {"t": "cancel", "incarnation": rj.proc.incarnation,
+        self.workers.send(rj.proc, {"t": "cancel", "incarnation": rj.proc.life.name,
                             "slot": rj.slot_index, "job_id": rj.job_id})
 
     def finish_job(self, rj: RunningJob, outcome: str, *, result=None, error: str | None = None,
@@ -247,16 +247,16 @@ class Jobs:
         del self.running[rj.slot_id]
         self.running_by_job.pop(rj.job_id, None)
         if rj.request is None:
-            rj.proc.queued_jobs -= 1
+            rj.proc.life.queued_jobs -= 1
             # Its being idle goes to the lease watchdog with the next line (Watchdog.busy),
             # which the next renewal sends; with the lease in doubt, none may come in time.
-            if rj.proc.queued_jobs == 0 and self.lease.fenced:
+            if rj.proc.life.queued_jobs == 0 and self.lease.fenced:
                 self.workers.watchdog.refresh()
         for timer in (rj.timer, rj.cancel_timer):
             if timer is not None:
                 timer.cancel()
         if outcome == "succeeded":
-            rj.proc.jobs_succeeded += 1
+            rj.proc.life.jobs_succeeded += 1
         if rj.failure_final and outcome != "succeeded":
             permanent = True  # it ran past its timeout, and on_timeout = "fail"
             if error and error != rj.failure:
@@ -264,7 +264,7 @@ class Jobs:
         if outcome == "stopped" and rj.cancel_reason is None and rj.failure is None:
             self.workers.worker_leaving(rj.proc)  # stopped unasked: told to stop by another
         self.planner.release(rj.slot_id)
-        if (rj.proc.leaving and rj.proc.state is ProcessState.RUNNING
+        if (rj.proc.life.leaving and rj.proc.state is ProcessState.RUNNING
                 and not self.busy(rj.proc)):
             self.workers.left_idle(rj.proc)
         self._changed()

@@ -14,12 +14,12 @@ def snapshot(sup) -> dict:
     mono = time.monotonic()
     slots = []
     for proc in sup.workers.procs:
-        uptime = now - proc.started_at if proc.pid is not None and proc.started_at else None
+        uptime = now - proc.life.started_at if proc.life.pid is not None and proc.life.started_at else None
         base = {
             "worker": proc.name,
             "group": proc.group,
-            "pid": proc.pid,
-            "types": list(proc.types or proc.spec.types),
+            "pid": proc.life.pid,
+            "types": list(proc.life.types or proc.spec.types),
             "restarts": proc.restarts,
             "uptime": round(uptime, 3) if uptime is not None else None,
             "process_state": proc.state.value,
@@ -52,14 +52,14 @@ def snapshot(sup) -> dict:
 def slot_states(sup, proc):
     """(slot index, state, running job or None) for each slot of `proc`, as `ps` shows them;
     the metrics count the same states."""
-    if not proc.slot_ids:
+    if not proc.life.slot_ids:
         state = SLOT_STATE.get(proc.state, proc.state.value)
         if proc.state is ProcessState.DOWN and sup.workers.templates.warming(proc.group):
             state = "starting"  # its template is still importing the handler
         for index in range(proc.spec.slots):
             yield index, state, None
         return
-    for index, sid in enumerate(proc.slot_ids):
+    for index, sid in enumerate(proc.life.slot_ids):
         rj = sup.jobs.on_slot(sid)
         in_pool, busy = sup.planner.slot_state(sid)
         # A slot out of the index takes no more work: its worker is on its way out

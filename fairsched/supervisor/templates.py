@@ -94,14 +94,14 @@ class Templates:
         if template is None:
             return None
         try:
-            sock = template.begin_spawn(spec, proc.incarnation)
+            sock = template.begin_spawn(spec, proc.life.name)
         except LaunchError as exc:  # the template's own failure; any other OSError (the
             # worker's log cannot be opened, say) would stop a cold start too
             log.warning("template for %s failed (%s); starting %s cold", proc.group, exc,
                         proc.name)
             self._drop_template(template)
             return None
-        self.pending_spawns[proc.group].append((proc, proc.incarnation))
+        self.pending_spawns[proc.group].append((proc, proc.life.name))
         return sock
 
     def spawns_pending(self) -> bool:
@@ -242,7 +242,7 @@ class Templates:
             self.loop.add_reader(template.fileno(), self._on_template_reply, template)
         for proc in procs:
             # Not one waiting out a crash's backoff: its timer starts it.
-            if (proc.state is ProcessState.DOWN and proc.pid is None
+            if (proc.state is ProcessState.DOWN and proc.life.pid is None
                     and proc.restart_timer is None):
                 self.workers.spawn_worker(proc)
 
@@ -258,7 +258,7 @@ class Templates:
             if not pending:
                 continue
             proc, incarnation = pending.popleft()
-            if proc.incarnation != incarnation or proc.state in EXITED:
+            if proc.life.name != incarnation or proc.state in EXITED:
                 # A later start's; or this start's worker came and went already (its hello
                 # named its pid, its exit was reaped): this pid is no process of ours now.
                 continue
@@ -280,7 +280,7 @@ class Templates:
                     log.warning("template for %s exited; %s", template.group, what_next)
         pending = self.pending_spawns.pop(template.group, collections.deque())
         for proc, incarnation in pending:
-            if proc.incarnation == incarnation and proc.pid is None:
+            if proc.life.name == incarnation and proc.life.pid is None:
                 self.workers.relaunch_cold(proc)
 
     def _replacing_template(self, template: Template, starting: str) -> str:

@@ -16,13 +16,14 @@ import time
 
 from fairsched.backoff import backoff
 from fairsched.logs import fields, quoted, tail_lines, unstamped
-from fairsched.protocol import EXIT_CANNOT_START, ProtocolError
+from fairsched.protocol import ProtocolError
 from fairsched.supervisor.lease import WATCHDOG_AT
 from fairsched.supervisor.pipes import EXIT_GRACE, Pipes
 from fairsched.supervisor.process import (
+    ExitCause,
+    Incarnation,
     WorkerProcess,
-    describe_exit,
-    log_tells_why,
+    decode_exit,
     oom_kill_count,
 )
 from fairsched.supervisor.states import EXITED, ProcessState
@@ -85,10 +86,10 @@ class Workers:
 
     def busy_pids(self) -> list[int]:
         """The workers running queued jobs now, for the lease watchdog."""
-        return [p.pid for p in self.procs if p.queued_jobs and p.pid is not None]
+        return [p.life.pid for p in self.procs if p.life.queued_jobs and p.life.pid is not None]
 
     def pids(self) -> list[int]:
-        return [p.pid for p in self.procs if p.pid is not None]
+        return [p.life.pid for p in self.procs if p.life.pid is not None]
 
     def live(self) -> bool:
         """Whether a worker process is still to be reaped."""
@@ -104,8 +105,8 @@ class Workers:
         self.pipes.read_pending(self.procs if procs is None else procs)
 
     def learn_pid(self, proc: WorkerProcess, pid: int) -> None:
-        if proc.pid is None:
-            proc.pid = pid
+        if proc.life.pid is None:
+            proc.life.pid = pid
             self.by_pid[pid] = proc
             if self.watchdog is not None:
                 self.watchdog.born(pid)
@@ -125,7 +126,7 @@ class Workers:
             self.worker_exited(proc, status)
         elif proc.state is ProcessState.STOPPING:
             self.kill_worker(proc, signal.SIGTERM, grace=STOP_GRACE)
-        elif proc.sock is None:  # its pipe closed before the template's answer came
+        elif proc.life.sock is None:  # its pipe closed before the template's answer came
             self.expect_exit(proc)
 
     def relaunch_cold(self, proc: WorkerProcess) -> None:
@@ -140,48 +141,40 @@ class Workers:
         if not cold and self.templates.warming(proc.group):
             proc.set_state(ProcessState.DOWN)  # its template starts it once it has imported
             return
-        proc.generation = self._next_generation
+        if proc.life.hello_timer is not None:  # an earlier try's, relaunched cold since
+            proc.life.hello_timer.cancel()
+        generation = self._next_generation
         self._next_generation += 1
-        proc.incarnation = f"{proc.name}.{proc.generation}.{secrets.token_hex(4)}"
-        proc.signalled.clear()
-        proc.stopped_for_job = None
-        proc.lease_killed = proc.fenced_kill = False
-        proc.write_failed = None
-        proc.refused_work = proc.leaving = False
-        proc.kill_reason = proc.said_fatal = proc.incompatible = None
-        proc.jobs_succeeded = 0
-        proc.warned_progress = proc.warned_stale = proc.warned_log_lost = False
+        proc.life = Incarnation(name=f"{proc.name}.{generation}.{secrets.token_hex(4)}",
+                                generation=generation)
         spec = launch_spec(proc, self.log_dir, self.config.supervisor)
         pid = None
         try:
             sock = None if cold else self.templates.fork(proc, spec)
             if sock is None:
-                launched = launch(spec, proc.incarnation)
+                launched = launch(spec, proc.life.name)
                 sock, pid = launched.sock, launched.pid
         except OSError as exc:
             self.make_fatal(proc, f"could not start: {exc}")
             return
-        proc.pid = None
         self.pipes.attach(proc, sock)
-        proc.started_at = time.time()
-        proc.started_mono = time.monotonic()
-        proc.oom_kills_at_start = oom_kill_count()
+        proc.life.started_at = time.time()
+        proc.life.started_mono = time.monotonic()
+        proc.life.oom_kills_at_start = oom_kill_count()
         proc.set_state(ProcessState.STARTING)
-        if proc.hello_timer is not None:  # an earlier try's, relaunched cold since
-            proc.hello_timer.cancel()
-        proc.hello_timer = self.loop.call_later(proc.spec.start_timeout, self._no_hello, proc)
+        proc.life.hello_timer = self.loop.call_later(proc.spec.start_timeout, self._no_hello, proc)
         if pid is not None:
             self.learn_pid(proc, pid)
 
     def register_worker(self, proc: WorkerProcess, hello: dict) -> None:
-        if proc.slot_ids:
+        if proc.life.slot_ids:
             raise ProtocolError("a second hello")
-        if hello.get("incarnation") != proc.incarnation:
+        if hello.get("incarnation") != proc.life.name:
             raise ProtocolError(f"hello for incarnation {quoted(repr(hello['incarnation']), 100)}, "
-                                f"expected {proc.incarnation!r}")
-        if proc.pid is None:  # the template's answer is still on its way
+                                f"expected {proc.life.name!r}")
+        if proc.life.pid is None:  # the template's answer is still on its way
             self.learn_pid(proc, int(hello["pid"]))
-            if proc.sock is None or proc.incarnation != hello["incarnation"]:
+            if proc.life.sock is None or proc.life.name != hello["incarnation"]:
                 return  # it had exited already, and is gone (or restarted) now
         if proc.state is not ProcessState.STARTING:  # told to stop before it was ready
             return
@@ -198,17 +191,17 @@ class Workers:
             log.warning("worker %s announced %d slot%s, %d configured: it gets %d", proc.name,
                         hello["slots"], "" if hello["slots"] == 1 else "s", proc.spec.slots,
                         slots)
-        proc.types = tuple(types)
-        proc.slot_ids = self.planner.add_slots(proc, proc.generation, types, slots)
-        if proc.hello_timer is not None:
-            proc.hello_timer.cancel()
-            proc.hello_timer = None
+        proc.life.types = tuple(types)
+        proc.life.slot_ids = self.planner.add_slots(proc, proc.life.generation, types, slots)
+        if proc.life.hello_timer is not None:
+            proc.life.hello_timer.cancel()
+            proc.life.hello_timer = None
         proc.set_state(ProcessState.RUNNING)
         self._changed()
-        log.info("worker %s ready (pid %d, %d slot%s, types %s)", proc.name, proc.pid, slots,
+        log.info("worker %s ready (pid %d, %d slot%s, types %s)", proc.name, proc.life.pid, slots,
                  "" if slots == 1 else "s", ",".join(types),
                  extra=fields(event="worker_ready", worker=proc.name, group=proc.group,
-                              pid=proc.pid, slots=slots, types=list(types)))
+                              pid=proc.life.pid, slots=slots, types=list(types)))
         why = self.templates.imported_by_worker(proc.group)
         if why is not None:  # a worker imported what its template could not: that one differs
             log.warning("%s; its workers import it all the same (reading at import a variable "
@@ -221,15 +214,15 @@ class Workers:
         once; its running jobs fail when it exits, EXIT_GRACE later at most, with how it
         ended: a worker whose handler closed its channel still has to find that out, say so
         in its log and exit, which takes longer than reap_worker waits."""
-        waits = (proc.pid is not None and self.by_pid.get(proc.pid) is proc
+        waits = (proc.life.pid is not None and self.by_pid.get(proc.life.pid) is proc
                  and not self.run.shutting_down)
         if waits and self.jobs.busy(proc):
-            self.planner.close_slots(proc.generation)  # its jobs keep their slots' ids
+            self.planner.close_slots(proc.life.generation)  # its jobs keep their slots' ids
             self.pipes.drop(proc)
             self.planner.schedule()
         else:
             self.unregister_worker(proc, f"worker {proc.name} closed its pipe" + (
-                f" after saying: {proc.said_fatal}" if proc.said_fatal else ""))
+                f" after saying: {proc.life.said_fatal}" if proc.life.said_fatal else ""))
         self.expect_exit(proc)
 
     def make_fatal(self, proc: WorkerProcess, reason: str) -> None:
@@ -282,12 +275,12 @@ class Workers:
         moment out, once its pipe closed, tells its running jobs how it ended ("killed by
         SIGKILL, perhaps out of memory") instead of only that its pipe closed.
         """
-        if proc.pid is None or self.by_pid.get(proc.pid) is not proc:
+        if proc.life.pid is None or self.by_pid.get(proc.life.pid) is not proc:
             return False
         deadline = time.monotonic() + wait
         while True:
             try:
-                pid, status = os.waitpid(proc.pid, os.WNOHANG)
+                pid, status = os.waitpid(proc.life.pid, os.WNOHANG)
             except ChildProcessError:  # not (yet) this process's child: SIGCHLD will tell
                 return False
             if pid:
@@ -303,82 +296,67 @@ class Workers:
         # Whatever its jobs started in its process group (a converter's subprocess, say) goes
         # with it: those jobs may run again elsewhere, and nothing outlives its worker.
         with contextlib.suppress(OSError):  # nothing left in the group: the usual case
-            os.killpg(proc.pid, signal.SIGKILL)
+            os.killpg(proc.life.pid, signal.SIGKILL)
         self.pipes.read_last_words(proc)
-        before_hello = proc.state is ProcessState.STARTING
         lease_ran_out = self.killed_by_watchdog(proc)
         if self.watchdog is not None:
-            self.watchdog.gone(proc.pid)
-        how = ("killed by the lease watchdog" if lease_ran_out
-               else describe_exit(status, proc.signalled,
-                                  (proc.oom_kills_at_start, oom_kill_count()),
-                                  started=not before_hello))
-        if proc.refused_work:
-            how += " after refusing work"
-        elif proc.kill_reason is not None and not lease_ran_out:
-            how += f" ({proc.kill_reason})"
-        elif proc.said_fatal is not None and not lease_ran_out:
-            if how.endswith(" (could not start)"):
-                how = how.removesuffix(")") + f": {proc.said_fatal})"
-            else:
-                how += f" (it said: {proc.said_fatal})"
-        elif not lease_ran_out and not proc.signalled and log_tells_why(status, before_hello):
-            # It died saying nothing on the pipe: its log may say why.
-            how += (f"{' before its hello' if before_hello else ''} (its log ends: "
-                    f"{self._last_log_line(proc)[:300]})")
-        proc.last_exit = how
+            self.watchdog.gone(proc.life.pid)
+        ended = decode_exit(proc, status, lease_ran_out=lease_ran_out,
+                            shutting_down=self.run.shutting_down,
+                            last_log_line=lambda: self._last_log_line(proc))
+        how = proc.last_exit = ended.how
         jobs = [rj.job_id for rj in self.jobs.on(proc)]
         self.unregister_worker(proc, f"worker {proc.name} {how}")
         self.cancel_timers(proc)
-        proc.pid = None
+        proc.life.pid = None
         self._changed()
-        if self.run.shutting_down:
-            proc.set_state(ProcessState.STOPPED)
-            log.info("worker %s stopped: %s", proc.name, how,
-                     extra=fields(event="worker_exited", worker=proc.name, group=proc.group,
-                                  exit=how, restart_in=None))
-            return
-        fenced = lease_ran_out or proc.fenced_kill
-        if fenced or proc.stopped_for_job:
-            # This supervisor stalled or could not renew its lease, or the worker was stopped
-            # under a job past its timeout or deaf to its cancel (the job failed or was
-            # cancelled, not the worker): back at once, not counted as a crash, nor taken for
-            # an operator's restart.
-            after = "" if fenced else f" after {proc.stopped_for_job}"
-            if not fenced:
-                proc.last_exit = f"{how}{after}"
-            log.log(logging.WARNING if fenced else logging.INFO, "worker %s %s%s; restarting",
-                    proc.name, how, after,
-                    extra=fields(event="worker_exited", worker=proc.name, group=proc.group,
-                                 exit=how, restart_in=0.0))
-            proc.set_state(ProcessState.DOWN)
-            self._respawn(proc)
-            return
-        if proc.state is ProcessState.STOPPING and not proc.refused_work:  # an operator's restart
-            proc.last_exit = f"{how} (restarted by the operator)"
-            log.info("worker %s %s; restarting", proc.name, how,
-                     extra=fields(event="worker_exited", worker=proc.name, group=proc.group,
-                                  exit=proc.last_exit, restart_in=0.0))
-            proc.set_state(ProcessState.DOWN)
-            self._respawn(proc)
-            return
-        if proc.incompatible is not None:
-            self.make_fatal(proc, f"could not start: {proc.incompatible}")
-            return
-        if before_hello and os.WIFEXITED(status) and os.WEXITSTATUS(status) == EXIT_CANNOT_START:
-            why = proc.said_fatal
-            if why is None:
-                line = self._last_log_line(proc)  # the runtime's "... could not start: why"
-                why = line.partition(' could not start: ')[2] or line
-            self.make_fatal(proc, f"could not start: {why}")
-            return
+        match ended.cause:
+            case ExitCause.SHUTDOWN:
+                proc.set_state(ProcessState.STOPPED)
+                log.info("worker %s stopped: %s", proc.name, how,
+                         extra=fields(event="worker_exited", worker=proc.name, group=proc.group,
+                                      exit=how, restart_in=None))
+            case ExitCause.FENCED:
+                # This supervisor stalled or could not renew its lease: back at once, not
+                # counted as a crash, nor taken for an operator's restart.
+                log.warning("worker %s %s; restarting", proc.name, how,
+                            extra=fields(event="worker_exited", worker=proc.name,
+                                         group=proc.group, exit=how, restart_in=0.0))
+                self._restart_now(proc)
+            case ExitCause.STOPPED_FOR_JOB:
+                # Stopped under a job past its timeout or deaf to its cancel: the job failed
+                # or was cancelled, not the worker. Back at once, not counted as a crash.
+                proc.last_exit = f"{how} after {ended.why}"
+                log.info("worker %s %s after %s; restarting", proc.name, how, ended.why,
+                         extra=fields(event="worker_exited", worker=proc.name, group=proc.group,
+                                      exit=how, restart_in=0.0))
+                self._restart_now(proc)
+            case ExitCause.RESTARTED:
+                proc.last_exit = f"{how} (restarted by the operator)"
+                log.info("worker %s %s; restarting", proc.name, how,
+                         extra=fields(event="worker_exited", worker=proc.name, group=proc.group,
+                                      exit=proc.last_exit, restart_in=0.0))
+                self._restart_now(proc)
+            case ExitCause.INCOMPATIBLE | ExitCause.CANNOT_START:
+                self.make_fatal(proc, f"could not start: {ended.why}")
+            case ExitCause.CRASHED:
+                self._crashed(proc, how, jobs)
+
+    def _restart_now(self, proc: WorkerProcess) -> None:
+        proc.set_state(ProcessState.DOWN)
+        self._respawn(proc)
+
+    def _crashed(self, proc: WorkerProcess, how: str, jobs: list) -> None:
+        """Restart a crashed worker after a backoff, or make it fatal in a crash loop. A crash
+        that a job which crashed a worker before was running is that job's, not the
+        worker's: not counted toward max_restarts."""
         blamed = self.jobs.blame(jobs)
         recent = len(proc.crash_times) if blamed is not None else proc.record_crash()
         if proc.crash_loop(recent):
             proc.set_state(ProcessState.DOWN)
             times = "once" if recent == 1 else f"{recent} times"  # max_restarts = 0
             self.make_fatal(proc, f"{how}; crashed {times} within "
-                                   f"{proc.spec.restart_window:g} s")
+                                  f"{proc.spec.restart_window:g} s")
             return
         delay = 0.0 if recent <= 1 else backoff(recent - 2, RESTART_DELAY_FIRST, RESTART_DELAY_MAX)
         proc.set_state(ProcessState.DOWN)
@@ -397,11 +375,11 @@ class Workers:
         lease. The jobs that made it do so may be running elsewhere by now: they go back to
         the queue unspent (a release that changes nothing if another supervisor took them),
         and its on-demand jobs run again."""
-        if proc.lease_killed:
+        if proc.life.lease_killed:
             return True
-        if self.watchdog is None or not self.watchdog.took(proc.pid):
+        if self.watchdog is None or not self.watchdog.took(proc.life.pid):
             return False
-        proc.lease_killed = True
+        proc.life.lease_killed = True
         log.error("worker %s was killed by the lease watchdog: this supervisor did not renew "
                   "its lease for %g s (stalled or stopped?)", proc.name,
                   self.lease.lease * WATCHDOG_AT)
@@ -427,8 +405,8 @@ class Workers:
             return "no log"
 
     def _no_hello(self, proc: WorkerProcess) -> None:
-        proc.hello_timer = None
-        if proc.state is ProcessState.STARTING and proc.pid is None:
+        proc.life.hello_timer = None
+        if proc.state is ProcessState.STARTING and proc.life.pid is None:
             # Its template never answered the spawn: stuck (stopped, say). Its workers start
             # cold from here on.
             log.warning("template for %s did not start worker %s within %g s (start_timeout); "
@@ -439,23 +417,24 @@ class Workers:
         elif proc.state is ProcessState.STARTING:
             log.warning("worker %s did not start within %g s (start_timeout); killing it",
                         proc.name, proc.spec.start_timeout)
-            proc.kill_reason = f"no hello within {proc.spec.start_timeout:g} s"
+            proc.life.kill_reason = f"no hello within {proc.spec.start_timeout:g} s"
             self.kill_worker(proc, signal.SIGKILL)
 
     def cancel_timers(self, proc: WorkerProcess) -> None:
-        for name in ("restart_timer", "kill_timer", "hello_timer"):
-            timer = getattr(proc, name)
+        """Its restart, and its incarnation's SIGKILL after a grace and wait for a hello."""
+        life = proc.life
+        for timer in (proc.restart_timer, life.kill_timer, life.hello_timer):
             if timer is not None:
                 timer.cancel()
-                setattr(proc, name, None)
+        proc.restart_timer = life.kill_timer = life.hello_timer = None
 
     def unregister_worker(self, proc: WorkerProcess, reason: str) -> None:
         """Drop the worker's pipe and slots at once; its running jobs fail this attempt."""
         self.pipes.drop(proc)
-        if not proc.slot_ids:
+        if not proc.life.slot_ids:
             return
-        self.planner.close_slots(proc.generation)
-        slot_ids, proc.slot_ids = proc.slot_ids, []
+        self.planner.close_slots(proc.life.generation)
+        slot_ids, proc.life.slot_ids = proc.life.slot_ids, []
         self.planner.drop_slots(slot_ids)
         self.jobs.crashed_with(proc, slot_ids, reason)
         self.planner.schedule()
@@ -466,22 +445,22 @@ class Workers:
         """`proc` still runs a job of the expiring lease: killed now. Its slots leave the index
         at once, as with any stop: no on-demand job is placed on them before its exit is read.
         Restarted at once, not counted as a crash."""
-        proc.fenced_kill = True
-        if proc.kill_reason is None:
-            proc.kill_reason = "still running a job of the expiring lease"
+        proc.life.fenced_kill = True
+        if proc.life.kill_reason is None:
+            proc.life.kill_reason = "still running a job of the expiring lease"
         self.stop_worker(proc, kill_now=True)
 
     def shutting_down(self) -> None:
         """The shutdown began: a worker its template is still forking is stopped when its pid
         comes."""
         for proc in self.procs:
-            if proc.pid is None and proc.state is ProcessState.STARTING:
+            if proc.life.pid is None and proc.state is ProcessState.STARTING:
                 proc.set_state(ProcessState.STOPPING)
 
     def stop_idle(self) -> None:
         """Shutting down: a worker whose jobs have all reported is told to stop at once."""
         for proc in self.procs:
-            if (proc.pid is not None and not self.jobs.busy(proc)
+            if (proc.life.pid is not None and not self.jobs.busy(proc)
                     and proc.state in (ProcessState.STARTING, ProcessState.RUNNING)):
                 self.stop_worker(proc)
 
@@ -491,46 +470,46 @@ class Workers:
             self.cancel_timers(proc)
             if proc.state in (ProcessState.DOWN, ProcessState.FATAL):
                 proc.set_state(ProcessState.STOPPED)
-            elif proc.pid is not None:
+            elif proc.life.pid is not None:
                 jobs = [str(rj.job_id) for rj in self.jobs.on(proc)]
                 if jobs:
                     when = ("when stop was asked again" if hurried else
                             f"at the end of shutdown_timeout ({timeout:g} s)")
                     log.warning("worker %s still runs job %s %s; killing it", proc.name,
                                 ", ".join(jobs), when)
-                    proc.kill_reason = ("still running when stop was asked again" if hurried
+                    proc.life.kill_reason = ("still running when stop was asked again" if hurried
                                         else f"still running after shutdown_timeout, {timeout:g} s")
                 self.stop_worker(proc, kill_now=bool(jobs))
 
     def expect_exit(self, proc: WorkerProcess) -> None:
         """The worker's pipe is gone: it exits now (a crash, as SIGCHLD will tell), or it is
         killed after EXIT_GRACE, having nothing more to do without its pipe."""
-        if proc.pid is None or proc.kill_timer is not None or self.run.shutting_down:
+        if proc.life.pid is None or proc.life.kill_timer is not None or self.run.shutting_down:
             return
-        proc.kill_timer = self.loop.call_later(EXIT_GRACE, self._kill_pipeless, proc)
+        proc.life.kill_timer = self.loop.call_later(EXIT_GRACE, self._kill_pipeless, proc)
 
     def _kill_pipeless(self, proc: WorkerProcess) -> None:
-        proc.kill_timer = None
-        if proc.pid is not None and proc.sock is None and not self.reap_worker(proc, wait=0):
+        proc.life.kill_timer = None
+        if proc.life.pid is not None and proc.life.sock is None and not self.reap_worker(proc, wait=0):
             log.warning("worker %s closed its pipe but kept running; killing it", proc.name)
-            proc.kill_reason = proc.kill_reason or "it closed its pipe but kept running"
+            proc.life.kill_reason = proc.life.kill_reason or "it closed its pipe but kept running"
             self.kill_worker(proc, signal.SIGKILL)
 
     def kill_worker(self, proc: WorkerProcess, sig: int, grace: float | None = None) -> None:
-        if proc.pid is None:
+        if proc.life.pid is None:
             return
-        proc.signalled.add(sig)
-        _signal_group(proc.pid, sig)
+        proc.life.signalled.add(sig)
+        _signal_group(proc.life.pid, sig)
         if sig == signal.SIGTERM:
             # One a signal has stopped (SIGSTOP, Ctrl-Z) takes SIGTERM only once continued, as
             # systemd continues what it stops: it ends in good order, not with SIGKILL.
-            _signal_group(proc.pid, signal.SIGCONT)
-        if grace is not None and proc.kill_timer is None:
-            proc.kill_timer = self.loop.call_later(grace, self._kill_after_grace, proc, grace)
+            _signal_group(proc.life.pid, signal.SIGCONT)
+        if grace is not None and proc.life.kill_timer is None:
+            proc.life.kill_timer = self.loop.call_later(grace, self._kill_after_grace, proc, grace)
 
     def _kill_after_grace(self, proc: WorkerProcess, grace: float) -> None:
-        proc.kill_timer = None
-        if proc.pid is None or self.reap_worker(proc, wait=0):
+        proc.life.kill_timer = None
+        if proc.life.pid is None or self.reap_worker(proc, wait=0):
             return  # it exited in time; its SIGCHLD had yet to be heard
         jobs = ", ".join(str(rj.job_id) for rj in self.jobs.on(proc))
         if jobs:  # it took the SIGTERM, and waits for handlers that do not check job.cancelled()
@@ -540,8 +519,8 @@ class Workers:
         else:
             log.warning("worker %s still runs %g s after SIGTERM; killing it", proc.name, grace)
             why = f"it ignored SIGTERM for {grace:g} s"
-        if proc.kill_reason is None:
-            proc.kill_reason = why
+        if proc.life.kill_reason is None:
+            proc.life.kill_reason = why
         self.kill_worker(proc, signal.SIGKILL)
 
     def worker_leaving(self, proc: WorkerProcess) -> None:
@@ -549,16 +528,16 @@ class Workers:
         (a SIGTERM), and exits once its jobs have returned. Its slots take no more work, which
         it would refuse or, exiting, fail unrun; its exit is a crash, restarted as usual."""
         if proc.state is ProcessState.RUNNING:
-            self.planner.close_slots(proc.generation)
-            proc.leaving = True
+            self.planner.close_slots(proc.life.generation)
+            proc.life.leaving = True
 
     def left_idle(self, proc: WorkerProcess) -> None:
         """The last job of a worker that is leaving (worker_leaving) has ended: it exits now,
         or it is stopped STOP_GRACE later, not left holding its place with no work."""
-        self.loop.call_later(STOP_GRACE, self._still_leaving, proc, proc.generation)
+        self.loop.call_later(STOP_GRACE, self._still_leaving, proc, proc.life.generation)
 
     def _still_leaving(self, proc: WorkerProcess, generation: int) -> None:
-        if proc.generation != generation or proc.state is not ProcessState.RUNNING:
+        if proc.life.generation != generation or proc.state is not ProcessState.RUNNING:
             return  # it left, or was stopped or restarted meanwhile (its slots take no work)
         log.warning("worker %s stopped its jobs as if told to stop, but still runs %g s "
                     "after the last one; stopping it", proc.name, STOP_GRACE)
@@ -566,11 +545,11 @@ class Workers:
 
     def stop_worker(self, proc: WorkerProcess, *, kill_now: bool = False) -> None:
         """Take the worker's slots out of the index, then SIGTERM (or SIGKILL) it."""
-        if proc.state is ProcessState.STOPPING and proc.kill_timer is not None and not kill_now:
+        if proc.state is ProcessState.STOPPING and proc.life.kill_timer is not None and not kill_now:
             return  # told already (a second job timing out, say): its SIGKILL is on its way
         if proc.state in (ProcessState.STARTING, ProcessState.RUNNING):
             proc.set_state(ProcessState.STOPPING)
-        self.planner.close_slots(proc.generation)
+        self.planner.close_slots(proc.life.generation)
         if kill_now:
             self.kill_worker(proc, signal.SIGKILL)
         else:
@@ -594,7 +573,7 @@ class Workers:
                 self._respawn(proc)
             elif proc.state in (ProcessState.STARTING, ProcessState.RUNNING):
                 log.info("worker %s restarted by the operator (stopping pid %s)", proc.name,
-                         proc.pid)
+                         proc.life.pid)
                 self.jobs.cancel_on(proc, "restart")
                 self.stop_worker(proc)
         return [p.name for p in procs]
