@@ -17,7 +17,6 @@ wires the components, dispatches the queue link's messages, and starts and stops
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import signal
@@ -71,15 +70,11 @@ class Supervisor:
         self.observer = observer or Observer()
         self.loop = asyncio.get_running_loop()
         self.run = RunState()
-        self.counters = {"succeeded": 0, "failed": 0, "retried": 0, "cancelled": 0,
-                         "returned": 0, "unrecorded": 0, "claim_losses": 0, "restarts": 0}
         self.stopped = asyncio.Event()
         self.changed = asyncio.Event()
-        self.workers = Workers(config, self.loop, self.run, self.counters, self.observer,
-                               self._changed)
-        self.jobs = Jobs(config, self.loop, self.run, self.counters, self.observer,
-                         self._changed)
-        self.planner = Planner(config, self.loop, self.run, self.counters, self.observer)
+        self.workers = Workers(config, self.loop, self.run, self.observer, self._changed)
+        self.jobs = Jobs(config, self.loop, self.run, self.observer, self._changed)
+        self.planner = Planner(config, self.loop, self.run, self.observer)
         self.queue = QueueLink(config, self.handle, self.observer,
                                wanted=self.planner.free_by_type,
                                running_queued=self.jobs.running_queued)
@@ -100,6 +95,11 @@ class Supervisor:
     @property
     def shutting_down(self) -> bool:
         return self.run.shutting_down
+
+    def counters(self) -> dict[str, int]:
+        """What `ps` counts: jobs by outcome, claims lost, worker restarts."""
+        return {**self.jobs.counters, "claim_losses": self.planner.claim_losses,
+                "restarts": self.workers.restarts}
 
     # -- the queue link's messages -------------------------------------------------------------
 
@@ -134,7 +134,7 @@ class Supervisor:
                 raise TypeError(f"no handler for {msg!r}")
 
     def _lease_renewed(self, sent_at: float) -> None:
-        self.workers.watchdog.lease(sent_at + self.lease.lease * WATCHDOG_AT)
+        self.workers.lease_renewed(sent_at + self.lease.lease * WATCHDOG_AT)
         running = [job_id for job_id, _ in self.jobs.running_queued()]
         if self.lease.renewed(sent_at, running):
             self.planner.schedule()
@@ -145,8 +145,7 @@ class Supervisor:
         self.workers.read_pending()  # late after a stall: jobs may have finished meanwhile
         self.lease.fence()
         self.planner.forget_fetched()
-        if self.workers.watchdog is not None:  # who is busy now, before its turn comes
-            self.workers.watchdog.refresh()
+        self.workers.refresh_watchdog()  # who is busy now, before its turn comes
         jobs = self.jobs.queued(lost)
         self.lease.said_running_out(late, len(jobs), expired)
         for rj in jobs:
@@ -187,13 +186,13 @@ class Supervisor:
             try:
                 await self.queue.start()
             except BaseException:
-                self.workers.templates.keep_for_shutdown(templates or {})  # for shutdown to stop
+                self.workers.keep_templates(templates or {})  # for shutdown to stop
                 raise
             self.up = True
             if self._stop_when_started is None:
-                self.workers.templates.start_all(templates)
+                self.workers.start(templates)
             else:  # stopped while the database started: no worker to start and stop again
-                self.workers.templates.keep_for_shutdown(templates or {})
+                self.workers.keep_templates(templates or {})
             self.observer.start(self)
         finally:
             self.starting = False
@@ -279,19 +278,9 @@ class Supervisor:
         deadline = time.monotonic() + STOP_GRACE + 1.0
         while self.workers.live() and time.monotonic() < deadline:
             await self._wait_changed(deadline - time.monotonic())
-        watchdog = self.workers.watchdog
-        if watchdog is not None:
-            watchdog.close()  # it exits when its socket closes
-            deadline = time.monotonic() + STOP_GRACE
-            while watchdog.pid is not None and time.monotonic() < deadline:
-                await self._wait_changed(deadline - time.monotonic())
-            if watchdog.pid is not None:  # stopped, or stuck: every worker is gone now
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(watchdog.pid, signal.SIGKILL)
-                with contextlib.suppress(ChildProcessError):
-                    os.waitpid(watchdog.pid, 0)
+        await self.workers.stop_watchdog(self._wait_changed)
         self.workers.reap_workers()
-        self.workers.templates.close_all()
+        self.workers.close_templates()
         await self.queue.close()
         self.observer.stop()
         if self.up:

@@ -78,7 +78,7 @@ class RunningJob:
     started_wall: float = field(default_factory=time.time)
     progress: float | None = None
     message: str = ""
-    cancel_reason: str | None = None  # "user", "shutdown", "restart", "caller"
+    cancel_reason: str | None = None  # "user", "shutdown", "restart", "caller", "lease"
     failure: str | None = None  # why the worker was killed under this job (timeout)
     failure_final: bool = False  # `failure` ends the job for good (on_timeout = "fail")
     timer: Any = None  # its timeout

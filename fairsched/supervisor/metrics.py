@@ -92,7 +92,7 @@ def take_snapshot(sup) -> Snapshot:
         in_flight[rj.type] = in_flight.get(rj.type, 0) + 1
     workers = collections.Counter((proc.group, proc.state.value) for proc in sup.workers.procs)
     return Snapshot(types=tuple(sorted(sup.planner.type_ids)), in_flight=in_flight, slots=dict(slots),
-                    workers=dict(workers), on_demand_waiting=sup.planner.waiting.n_requests,
+                    workers=dict(workers), on_demand_waiting=sup.planner.n_waiting_requests,
                     lease_lost=sup.lease.fenced)
 
 

@@ -89,8 +89,8 @@ class Pipes:
         return True
 
     def flush_all(self) -> None:
-        if self._unflushed and self.workers.watchdog is not None:
-            self.workers.watchdog.flush()  # the workers about to get queued jobs are busy first
+        if self._unflushed:
+            self.workers.flush_watchdog()  # the workers about to get queued jobs are busy first
         while self._unflushed:
             self._flush(self._unflushed.pop())
 
@@ -216,10 +216,7 @@ class Pipes:
                         "until there is room (said once per process)", proc.name,
                         self.log_dir / f"{proc.name}.log", quoted(msg["log_lost"], 200))
         if kind == "progress":
-            rj.progress, rj.message = self._progress_fields(proc, msg)
-            if rj.request is not None:
-                rj.request.notify({"event": "progress", "job_id": rj.job_id,
-                                   "fraction": rj.progress, "message": rj.message})
+            self.jobs.progress(rj, *self._progress_fields(proc, msg))
         elif kind == "result":
             outcome = "stopped" if msg.get("stopped") is True else "succeeded"
             self.jobs.finish_job(rj, outcome, result=msg.get("result"))

@@ -40,11 +40,12 @@ class Jobs:
     worker and the request numbers. Wired by the actor to the planner, the queue link, the
     lease and the workers (connect)."""
 
-    def __init__(self, config, loop, run, counters: dict, observer, changed):
+    def __init__(self, config, loop, run, observer, changed):
         self.config = config
         self.loop = loop
         self.run = run  # RunState: the actor's, read only
-        self.counters = counters
+        self.counters = {"succeeded": 0, "failed": 0, "retried": 0, "cancelled": 0,
+                         "returned": 0, "unrecorded": 0}  # jobs by outcome, for ps
         self.observer = observer
         self._changed = changed  # wakes a shutdown waiting for jobs to end
         self.running: dict[int, RunningJob] = {}  # by pool slot id
@@ -89,6 +90,11 @@ class Jobs:
 
     # -- starting and stopping jobs ------------------------------------------------------------
 
+    def start_request(self, req: Request, slot_id: int) -> None:
+        """Start an on-demand request's next attempt on the slot the planner gave it."""
+        req.attempts += 1
+        self.start_job(req, slot_id, attempt=req.attempts)
+
     def start_job(self, entry, slot_id: int, attempt: int) -> None:
         proc, index = self.planner.owner(slot_id)
         if isinstance(entry, Request):
@@ -106,10 +112,7 @@ class Jobs:
                             claim=entry.claim)
         self.running[slot_id] = rj
         self.running_by_job[rj.job_id] = rj
-        if rj.request is None:
-            proc.life.queued_jobs += 1
-            if proc.life.queued_jobs == 1:
-                self.workers.watchdog.busy(proc.life.pid)
+        self.workers.job_started(proc, queued=rj.request is None)
         if proc.spec.timeout is not None:
             rj.timer = self.loop.call_later(proc.spec.timeout, self._on_job_timeout, rj)
         waited = max(0.0, time.time() - rj.eligible_at)
@@ -154,16 +157,14 @@ class Jobs:
         grace = rj.proc.spec.cancel_grace
         log.warning("job %s on worker %s did not stop within %g s of its cancel (cancel_grace);"
                     " stopping the worker", rj.job_id, rj.proc.name, grace)
-        rj.proc.life.kill_reason = rj.proc.life.kill_reason or (
-            f"job {rj.job_id} did not stop within cancel_grace, {grace:g} s after its cancel")
-        self._stop_worker_for(rj, "its job did not stop when cancelled")
+        self._stop_worker_for(rj, "its job did not stop when cancelled", kill_reason=(
+            f"job {rj.job_id} did not stop within cancel_grace, {grace:g} s after its cancel"))
 
-    def _stop_worker_for(self, rj: RunningJob, why: str) -> None:
+    def _stop_worker_for(self, rj: RunningJob, why: str, kill_reason: str | None = None) -> None:
         """Stop the worker of `rj` for what `rj` did (SIGTERM, then SIGKILL): not a crash, and
         the jobs beside it go back to the queue unspent."""
-        rj.proc.life.stopped_for_job = rj.proc.life.stopped_for_job or why
         self.spare_jobs_beside(rj)
-        self.workers.stop_worker(rj.proc)  # its free slots take no more work
+        self.workers.stop_for_job(rj.proc, why, kill_reason)  # its free slots take no more work
 
     def spare_jobs_beside(self, rj: RunningJob) -> None:
         """The worker of `rj` is stopped for what `rj` did: its other jobs go back to the queue
@@ -183,7 +184,7 @@ class Jobs:
         if rj is None:
             # Its claim committed and the cancel came before the claim's answer, on another
             # connection: the job is cancelled as the answer comes (Planner.claimed).
-            self.planner.waiting.cancel_claim(job_id)
+            self.planner.cancel_claim(job_id)
         elif rj.cancel_reason != "user":  # asked once is enough
             self.cancel_job(rj, "user")
 
@@ -220,9 +221,9 @@ class Jobs:
 
     def drop_requests(self, error: str) -> None:
         """Answer every waiting on-demand request with `error` (shutting down)."""
-        for req in self.planner.waiting.requests():
+        for req in self.planner.waiting_requests():
             self.finish_request(req, {"event": "error", "job_id": req.job_id, "error": error})
-        self.planner.waiting.clear()
+        self.planner.clear_waiting()
 
     def crashed_with(self, proc, slot_ids, reason: str) -> None:
         """The worker is gone: the jobs on its slots fail this attempt."""
@@ -238,7 +239,7 @@ class Jobs:
             rj.cancel_timer = self.loop.call_later(rj.proc.spec.cancel_grace,
                                                    self._on_cancel_overdue, rj)
         self.workers.send(rj.proc, {"t": "cancel", "incarnation": rj.proc.life.name,
-                            "slot": rj.slot_index, "job_id": rj.job_id})
+                                    "slot": rj.slot_index, "job_id": rj.job_id})
 
     def finish_job(self, rj: RunningJob, outcome: str, *, result=None, error: str | None = None,
                    permanent: bool = False) -> None:
@@ -246,17 +247,11 @@ class Jobs:
             return
         del self.running[rj.slot_id]
         self.running_by_job.pop(rj.job_id, None)
-        if rj.request is None:
-            rj.proc.life.queued_jobs -= 1
-            # Its being idle goes to the lease watchdog with the next line (Watchdog.busy),
-            # which the next renewal sends; with the lease in doubt, none may come in time.
-            if rj.proc.life.queued_jobs == 0 and self.lease.fenced:
-                self.workers.watchdog.refresh()
+        self.workers.job_ended(rj.proc, queued=rj.request is None,
+                               succeeded=outcome == "succeeded", fenced=self.lease.fenced)
         for timer in (rj.timer, rj.cancel_timer):
             if timer is not None:
                 timer.cancel()
-        if outcome == "succeeded":
-            rj.proc.life.jobs_succeeded += 1
         if rj.failure_final and outcome != "succeeded":
             permanent = True  # it ran past its timeout, and on_timeout = "fail"
             if error and error != rj.failure:
@@ -363,7 +358,7 @@ class Jobs:
         if interrupted or req.cancelled:
             if rj.cancel_reason == "restart" and not req.cancelled and not self.run.shutting_down:
                 self._record(rj, "returned", duration)
-                self.planner.waiting.add_request(req)  # not the job's fault: run it elsewhere
+                self.planner.wait(req)  # not the job's fault: run it elsewhere
                 req.attempts -= 1
                 log.info("job %s runs again (its worker restarted): %s", rj.job_id, where(rj),
                          extra=job_fields(rj, "returned", duration))
@@ -379,7 +374,7 @@ class Jobs:
         if outcome == "refused":  # not the job's fault, as for a queued job: its attempt unspent
             self._record(rj, "returned", duration)
             req.attempts -= 1
-            self.planner.waiting.add_request(req)
+            self.planner.wait(req)
             log.info("job %s runs again (refused by its worker): %s", rj.job_id, where(rj),
                      extra=job_fields(rj, "returned", duration))
             return
@@ -398,11 +393,18 @@ class Jobs:
             req.notify({"event": "retry", "job_id": req.job_id, "error": error,
                         "attempt": req.attempts})
         req.eligible_at = time.time()  # a retry's age counts from the retry, as a queued one's
-        self.planner.waiting.add_request(req)
+        self.planner.wait(req)
 
     def _record(self, rj: RunningJob, outcome: str, duration: float) -> None:
         self.counters[outcome] = self.counters.get(outcome, 0) + 1
         self.observer.job_finished(rj.type, outcome, duration)
+
+    def progress(self, rj: RunningJob, fraction: float | None, message: str) -> None:
+        """The worker said how far `rj` has come: shown in ps, and sent to a waiting caller."""
+        rj.progress, rj.message = fraction, message
+        if rj.request is not None:
+            rj.request.notify({"event": "progress", "job_id": rj.job_id,
+                               "fraction": fraction, "message": message})
 
     def outcome_unrecorded(self, job_type: str, outcome: str) -> None:
         """An outcome counted by _record that the job table refused: the job is no longer this
@@ -414,7 +416,7 @@ class Jobs:
         if req.done:
             return
         req.done = True
-        self.planner.waiting.drop_request(req)
+        self.planner.stop_waiting(req)
         req.notify(event)
 
     # -- on-demand requests ---------------------------------------------------------------------
@@ -440,7 +442,7 @@ class Jobs:
             self.finish_request(req, {"event": "error", "job_id": req.job_id,
                                       "error": no_worker})
             return req
-        self.planner.waiting.add_request(req)
+        self.planner.wait(req)
         self.planner.schedule()
         return req
 
@@ -458,7 +460,7 @@ class Jobs:
 
     def fail_unrunnable_requests(self) -> None:
         """Answer the waiting on-demand requests no worker is left to run (all fatal)."""
-        for req in self.planner.waiting.requests():
+        for req in self.planner.waiting_requests():
             no_worker = self.no_live_worker(req.type)
             if no_worker is not None:
                 self.finish_request(req, {"event": "error", "job_id": req.job_id,
@@ -468,7 +470,7 @@ class Jobs:
         """The caller gave up (timeout or disconnect): drop it, or cancel it where it runs;
         returns what became of it, for the caller."""
         req.cancelled = True
-        if self.planner.waiting.drop_request(req):
+        if self.planner.stop_waiting(req):
             req.done = True
             what = "withdrawn before its next attempt" if req.attempts else "withdrawn before it started"
             log.info("job %s %s: its caller gave up (a timeout, or it left)", req.job_id, what)

@@ -24,11 +24,11 @@ class Planner:
     of the queue by type. Wired by the actor to the queue link, the lease, the jobs and the
     workers (connect)."""
 
-    def __init__(self, config, loop, run, counters: dict, observer):
+    def __init__(self, config, loop, run, observer):
         self.config = config
         self.loop = loop
         self.run = run  # RunState: the actor's, read only
-        self.counters = counters
+        self.claim_losses = 0  # claims lost to other supervisors, for ps
         self.observer = observer
         self.weights = config.scoring
         self.type_ids = {t: i for i, t in enumerate(sorted(config.types))}
@@ -84,6 +84,33 @@ class Planner:
         """(in the pool, busy) for `ps`."""
         return self.pool.has_slot(slot_id), self.pool.is_busy(slot_id)
 
+    # -- on-demand requests waiting ------------------------------------------------------------
+
+    def wait(self, req) -> None:
+        """An on-demand request waits for a slot (again: a retry's eligible_at is read anew)."""
+        self.waiting.add_request(req)
+
+    def stop_waiting(self, req) -> bool:
+        """It waits no more; False when it was not waiting."""
+        return self.waiting.drop_request(req)
+
+    def waiting_requests(self) -> list:
+        """The requests waiting for a slot, oldest first."""
+        return self.waiting.requests()
+
+    @property
+    def n_waiting_requests(self) -> int:
+        return self.waiting.n_requests
+
+    def clear_waiting(self) -> None:
+        """Shutting down: nothing waits any more (the claims on their way stay)."""
+        self.waiting.clear()
+
+    def cancel_claim(self, job_id: int) -> None:
+        """A cancel for a job whose claim is on its way: it ends cancelled when the claim's
+        answer comes."""
+        self.waiting.cancel_claim(job_id)
+
     # -- cycles --------------------------------------------------------------------------------
 
     def schedule(self) -> None:
@@ -119,8 +146,7 @@ class Planner:
         for t in stale:
             self.waiting.forget(t)  # planned in this cycle only
         for req, slot_id in zip(reqs, req_slots, strict=True):
-            req.attempts += 1
-            self.jobs.start_job(req, slot_id, attempt=req.attempts)
+            self.jobs.start_request(req, slot_id)
         if job_ids:
             self.queue.claim(job_ids, slots)
         if self._unknown_types():
@@ -200,7 +226,7 @@ class Planner:
                 continue
             self.jobs.start_job(job, slot_id, attempt=job.attempts)
         if lost:
-            self.counters["claim_losses"] += lost
+            self.claim_losses += lost
             self.observer.claims_lost(lost)
             if self._losses_in_row >= LOSSES_BEFORE_REFETCH:
                 self.waiting.forget()

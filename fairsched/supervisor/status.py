@@ -43,8 +43,8 @@ def snapshot(sup) -> dict:
         "lease_lost": sup.lease.fenced,
         "core": core.__impl__,
         "shutting_down": sup.shutting_down,
-        "waiting_on_demand": sup.planner.waiting.n_requests,
-        "counters": dict(sup.counters),
+        "waiting_on_demand": sup.planner.n_waiting_requests,
+        "counters": sup.counters(),
     }
     return {"supervisor": supervisor, "slots": slots}
 

@@ -58,11 +58,11 @@ class Workers:
     (Templates), the pipes (Pipes) and the lease watchdog. Wired by the actor to the planner,
     the jobs and the lease (connect)."""
 
-    def __init__(self, config, loop, run, counters: dict, observer, changed):
+    def __init__(self, config, loop, run, observer, changed):
         self.config = config
         self.loop = loop
         self.run = run  # RunState: the actor's, read only
-        self.counters = counters
+        self.restarts = 0  # of every worker, for ps
         self.observer = observer
         self._changed = changed  # wakes a shutdown waiting for workers to exit
         self.log_dir = config.supervisor.state_dir / "logs"
@@ -83,6 +83,78 @@ class Workers:
         self.watchdog = Watchdog(self.loop, self.log_dir / "watchdog.log", self.busy_pids,
                                  self.pids)
         self.watchdog.start()
+
+    def start(self, templates: dict | None = None) -> None:
+        """Start every worker, from its group's template where it has one (`templates`: those
+        start_templates began already)."""
+        self.templates.start_all(templates)
+
+    def keep_templates(self, templates: dict) -> None:
+        """Stopping before any worker started: the templates begun already are stopped with
+        the rest."""
+        self.templates.keep_for_shutdown(templates)
+
+    def close_templates(self) -> None:
+        self.templates.close_all()
+
+    # -- the lease watchdog --------------------------------------------------------------------
+
+    def lease_renewed(self, until: float) -> None:
+        """The lease holds until loop time `until`, as far as the watchdog goes."""
+        self.watchdog.lease(until)
+
+    def refresh_watchdog(self) -> None:
+        """Tell the watchdog who is busy now (the lease is in doubt: no renewal may come)."""
+        if self.watchdog is not None:
+            self.watchdog.refresh()
+
+    def flush_watchdog(self) -> None:
+        if self.watchdog is not None:
+            self.watchdog.flush()
+
+    async def stop_watchdog(self, wait_changed) -> None:
+        """Close the watchdog's socket, which makes it exit; killed if it has not within
+        STOP_GRACE (stopped, or stuck: every worker is gone by now). `wait_changed(timeout)`
+        waits for the loop to change something, its exit among them."""
+        watchdog = self.watchdog
+        if watchdog is None:
+            return
+        watchdog.close()
+        deadline = time.monotonic() + STOP_GRACE
+        while watchdog.pid is not None and time.monotonic() < deadline:
+            await wait_changed(deadline - time.monotonic())
+        if watchdog.pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(watchdog.pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(watchdog.pid, 0)
+
+    # -- what the jobs tell --------------------------------------------------------------------
+
+    def job_started(self, proc: WorkerProcess, *, queued: bool) -> None:
+        if queued:
+            proc.life.queued_jobs += 1
+            if proc.life.queued_jobs == 1:
+                self.watchdog.busy(proc.life.pid)
+
+    def job_ended(self, proc: WorkerProcess, *, queued: bool, succeeded: bool,
+                  fenced: bool) -> None:
+        if queued:
+            proc.life.queued_jobs -= 1
+            # Its being idle goes to the lease watchdog with the next line (Watchdog.busy),
+            # which the next renewal sends; with the lease in doubt, none may come in time.
+            if proc.life.queued_jobs == 0 and fenced:
+                self.refresh_watchdog()
+        if succeeded:
+            proc.life.jobs_succeeded += 1
+
+    def stop_for_job(self, proc: WorkerProcess, why: str, kill_reason: str | None = None) -> None:
+        """Stop `proc` for what one of its jobs did (`why`: its job timed out, or did not stop
+        when cancelled): not a crash."""
+        if kill_reason is not None and proc.life.kill_reason is None:
+            proc.life.kill_reason = kill_reason
+        proc.life.stopped_for_job = proc.life.stopped_for_job or why
+        self.stop_worker(proc)
 
     def busy_pids(self) -> list[int]:
         """The workers running queued jobs now, for the lease watchdog."""
@@ -388,7 +460,7 @@ class Workers:
 
     def _respawn(self, proc: WorkerProcess) -> None:
         proc.restarts += 1
-        self.counters["restarts"] += 1
+        self.restarts += 1
         self.observer.worker_restarted(proc.group)
         self.spawn_worker(proc)
 
