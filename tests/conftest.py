@@ -195,6 +195,19 @@ def queue(db):
 
 
 @pytest.fixture
+def actor(db):
+    """Run a supervisor's actor in this process: `actor(workers_toml, scenario, **options)`
+    starts it on the clean database, awaits `scenario(actor)` and stops it (see
+    tests/actor_harness.py)."""
+    from tests.actor_harness import run_actor
+
+    def run(workers, scenario, **options):
+        run_actor(db, workers, scenario, **options)
+
+    return run
+
+
+@pytest.fixture
 def supervisors(db):
     """Start real supervisors on the clean database; every one is stopped after the test.
 

@@ -1,0 +1,114 @@
+"""The actor driven in this process (tests/actor_harness.py): real workers, the real database,
+its components' work seen through what it reports and what `ps` would show."""
+
+import os
+import signal
+
+from fairsched.supervisor.states import ProcessState
+
+OFFICE_AND_PDF = """
+[[worker]]
+name = "office"
+types = ["pdf", "excel", "index"]
+handler = "sup_handlers:slow"
+
+[[worker]]
+name = "pdf"
+types = ["pdf"]
+handler = "sup_handlers:slow"
+"""
+
+SLOW_PDF = """
+[[worker]]
+name = "pdf"
+types = ["pdf"]
+handler = "sup_handlers:slow"
+"""
+
+
+def busy_workers(actor) -> list[str]:
+    return [s["worker"] for s in actor.ps()["slots"] if s["job_id"] is not None]
+
+
+def test_specialist_first_keeps_the_versatile_worker_free(actor):
+    async def scenario(a):
+        pdf = a.on_demand("pdf", {"seconds": 60})
+        await a.until(lambda: busy_workers(a), what="the pdf job running")
+        assert busy_workers(a) == ["pdf-1"]  # the specialist, not the office worker
+        index = await a.on_demand("index", {"seconds": 0.1}).outcome()
+        assert index["event"] == "result", index
+        assert index["result"]["pid"] == a.proc("office-1").life.pid
+        assert not pdf.request.done  # the index job did not wait for the pdf job
+        # Its caller gives up: the job is cancelled where it runs.
+        assert "asked to stop" in a.sup.jobs.abandon_request(pdf.request)
+        await a.logged(r"job od-\d+ cancelled \(its caller left\): type pdf, worker pdf-1")
+
+    actor(OFFICE_AND_PDF, scenario)
+
+
+def test_a_killed_worker_is_replaced_and_its_on_demand_job_runs_again(actor):
+    async def scenario(a):
+        waiting = a.on_demand("pdf", {"seconds": 1})
+        await a.until(lambda: busy_workers(a), what="the job running")
+        first = a.proc("pdf-1").life
+        os.kill(first.pid, signal.SIGKILL)
+        answer = await waiting.outcome()
+        assert answer["event"] == "result", answer
+        assert answer["result"]["attempt"] == 2
+        events = [e["event"] for e in waiting.seen if e["event"] != "progress"]
+        assert events == ["retry", "result"], waiting.seen
+        worker = a.proc("pdf-1")
+        assert worker.life is not first and worker.life.pid != first.pid  # a new incarnation
+        assert worker.restarts == 1
+        assert worker.last_exit.startswith("killed by SIGKILL")
+        assert a.reports.finished() == [("job_finished", "pdf", "retried"),
+                                         ("job_finished", "pdf", "succeeded")]
+        assert a.sup.counters()["restarts"] == 1
+
+    actor(SLOW_PDF, scenario)
+
+
+def test_the_last_worker_turning_fatal_answers_the_callers_waiting(actor):
+    async def scenario(a):
+        running = a.on_demand("pdf", {"seconds": 30})
+        await a.until(lambda: busy_workers(a), what="the job running")
+        behind = a.on_demand("pdf", {"seconds": 1})
+        os.kill(a.proc("pdf-1").life.pid, signal.SIGKILL)  # its first crash makes it fatal
+        for caller in (running, behind):
+            answer = await caller.outcome()
+            assert answer["event"] == "error", answer
+            assert answer["error"].startswith(
+                "no worker can run 'pdf' jobs: pdf-1 is fatal: killed by SIGKILL"), answer
+        assert a.proc("pdf-1").state is ProcessState.FATAL
+        # And a new one is told at once.
+        late = await a.on_demand("pdf", {"seconds": 1}).outcome(timeout=1)
+        assert late["error"].startswith("no worker can run 'pdf' jobs"), late
+
+    actor(SLOW_PDF + "max_restarts = 0\n", scenario)
+
+
+def test_a_queued_job_goes_from_the_table_to_a_worker_and_back(actor):
+    async def scenario(a):
+        job_id = await a.enqueue("pdf", {"seconds": 0.2})
+        await a.until(lambda: a.reports.finished("succeeded"), what="the job succeeded")
+        row = await a.until(lambda_row(a, job_id), what="its row updated")
+        assert row["status"] == "succeeded" and row["attempts"] == 1, row
+        assert a.sup.counters()["succeeded"] == 1
+        assert a.sup.jobs.running == {}  # its slot is free again
+        assert [s["state"] for s in a.ps()["slots"]] == ["free"]
+
+    actor(SLOW_PDF, scenario)
+
+
+def lambda_row(a, job_id):
+    """A condition for `until` that is the job's row once it has finished."""
+    import psycopg
+
+    from fairsched.store.queue import Queue
+
+    def finished():
+        with psycopg.connect(a.database_url, autocommit=True) as conn:
+            row = Queue(conn).get_job(job_id)
+        return row if row and row["status"] not in ("pending", "running") else None
+
+    return finished
