@@ -5,6 +5,7 @@ import os
 import signal
 
 from fairsched.supervisor.states import ProcessState
+from tests.supervisor_harness import alive
 
 OFFICE_AND_PDF = """
 [[worker]]
@@ -51,21 +52,23 @@ def test_a_killed_worker_is_replaced_and_its_on_demand_job_runs_again(actor):
         waiting = a.on_demand("pdf", {"seconds": 1})
         await a.until(lambda: busy_workers(a), what="the job running")
         first = a.proc("pdf-1").life
-        os.kill(first.pid, signal.SIGKILL)
+        old_pid = first.pid
+        os.kill(old_pid, signal.SIGKILL)
         answer = await waiting.outcome()
         assert answer["event"] == "result", answer
         assert answer["result"]["attempt"] == 2
         events = [e["event"] for e in waiting.seen if e["event"] != "progress"]
         assert events == ["retry", "result"], waiting.seen
         worker = a.proc("pdf-1")
-        assert worker.life is not first and worker.life.pid != first.pid  # a new incarnation
+        assert worker.life is not first and worker.life.pid != old_pid  # a new incarnation
+        assert not alive(old_pid)
         assert worker.restarts == 1
         assert worker.last_exit.startswith("killed by SIGKILL")
         assert a.reports.finished() == [("job_finished", "pdf", "retried"),
                                          ("job_finished", "pdf", "succeeded")]
         assert a.sup.counters()["restarts"] == 1
 
-    actor(SLOW_PDF, scenario)
+    actor(SLOW_PDF + "max_attempts = 2\n", scenario)
 
 
 def test_the_last_worker_turning_fatal_answers_the_callers_waiting(actor):
@@ -85,6 +88,25 @@ def test_the_last_worker_turning_fatal_answers_the_callers_waiting(actor):
         assert late["error"].startswith("no worker can run 'pdf' jobs"), late
 
     actor(SLOW_PDF + "max_restarts = 0\n", scenario)
+
+
+def test_an_import_error_is_fatal_at_once_said_once_and_told_to_callers(actor):
+    async def scenario(a):
+        worker = a.proc("pdf-1")
+        assert worker.state is ProcessState.FATAL  # (the harness waits for ready or fatal)
+        assert worker.restarts == 0 and worker.restart_timer is None  # no restart is coming
+        reason = worker.fatal_reason
+        assert reason.startswith("could not start: cannot import handler"), reason
+        assert reason.count("could not start") == 1 and "no_such_module" in reason
+        assert sum("is fatal" in line for line in a.reports.lines) == 1
+        # A caller waiting for a result no worker can give hears so at once.
+        answer = await a.on_demand("pdf").outcome(timeout=1)
+        error = answer["error"]
+        assert error.startswith("no worker can run 'pdf' jobs: pdf-1 is fatal: could not start: ")
+        assert "((" not in error and "))" not in error, error
+        assert "fairsched restart pdf" in error
+
+    actor(SLOW_PDF.replace("sup_handlers:slow", "no_such_module:slow"), scenario)
 
 
 def test_a_queued_job_goes_from_the_table_to_a_worker_and_back(actor):

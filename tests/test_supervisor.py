@@ -221,25 +221,6 @@ def test_many_concurrent_on_demand_callers(supervisors):
     assert seen == set(range(24))
 
 
-def test_kill_9_busy_worker_is_replaced_and_job_retried(supervisors, tmp_path):
-    sup = supervisors(SLOW_PDF + """\
-max_attempts = 2
-""").start()
-    old_pid = sup.slots("pdf")[0]["pid"]
-    caller = sup.spawn_cli("submit", "pdf", "--on-demand", "--payload", '{"seconds": 1.5}')
-    sup.wait_for(lambda ps: ps["slots"][0]["state"] == "busy", what="the job to start")
-    os.kill(old_pid, signal.SIGKILL)
-    out, err = caller.communicate(timeout=30)
-    ps = sup.wait_for(lambda ps: ps["slots"][0]["state"] == "free", what="replacement")
-    row = ps["slots"][0]
-    assert row["pid"] != old_pid and row["restarts"] == 1
-    assert not alive(old_pid)
-    # The caller learns of the crash or gets the retry's result; here one attempt remains.
-    assert caller.returncode == 0, err
-    assert json.loads(out)["attempt"] == 2
-    assert "killed by SIGKILL" in sup.output()
-
-
 def test_a_group_with_max_restarts_0_is_fatal_at_its_first_crash(supervisors):
     sup = supervisors(ECHO.replace('handler = "sup_handlers:echo"',
                                    'handler = "sup_handlers:echo"\nmax_restarts = 0'))
@@ -266,62 +247,6 @@ def test_crash_loop_ends_fatal_and_restart_revives(supervisors):
     assert restarted.returncode == 0, restarted.stderr
     sup.wait_for(lambda ps: ps["slots"][0]["state"] == "free", what="revived worker")
     assert sup.cli("submit", "pdf", "--on-demand").returncode == 0
-
-
-def test_import_error_is_reported_once_not_restarted(supervisors):
-    sup = supervisors(ECHO.replace("sup_handlers:echo", "no_such_module:echo")).start(wait=False)
-    ps = sup.wait_for(lambda ps: ps["slots"][0]["state"] == "fatal", what="fatal")
-    time.sleep(0.5)
-    ps = sup.ps()
-    assert ps["slots"][0]["restarts"] == 0
-    assert ps["slots"][0]["fatal_reason"].startswith("could not start: cannot import handler")
-    assert ps["slots"][0]["fatal_reason"].count("could not start") == 1
-    assert "no_such_module" in ps["slots"][0]["fatal_reason"]
-    assert sup.output().count("is fatal") == 1
-    # A caller waiting for a result no worker can give hears so at once.
-    result = sup.cli("submit", "pdf", "--on-demand", timeout=10)
-    assert result.returncode == 1
-    assert "no worker can run 'pdf' jobs: pdf-1 is fatal: could not start: " in result.stderr
-    assert "((" not in result.stderr and "))" not in result.stderr, result.stderr
-    assert "fairsched restart pdf" in result.stderr
-
-
-def test_callers_waiting_when_the_last_worker_turns_fatal_are_told(supervisors):
-    sup = supervisors(SLOW_PDF + "max_restarts = 0\n").start()
-    caller = sup.spawn_cli("submit", "pdf", "--on-demand", "--payload", '{"seconds": 30}')
-    ps = sup.wait_for(lambda ps: ps["slots"][0]["state"] == "busy", what="the job running")
-    os.kill(ps["slots"][0]["pid"], signal.SIGKILL)  # its first crash makes it fatal
-    out, err = caller.communicate(timeout=30)
-    assert caller.returncode == 1, err
-    assert "no worker can run 'pdf' jobs: pdf-1 is fatal: killed by SIGKILL" in err, err
-
-
-def test_specialist_first_keeps_versatile_worker_free(supervisors):
-    sup = supervisors("""
-[[worker]]
-name = "office"
-types = ["pdf", "excel", "index"]
-handler = "sup_handlers:slow"
-
-[[worker]]
-name = "pdf"
-types = ["pdf"]
-handler = "sup_handlers:slow"
-""").start()
-    pdf = sup.spawn_cli("submit", "pdf", "--on-demand", "--payload", '{"seconds": 60}')
-    ps = sup.wait_for(lambda ps: any(s["state"] == "busy" for s in ps["slots"]), what="pdf job")
-    busy = [s for s in ps["slots"] if s["state"] == "busy"]
-    assert [s["worker"] for s in busy] == ["pdf-1"]
-    index = sup.cli("submit", "index", "--on-demand", "--payload", '{"seconds": 0.1}', timeout=30)
-    assert index.returncode == 0, index.stderr
-    assert json.loads(index.stdout)["pid"] == next(s["pid"] for s in ps["slots"]
-                                                   if s["worker"] == "office-1")
-    assert pdf.poll() is None  # the index job did not wait for the pdf job
-    pdf.kill()  # the caller hangs up: its request is cancelled
-    pdf.communicate(timeout=30)
-    sup.wait_for(lambda ps: all(s["state"] == "free" for s in ps["slots"]), what="cancelled")
-    assert re.search(r"job od-\d+ cancelled \(its caller left\): type pdf, worker pdf-1",
-                     sup.output()), sup.output()
 
 
 def test_a_caller_that_times_out_learns_what_became_of_its_job(supervisors):
