@@ -109,3 +109,19 @@ def test_job_names_one_module_the_handlers_job():
     import fairsched
 
     assert fairsched.Job.__module__ == "fairsched.job"
+
+
+def test_the_supervisors_classes_are_composed_not_mixed_in():
+    """Each component of the actor owns its state (docs/architecture.md): a class in
+    fairsched/supervisor/ has one base at most, besides object, Protocol and Enum."""
+    allowed = {"object", "Protocol", "Enum", "StrEnum"}
+    mixed = []
+    for path, tree in modules():
+        if path.parent.name != "supervisor":
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                bases = [ast.unparse(b) for b in node.bases if ast.unparse(b) not in allowed]
+                if len(bases) > 1:
+                    mixed.append(f"{path.name}: {node.name}({', '.join(bases)})")
+    assert not mixed, mixed
