@@ -1,5 +1,6 @@
-"""`fairsched ps` as a terminal shows it: the table's columns line up whatever a handler says,
-and `--watch` redraws only a terminal that can be redrawn."""
+"""`fairsched ps` as a terminal shows it: narrowed to the terminal's width, and `--watch`
+redraws only a terminal that can be redrawn. The table's layout (columns that line up, left
+out or cut short) is tested as a function in tests/test_ps_table.py."""
 
 import fcntl
 import json
@@ -27,75 +28,6 @@ handler = "sup_handlers:echo"
 
 CLEAR = b"\x1b[H\x1b[2J"
 HOME, ERASE_BELOW = b"\x1b[H", b"\x1b[J"
-
-
-def column_of(line: str, index: int) -> int:
-    """The terminal column where character `index` of `line` is drawn."""
-    return display_width(line[:index])
-
-
-def test_ps_lines_up_a_progress_message_of_wide_characters(supervisors):
-    sup = supervisors("""
-[[worker]]
-name = "says"
-types = ["says"]
-handler = "sup_handlers:says"
-processes = 2
-""").start()
-    # Each CJK character takes two terminal columns; past 30 columns the message is cut.
-    caller = sup.spawn_cli("submit", "says", "--on-demand", "--payload",
-                           json.dumps({"message": "処理中ページ" * 8}))
-    sup.wait_for(lambda ps: any(s["message"] for s in ps["slots"]), what="the message")
-    result = sup.cli("ps")
-    caller.kill()
-    assert result.returncode == 0, result.stderr
-    header, *rows = result.stdout.splitlines()[1:3 + 1]
-    busy = next(row for row in rows if "処理中" in row)
-    assert display_width(busy[busy.index("50%"):busy.rindex("ジ") + 1]) <= 30, busy
-    for row in rows:
-        # RESTARTS starts where its header does, and so does every column after it.
-        restarts = row.index(" 0 ", row.index("says", row.index("-") + 1)) + 1
-        assert column_of(row, restarts) == column_of(header, header.index("RESTARTS")), (
-            header, row)
-
-
-def test_ps_on_a_narrow_terminal_leaves_out_columns_rather_than_wrap_its_rows(supervisors):
-    """On 80 columns the example's layout (a versatile worker, a job with progress) took 94
-    and more, every row wrapped; CPU, RSS and UPTIME go first, then PROGRESS and TYPES are
-    cut short. Into a pipe, every column stays."""
-    sup = supervisors("""
-[[worker]]
-name = "office"
-types = ["pdf", "excel", "index"]
-handler = "sup_handlers:says"
-slots = 2
-""").start()
-    caller = sup.spawn_cli("submit", "pdf", "--on-demand", "--payload",
-                           json.dumps({"message": "page 2/5, figures"}))
-    sup.wait_for(lambda ps: any(s["message"] for s in ps["slots"]), what="the message")
-    seen, code = on_a_terminal(sup, ["ps"], "xterm-256color", columns=80)
-    piped = sup.cli("ps")
-    narrow, _ = on_a_terminal(sup, ["ps"], "xterm-256color", columns=60)
-    caller.kill()
-    assert code == 0 and piped.returncode == 0, (seen, piped.stderr)
-    _, header, *rows = seen.decode().replace("\r\n", "\n").splitlines()
-    assert header.split() == ["WORKER", "PID", "SLOT", "TYPES", "STATE", "JOB", "AGE",
-                              "PROGRESS", "RESTARTS"], header
-    assert all(display_width(line) <= 80 for line in [header, *rows]), seen
-    busy = next(row for row in rows if " busy " in row)
-    # PROGRESS is cut short first (to no fewer than 12 columns), then TYPES, as far as the
-    # room needs: how far depends on how wide the pids are.
-    progress = busy[header.index("PROGRESS"):header.index("RESTARTS")].strip()
-    types = busy[header.index("TYPES"):header.index("STATE")].strip()
-    assert display_width(header) == 80, seen
-    assert progress.endswith("…") and len(progress) >= 12, busy
-    assert "50% page 2/5, figures".startswith(progress[:-1]), busy
-    if types != "pdf,excel,index":
-        assert types.endswith("…") and len(types) >= 12, busy
-        assert "pdf,excel,index".startswith(types[:-1]) and len(progress) == 12, busy
-    assert piped.stdout.splitlines()[1].split()[-3:] == ["UPTIME", "RSS", "CPU"], piped.stdout
-    busy = next(row for row in narrow.decode().splitlines() if " busy " in row)
-    assert "pdf,excel,i… " in busy and "50% page 2/… " in busy, busy
 
 
 def test_ps_on_a_narrow_terminal_breaks_its_long_lines_between_words(supervisors):
