@@ -51,6 +51,9 @@ SIZE_UNITS = {"B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30}
 _SIZE = re.compile(r"([0-9]+) ?([KMG]?B)?", re.IGNORECASE)
 MIN_LOG_SIZE = 1 << 10  # bytes: a worker log rotated more often would be all rotations
 MAX_LOG_BACKUPS = 1000
+_RANGE = re.compile(r"\s*([0-9]{1,12})\s*\.\.\s*([0-9]{1,12})\s*")  # processes = "1..8"
+MAX_PROCESSES = 1000
+DEFAULT_IDLE_TIMEOUT = 60.0  # seconds an autoscaled group's extra process may stay idle
 _ADDRESS = re.compile(r"(?:\[(?P<ipv6>[0-9A-Fa-f:.]+)\]|(?P<host>[^:\s\[\]]*)):(?P<port>[0-9]{1,5})")
 
 
@@ -127,6 +130,20 @@ class WorkerSpec:
     restart_window: float = 60.0
     env: dict[str, str] = field(default_factory=dict)
     cwd: Path = Path(".")
+    # processes = "MIN..MAX": `processes` is MIN (the group starts with it), this is MAX;
+    # None for a fixed number of processes.
+    max_processes: int | None = None
+    idle_timeout: float = DEFAULT_IDLE_TIMEOUT  # autoscaled: seconds idle before one stops
+
+    @property
+    def autoscaled(self) -> bool:
+        return self.max_processes is not None
+
+    @property
+    def process_range(self) -> tuple[int, int]:
+        """(MIN, MAX) processes: equal for a fixed number."""
+        return self.processes, (self.processes if self.max_processes is None
+                                else self.max_processes)
 
 
 @dataclass(frozen=True)
@@ -520,12 +537,20 @@ def _load_worker(sec: _Section, base: Path) -> WorkerSpec:
     on_timeout = sec.get("on_timeout", "str", "retry")
     if on_timeout not in ON_TIMEOUT:
         sec.fail("on_timeout", f"must be \"retry\" or \"fail\", got {on_timeout!r}")
+    processes, max_processes = _processes(sec)
+    idle_timeout = sec.get("idle_timeout", "number", DEFAULT_IDLE_TIMEOUT, above=0,
+                           maximum=MAX_GRACE)
+    if max_processes is None and "idle_timeout" in sec.table:
+        sec.fail("idle_timeout", "applies only to an autoscaled group: set processes to a "
+                                 "range such as \"1..8\" or remove it")
     spec = WorkerSpec(
         name=name,
         types=tuple(types),
         handler=handler,
         command=tuple(command) if command is not None else None,
-        processes=sec.get("processes", "int", 1, minimum=1),
+        processes=processes,
+        max_processes=max_processes,
+        idle_timeout=idle_timeout,
         slots=sec.get("slots", "int", 1, minimum=1),
         max_attempts=sec.get("max_attempts", "int", 3, minimum=1, maximum=2**31 - 1),
         timeout=timeout,
@@ -538,9 +563,31 @@ def _load_worker(sec: _Section, base: Path) -> WorkerSpec:
         env=dict(sec.get("env", "strtable", {})),
         cwd=cwd,
     )
-    if spec.processes > 1000:
-        sec.fail("processes", f"must be <= 1000, got {_number(spec.processes)}")
+    if spec.processes > MAX_PROCESSES:
+        sec.fail("processes", f"must be <= {MAX_PROCESSES}, got {_number(spec.processes)}")
     if spec.slots > 1000:
         sec.fail("slots", f"must be <= 1000, got {_number(spec.slots)}")
     sec.finish()
     return spec
+
+
+def _processes(sec: _Section) -> tuple[int, int | None]:
+    """(MIN, MAX) of `processes = "MIN..MAX"`, or (N, None) of `processes = N`."""
+    value = sec.table.get("processes")
+    if not isinstance(value, str):
+        return sec.get("processes", "int", 1, minimum=1), None
+    sec.seen.add("processes")
+    found = _RANGE.fullmatch(value)
+    if found is None:
+        sec.fail("processes", f"must be an integer or a range such as \"1..8\" (MIN..MAX), "
+                              f"got {value!r}")
+    low, high = int(found[1]), int(found[2])
+    if low < 1:
+        sec.fail("processes", f"must start at 1 or more (MIN..MAX: MIN processes always run), "
+                              f"got {value!r}")
+    if low > high:
+        sec.fail("processes", f"must not end below its start (MIN..MAX, MIN <= MAX), "
+                              f"got {value!r}")
+    if high > MAX_PROCESSES:
+        sec.fail("processes", f"must end at {MAX_PROCESSES} at most, got {value!r}")
+    return low, high

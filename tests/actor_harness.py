@@ -25,6 +25,7 @@ import shutil
 import signal
 import tempfile
 import textwrap
+import time
 from pathlib import Path
 
 import psycopg
@@ -72,6 +73,13 @@ class Reports(Observer):
 
     def claims_lost(self, count: int) -> None:
         self.note("claims_lost", count)
+
+    def group_scaled(self, group: str, processes: int, direction: str) -> None:
+        self.note("group_scaled", group, processes, direction, time.monotonic())
+
+    def scaled(self, group: str) -> list[tuple[int, str, float]]:
+        """(processes, direction, monotonic time) of each change of the group's size."""
+        return [c[2:] for c in self.calls if c[0] == "group_scaled" and c[1] == group]
 
     def finished(self, outcome: str | None = None) -> list[tuple]:
         return [c for c in self.calls

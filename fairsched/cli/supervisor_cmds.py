@@ -380,6 +380,9 @@ def render_ps(data: dict, width: int | None = None) -> str:
     fields = [f"supervisor pid {sup['pid']}", f"up {_duration(sup['uptime'])}",
               f"database {db}", f"core {sup['core']}",
               f"on-demand waiting {sup.get('waiting_on_demand', 0)}"]
+    # Autoscaled groups: how many processes now, in what range ("pdf 3 of 1..8 processes").
+    fields += [f"{name} {g['processes']} of {g['min']}..{g['max']} processes"
+               for name, g in sup.get("groups", {}).items() if g.get("autoscaled")]
     if sup.get("shutting_down"):
         fields.append("SHUTTING DOWN")
     lines = wrap(fields, width, "  ")

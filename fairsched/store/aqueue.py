@@ -21,6 +21,7 @@ import psycopg
 from fairsched.store.connections import Notifications, open_connection
 from fairsched.store.rows import Candidate, QueuedJob, storable_text
 from fairsched.store.statements import (
+    BACKLOG_SQL,
     CANCEL_FINISH_SQL,
     CLAIM_SQL,
     COMPLETE_SQL,
@@ -145,6 +146,15 @@ class AsyncStore:
             "types": [t for t, _ in wanted], "limits": [k for _, k in wanted],
             "pps": float(priority_per_second)})
         return [Candidate(*row) for row in await cur.fetchall()]
+
+    async def backlog(self, caps: Mapping[str, int], wait: float) -> dict[str, int]:
+        """Jobs of each type in `caps` eligible for `wait` seconds or more and still pending,
+        counted up to its cap."""
+        if not caps:
+            return {}
+        cur = await self.conn.execute(BACKLOG_SQL, {
+            "types": list(caps), "caps": [int(k) for k in caps.values()], "wait": float(wait)})
+        return {t: int(n) for t, n in await cur.fetchall()}
 
     async def claim(self, ids: list[int], default_max_attempts: Mapping[str, int]) -> list[QueuedJob]:
         """Claim the jobs still pending among `ids` in one statement; return those won, in the

@@ -28,6 +28,19 @@ SELECT c.id, c.type, c.priority, extract(epoch FROM c.run_after)::float8
  ORDER BY extract(epoch FROM c.run_after)::float8 - c.priority * %(pps)s::float8, c.id
 """
 
+# Autoscaling: how many jobs of each type have been eligible for at least %(wait)s seconds and
+# still wait, counted up to a cap per type (all the autoscaler needs to know is whether the
+# backlog outgrows the processes starting). Each count is a range scan of the fetch's partial
+# index on (type, ...) that stops at the cap, however long the queue.
+BACKLOG_SQL = """
+SELECT want.type, (SELECT count(*) FROM (
+       SELECT 1 FROM fairsched_jobs
+        WHERE status = 'pending' AND type = want.type
+          AND run_after <= now() - make_interval(secs => %(wait)s::float8)
+        LIMIT want.k) AS waiting)
+  FROM unnest(%(types)s::text[], %(caps)s::integer[]) AS want(type, k)
+"""
+
 # Claims and outcomes name their rows by id, and must find them through the primary key. A
 # plain `status = 'pending'` (or 'running') would let the planner pick a partial index by its
 # predicate and walk every entry in it, dead ones included; with statistics taken while the

@@ -7,7 +7,8 @@ that own that state, each changed only by its own methods:
 - Planner (scheduling.py): the slot pool, the jobs waiting for a slot, the cycles;
 - QueueLink (queue_link.py): the database lanes, which post what they learn as messages
   (messages.py) to `handle`, the one dispatch of them;
-- LeaseGuard (lease.py): the lease's timers and the fence.
+- LeaseGuard (lease.py): the lease's timers and the fence;
+- Autoscaler (autoscale.py): when the groups with a range of processes grow and shrink.
 
 Everything arrives as a callback on the loop (a worker frame, SIGCHLD, a control request, a
 database answer, a timer), so state changes one step at a time, with no locks. This module
@@ -26,9 +27,11 @@ from dataclasses import dataclass
 from fairsched import __version__, core
 from fairsched.config import Config
 from fairsched.permissions import make_private_folder
+from fairsched.supervisor.autoscale import Autoscaler
 from fairsched.supervisor.hooks import Observer
 from fairsched.supervisor.lease import WATCHDOG_AT, LeaseGuard
 from fairsched.supervisor.messages import (
+    Backlog,
     CancelRequested,
     Claimed,
     Connected,
@@ -81,7 +84,9 @@ class Supervisor:
         self.lease = LeaseGuard(self.loop, self.run, config.supervisor.lease,
                                 running_out=self._lease_running_out,
                                 kill_due=self._lease_kill_due)
+        self.autoscaler = Autoscaler(config, self.loop, self.run, self.observer)
         self.workers.connect(self.planner, self.jobs, self.lease)
+        self.autoscaler.connect(self.workers, self.planner, self.queue)
         self.jobs.connect(self.planner, self.queue, self.lease, self.workers)
         self.planner.connect(self.queue, self.lease, self.jobs, self.workers)
         self.stop_asked = False  # a shutdown is under way, or about to be
@@ -130,6 +135,8 @@ class Supervisor:
                 self.lease.expired(lost)
             case OutcomeUnrecorded(job_type, outcome):
                 self.jobs.outcome_unrecorded(job_type, outcome)
+            case Backlog(counts):
+                self.autoscaler.counted(counts)
             case _:
                 raise TypeError(f"no handler for {msg!r}")
 
@@ -191,6 +198,7 @@ class Supervisor:
             self.up = True
             if self._stop_when_started is None:
                 self.workers.start(templates)
+                self.autoscaler.start()
             else:  # stopped while the database started: no worker to start and stop again
                 self.workers.keep_templates(templates or {})
             self.observer.start(self)
@@ -261,6 +269,7 @@ class Supervisor:
 
     async def _shut_down(self, timeout: float | None) -> None:
         self.lease.stop()
+        self.autoscaler.stop()
         timeout = self.config.supervisor.shutdown_timeout if timeout is None else timeout
         running = len(self.jobs.running)
         if self.up:  # not when it could not start at all: the caller says why

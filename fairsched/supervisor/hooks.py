@@ -24,6 +24,9 @@ class Observer:
     def worker_restarted(self, group: str) -> None:
         pass
 
+    def group_scaled(self, group: str, processes: int, direction: str) -> None:
+        """An autoscaled group grew ("up") or shrank ("down") to `processes`."""
+
     def claims_lost(self, count: int) -> None:
         pass
 

@@ -47,6 +47,11 @@ class Fetched:
 
 
 @dataclass(frozen=True, slots=True)
+class Backlog:
+    counts: dict  # by type, jobs waiting for GROW_WAIT or more (capped as asked)
+
+
+@dataclass(frozen=True, slots=True)
 class Claimed:
     claims: Claims
     won: dict  # the jobs won, by id

@@ -363,6 +363,9 @@ class PrometheusObserver(Observer):
                              "outcome.", ["type"], buckets=BUCKETS, registry=r)
         self.restarts = Counter("fairsched_worker_restarts", "Worker processes started again "
                                 "after an exit or an operator's restart.", ["group"], registry=r)
+        self.scaled = Counter("fairsched_worker_scale_changes", "Processes an autoscaled group "
+                              "started (direction up) or stopped (down) as its load changed.",
+                              ["group", "direction"], registry=r)
         self.losses = Counter("fairsched_claim_losses", "Claims lost to another supervisor.",
                               registry=r)
         self.pruned = Counter("fairsched_jobs_pruned", "Finished jobs this supervisor deleted "
@@ -423,6 +426,9 @@ class PrometheusObserver(Observer):
 
     def worker_restarted(self, group: str) -> None:
         self.restarts.labels(group).inc()
+
+    def group_scaled(self, group: str, processes: int, direction: str) -> None:
+        self.scaled.labels(group, direction).inc()
 
     def claims_lost(self, count: int) -> None:
         self.losses.inc(count)

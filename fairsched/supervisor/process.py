@@ -38,6 +38,7 @@ class Incarnation:
     started_mono: float = 0.0
     oom_kills_at_start: int | None = None  # the kernel's OOM kill count when it started
     jobs_succeeded: int = 0  # one that runs fine after a crash
+    active_at: float = 0.0  # monotonic time of its hello, or of its last job's start or end
     queued_jobs: int = 0  # queued (not on-demand) jobs running on it: the lease watchdog's
     hello_timer: object | None = None
     kill_timer: object | None = None
@@ -72,6 +73,8 @@ class WorkerProcess:
     last_exit: str | None = None
     fatal_reason: str | None = None
     restart_timer: object | None = None
+    # Stopped by the autoscaler: not restarted, and left out of `procs` once it has exited.
+    retiring: bool = False
 
     @property
     def name(self) -> str:
@@ -119,6 +122,7 @@ class ExitCause(Enum):
     FENCED = "fenced"  # killed for a lease in doubt (this supervisor, or its watchdog)
     STOPPED_FOR_JOB = "stopped_for_job"  # its job timed out or did not stop when cancelled
     RESTARTED = "restarted"  # the operator's `fairsched restart`
+    SCALED_DOWN = "scaled_down"  # stopped by the autoscaler: not restarted
     INCOMPATIBLE = "incompatible"  # it speaks another protocol version: fatal
     CANNOT_START = "cannot_start"  # EXIT_CANNOT_START before its hello: fatal
     CRASHED = "crashed"  # anything else: restarted with backoff, fatal in a crash loop
@@ -156,6 +160,8 @@ def decode_exit(proc: WorkerProcess, status: int, *, lease_ran_out: bool, shutti
                 f"{last_log_line()[:300]})")
     if shutting_down:
         return Exit(ExitCause.SHUTDOWN, how)
+    if proc.retiring:  # idle when it was stopped: however it ended, it was leaving
+        return Exit(ExitCause.SCALED_DOWN, how)
     if lease_ran_out or life.fenced_kill:
         return Exit(ExitCause.FENCED, how)
     if life.stopped_for_job:

@@ -29,6 +29,7 @@ from fairsched.store.queue import Queue
 from fairsched.supervisor.in_flight import Claims
 from fairsched.supervisor.locked_rows import LockedRows
 from fairsched.supervisor.messages import (
+    Backlog,
     CancelRequested,
     Claimed,
     Connected,
@@ -90,6 +91,8 @@ class QueueLink(Heartbeats):
         self.claims = Claims()  # jobs reserved by the actor on their slots, not yet claimed
         self.claiming: AsyncStore | None = None  # the connection a claim is on its way over
         self.fetch_wanted = False
+        self.backlog_wanted: dict[str, int] = {}  # types to count waiting jobs of, with caps
+        self.backlog_wait = 0.0  # seconds a job must have waited to count
         self.connected = False
         self._refused_writes = False  # said that the database takes no writes
         self._unavailable: str | None = None  # the last DatabaseUnavailable said, said once
@@ -134,6 +137,13 @@ class QueueLink(Heartbeats):
             self.due_unknown = True
         if not self.fetch_wanted:
             self.fetch_wanted = True
+            self.wake()
+
+    def request_backlog(self, caps: dict[str, int], wait: float) -> None:
+        """Count the jobs of these types that have waited `wait` seconds or more, up to each
+        one's cap (the autoscaler's question, answered by a Backlog message)."""
+        if caps:
+            self.backlog_wanted, self.backlog_wait = dict(caps), wait
             self.wake()
 
     def claim(self, job_ids, slot_ids) -> None:
@@ -368,7 +378,7 @@ class QueueLink(Heartbeats):
             closing.add_done_callback(self._forget)
 
     def _pending(self) -> bool:
-        return bool(self.claims or self.fetch_wanted
+        return bool(self.claims or self.fetch_wanted or self.backlog_wanted
                     or time.monotonic() >= self._next_timer())
 
     def _next_timer(self) -> float:
@@ -534,6 +544,9 @@ class QueueLink(Heartbeats):
             self.fetch_wanted = True
         if self.fetch_wanted and not self.claims:
             await self._fetch(store)
+        if self.backlog_wanted and not self.claims:
+            caps, self.backlog_wanted = self.backlog_wanted, {}
+            self._post(Backlog(await store.backlog(caps, self.backlog_wait)))
 
     async def _fetch(self, store: AsyncStore) -> None:
         self.fetch_wanted = False

@@ -73,6 +73,15 @@ class Planner:
         for sid in slot_ids:
             self._slot_owner.pop(sid, None)
 
+    def any_busy(self, slot_ids) -> bool:
+        """Whether one of these slots runs a job or is reserved for one being claimed."""
+        return any(self.pool.is_busy(sid) for sid in slot_ids)
+
+    def full_types(self) -> set[str]:
+        """The types with no free slot (no worker running them takes more work now)."""
+        counts = self.pool.free_counts(len(self.type_ids))
+        return {t for t, tid in self.type_ids.items() if not counts[tid]}
+
     def owner(self, slot_id: int):
         """(process, slot index) of a slot, or None once its worker is gone."""
         return self._slot_owner.get(slot_id)

@@ -45,8 +45,20 @@ def snapshot(sup) -> dict:
         "shutting_down": sup.shutting_down,
         "waiting_on_demand": sup.planner.n_waiting_requests,
         "counters": sup.counters(),
+        "groups": groups(sup),
     }
     return {"supervisor": supervisor, "slots": slots}
+
+
+def groups(sup) -> dict:
+    """Each worker group's processes now (those stopping for good, as the group shrinks, left
+    out), and its range: min and max are equal but for an autoscaled group."""
+    shown = {}
+    for spec in sup.config.workers:
+        low, high = spec.process_range
+        shown[spec.name] = {"processes": sup.workers.size(spec.name), "min": low, "max": high,
+                            "autoscaled": spec.autoscaled}
+    return shown
 
 
 def slot_states(sup, proc):

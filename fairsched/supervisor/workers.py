@@ -132,6 +132,7 @@ class Workers:
     # -- what the jobs tell --------------------------------------------------------------------
 
     def job_started(self, proc: WorkerProcess, *, queued: bool) -> None:
+        proc.life.active_at = time.monotonic()
         if queued:
             proc.life.queued_jobs += 1
             if proc.life.queued_jobs == 1:
@@ -139,6 +140,7 @@ class Workers:
 
     def job_ended(self, proc: WorkerProcess, *, queued: bool, succeeded: bool,
                   fenced: bool) -> None:
+        proc.life.active_at = time.monotonic()
         if queued:
             proc.life.queued_jobs -= 1
             # Its being idle goes to the lease watchdog with the next line (Watchdog.busy),
@@ -269,6 +271,7 @@ class Workers:
             proc.life.hello_timer.cancel()
             proc.life.hello_timer = None
         proc.set_state(ProcessState.RUNNING)
+        proc.life.active_at = time.monotonic()
         self._changed()
         log.info("worker %s ready (pid %d, %d slot%s, types %s)", proc.name, proc.life.pid, slots,
                  "" if slots == 1 else "s", ",".join(types),
@@ -409,6 +412,12 @@ class Workers:
                          extra=fields(event="worker_exited", worker=proc.name, group=proc.group,
                                       exit=proc.last_exit, restart_in=0.0))
                 self._restart_now(proc)
+            case ExitCause.SCALED_DOWN:
+                proc.set_state(ProcessState.STOPPED)
+                self.procs = [p for p in self.procs if p is not proc]  # iterations go on
+                log.info("worker %s stopped: %s (its group shrank)", proc.name, how,
+                         extra=fields(event="worker_exited", worker=proc.name, group=proc.group,
+                                      exit=how, restart_in=None))
             case ExitCause.INCOMPATIBLE | ExitCause.CANNOT_START:
                 self.make_fatal(proc, f"could not start: {ended.why}")
             case ExitCause.CRASHED:
@@ -649,3 +658,49 @@ class Workers:
                 self.jobs.cancel_on(proc, "restart")
                 self.stop_worker(proc)
         return [p.name for p in procs]
+
+    # -- autoscaling (autoscale.py decides) ----------------------------------------------------
+
+    def size(self, group: str) -> int:
+        """The group's processes, those on their way up or down (restarting) included, those
+        the autoscaler stopped not."""
+        return sum(1 for p in self.procs if p.group == group and not p.retiring)
+
+    def leaving(self, group: str) -> bool:
+        """Whether a process of the group that the autoscaler stopped has yet to exit."""
+        return any(p.group == group and p.retiring for p in self.procs)
+
+    def starting_slots(self, group: str) -> int:
+        """Slots of the group's processes on their way up (starting, or down to be restarted):
+        the jobs waiting that these will take call for no more processes."""
+        return sum(p.spec.slots for p in self.procs if p.group == group and not p.retiring
+                   and p.state in (ProcessState.STARTING, ProcessState.DOWN))
+
+    def idle_process(self, group: str, idle_for: float, now: float) -> WorkerProcess | None:
+        """The highest numbered running process of the group that has run nothing for
+        `idle_for` seconds, no slot of it reserved either; None if there is none."""
+        for proc in sorted(self.procs, key=lambda p: -p.index):
+            if (proc.group == group and not proc.retiring and proc.state is ProcessState.RUNNING
+                    and not proc.life.leaving and proc.life.slot_ids
+                    and now - proc.life.active_at >= idle_for and not self.jobs.busy(proc)
+                    and not self.planner.any_busy(proc.life.slot_ids)):
+                return proc
+        return None
+
+    def grow(self, spec) -> WorkerProcess:
+        """Start one more process of the group, numbered with the lowest free index, placed
+        after the group's others."""
+        taken = {p.index for p in self.procs if p.spec.name == spec.name}
+        index = next(i for i in range(1, len(taken) + 2) if i not in taken)
+        proc = WorkerProcess(spec, index)
+        last = max((i for i, p in enumerate(self.procs) if p.spec.name == spec.name),
+                   default=len(self.procs) - 1)
+        self.procs = [*self.procs[:last + 1], proc, *self.procs[last + 1:]]
+        self.spawn_worker(proc)
+        return proc
+
+    def retire(self, proc: WorkerProcess) -> None:
+        """Stop an idle process for good: the group shrinks. It leaves `procs` once it has
+        exited (worker_exited)."""
+        proc.retiring = True
+        self.stop_worker(proc)

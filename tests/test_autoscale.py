@@ -1,0 +1,195 @@
+"""Autoscaling: `processes = "MIN..MAX"` and `idle_timeout` in workers.toml; a group grows
+under a backlog of queued jobs or on-demand requests, shrinks back one idle process at a time,
+never takes a busy one, and does not flap under a steady load at its boundary."""
+
+import asyncio
+import json
+import textwrap
+import time
+from itertools import pairwise
+
+import pytest
+
+from fairsched.config import load_config
+from fairsched.errors import ConfigError
+from fairsched.supervisor.states import ProcessState
+
+HEAD = """
+[supervisor]
+state_dir = "state"
+
+[[worker]]
+name = "pdf"
+types = ["pdf"]
+handler = "handlers:render_pdf"
+"""
+
+
+def load(tmp_path, keys: str):
+    path = tmp_path / "workers.toml"
+    path.write_text(textwrap.dedent(HEAD) + textwrap.dedent(keys))
+    return load_config(path).workers[0]
+
+
+def test_a_range_of_processes_and_its_idle_timeout_are_read(tmp_path):
+    pdf = load(tmp_path, 'processes = "2..8"\nidle_timeout = 30\n')
+    assert (pdf.processes, pdf.max_processes, pdf.idle_timeout) == (2, 8, 30.0)
+    assert pdf.autoscaled and pdf.process_range == (2, 8)
+    pdf = load(tmp_path, 'processes = " 1 .. 1 "\n')  # MIN = MAX: a range all the same
+    assert pdf.process_range == (1, 1) and pdf.idle_timeout == 60.0  # the default
+    fixed = load(tmp_path, "processes = 3\n")
+    assert not fixed.autoscaled and fixed.process_range == (3, 3)
+
+
+@pytest.mark.parametrize("keys, message", [
+    ('processes = "1-8"', "key 'processes' must be an integer or a range such as \"1..8\" "
+                          "(MIN..MAX), got '1-8'"),
+    ('processes = "..4"', "key 'processes' must be an integer or a range such as \"1..8\""),
+    ('processes = "0..4"', "key 'processes' must start at 1 or more (MIN..MAX: MIN processes "
+                           "always run), got '0..4'"),
+    ('processes = "5..2"', "key 'processes' must not end below its start (MIN..MAX, "
+                           "MIN <= MAX), got '5..2'"),
+    ('processes = "1..1001"', "key 'processes' must end at 1000 at most, got '1..1001'"),
+    ('processes = "1.5..4"', "key 'processes' must be an integer or a range"),
+    ('processes = "1..4"\nidle_timeout = 0', "key 'idle_timeout' must be > 0, got 0.0"),
+    ('processes = "1..4"\nidle_timeout = "1m"', "key 'idle_timeout' must be a number"),
+    ("processes = 2\nidle_timeout = 5", "key 'idle_timeout' applies only to an autoscaled "
+                                        "group: set processes to a range such as \"1..8\" or "
+                                        "remove it"),
+    ("idle_timeout = 5", "key 'idle_timeout' applies only to an autoscaled group"),
+])
+def test_a_bad_range_or_idle_timeout_is_one_line_naming_the_key(tmp_path, keys, message):
+    with pytest.raises(ConfigError) as failed:
+        load(tmp_path, keys + "\n")
+    assert f"[[worker]] 'pdf' {message}" in str(failed.value)
+    assert "\n" not in str(failed.value)
+
+
+def autoscaled(low: int, high: int, idle_timeout: float, handler: str = "slow") -> str:
+    return f"""
+[[worker]]
+name = "pdf"
+types = ["pdf"]
+handler = "sup_handlers:{handler}"
+processes = "{low}..{high}"
+idle_timeout = {idle_timeout}
+"""
+
+
+def running(a, group: str = "pdf") -> list[str]:
+    return [p.name for p in a.procs if p.group == group and p.state is ProcessState.RUNNING]
+
+
+def test_a_backlog_of_queued_jobs_grows_the_group_to_max_and_idleness_shrinks_it_back(actor):
+    async def scenario(a):
+        assert [p.name for p in a.procs] == ["pdf-1"]
+        assert a.ps()["supervisor"]["groups"]["pdf"] == {
+            "processes": 1, "min": 1, "max": 4, "autoscaled": True}
+        began = time.monotonic()
+        for _ in range(16):
+            await a.enqueue("pdf", {"seconds": 1})
+        await a.until(lambda: len(running(a)) == 4, timeout=5,
+                      what="4 processes running within 5 s of the backlog")
+        assert time.monotonic() - began < 5
+        assert sorted(running(a)) == ["pdf-1", "pdf-2", "pdf-3", "pdf-4"]
+        assert a.ps()["supervisor"]["groups"]["pdf"]["processes"] == 4
+        assert [c[:2] for c in a.reports.scaled("pdf")] == [(2, "up"), (3, "up"), (4, "up")]
+        await a.until(lambda: len(a.reports.finished("succeeded")) == 16, timeout=30,
+                      what="the 16 jobs done")
+        done = time.monotonic()
+        await a.until(lambda: [p.name for p in a.procs] == ["pdf-1"], timeout=10,
+                      what="the group back to one process")
+        # Not before idle_timeout (1 s) without work; one process at a time, the highest first.
+        assert [c[:2] for c in a.reports.scaled("pdf")][3:] == [(3, "down"), (2, "down"),
+                                                                (1, "down")]
+        assert a.reports.scaled("pdf")[3][2] >= done + 1 - 0.6  # a tick is 0.5 s
+        for name in ("pdf-4", "pdf-3", "pdf-2"):
+            await a.logged(rf"worker {name} stopped: .* \(its group shrank\)")
+        assert a.ps()["supervisor"]["groups"]["pdf"]["processes"] == 1
+        assert {s["worker"] for s in a.ps()["slots"]} == {"pdf-1"}  # the exited are gone
+        assert not [c for c in a.reports.calls if c[0] == "worker_restarted"]
+        assert a.proc("pdf-1").state is ProcessState.RUNNING
+
+    actor(autoscaled(1, 4, 1), scenario)
+
+
+def test_on_demand_requests_waiting_grow_the_group(actor):
+    async def scenario(a):
+        callers = [a.on_demand("pdf", {"seconds": 3}) for _ in range(3)]
+        await a.until(lambda: len(running(a)) == 3, timeout=5,
+                      what="3 processes running for the 3 requests")
+        answers = [await caller.outcome() for caller in callers]
+        assert [answer["event"] for answer in answers] == ["result"] * 3, answers
+        # Each ran on a process of its own, none of them restarted.
+        assert len({answer["result"]["pid"] for answer in answers}) == 3
+        assert all(answer["result"]["attempt"] == 1 for answer in answers)
+        assert [c[:2] for c in a.reports.scaled("pdf")][:2] == [(2, "up"), (3, "up")]
+
+    actor(autoscaled(1, 3, 30), scenario)
+
+
+def test_a_shrinking_group_never_takes_a_busy_process(actor):
+    async def scenario(a):
+        # pdf-1 takes the short job; the long one waits, and pdf-2 starts for it.
+        short = await a.enqueue("pdf", {"seconds": 2}, priority=10)
+        long = await a.enqueue("pdf", {"seconds": 4})
+        await a.until(lambda: any(s["job_id"] == long and s["worker"] == "pdf-2"
+                                  for s in a.ps()["slots"]), what="the long job on pdf-2")
+        pid = a.proc("pdf-2").life.pid
+        # pdf-1, idle for idle_timeout, is stopped; pdf-2, the highest numbered, runs on.
+        await a.logged(r"group pdf shrinks to 1 processes \(1\.\.2\): pdf-1 idle")
+        await a.until(lambda: [p.name for p in a.procs] == ["pdf-2"], what="pdf-1 gone")
+        assert a.proc("pdf-2").life.pid == pid and (await a.job(short))["status"] == "succeeded"
+        await a.until(lambda: a.reports.finished("succeeded") == [
+            ("job_finished", "pdf", "succeeded")] * 2, what="the long job done")
+        row = await a.job(long)
+        assert (row["status"], row["attempts"]) == ("succeeded", 1), row
+        assert a.proc("pdf-2").life.pid == pid  # at MIN now: it stays
+        assert [c[:2] for c in a.reports.scaled("pdf")] == [(2, "up"), (1, "down")]
+
+    actor(autoscaled(1, 2, 1), scenario)
+
+
+def test_a_steady_load_at_the_boundary_changes_the_group_at_most_once_per_idle_timeout(actor):
+    """Jobs of 0.22 s arrive one every 0.2 s: a little faster than one process runs them. The
+    group grows once, and does not flap between one process and two. The rule: after
+    a change in one direction none in the other comes within idle_timeout (a growth needs
+    every slot busy, a shrink a process idle for idle_timeout; and a growth waits idle_timeout
+    after a shrink), and a growth needs a job to have waited 0.5 s."""
+    idle_timeout = 2.0
+
+    async def scenario(a):
+        began = time.monotonic()
+        jobs = 0
+        while time.monotonic() - began < 10:
+            await a.enqueue("pdf", {"seconds": 0.22})
+            jobs += 1
+            await asyncio.sleep(max(0.0, began + jobs * 0.2 - time.monotonic()))  # the load
+        await a.until(lambda: len(a.reports.finished("succeeded")) == jobs, timeout=30,
+                      what=f"the {jobs} jobs done")
+        changes = a.reports.scaled("pdf")
+        assert changes and changes[0][:2] == (2, "up"), changes
+        times = [at for _, _, at in changes]
+        assert all(later - earlier >= idle_timeout for earlier, later in pairwise(times)), changes
+        assert len(changes) <= 10 / idle_timeout + 1, changes
+
+    actor(autoscaled(1, 3, idle_timeout), scenario)
+
+
+def test_supervise_and_ps_show_the_group_growing_within_its_range(supervisors):
+    sup = supervisors(autoscaled(1, 3, 1)).start()
+    groups = sup.ps()["supervisor"]["groups"]
+    assert groups["pdf"] == {"processes": 1, "min": 1, "max": 3, "autoscaled": True}
+    for _ in range(6):
+        sup.enqueue("pdf", payload={"seconds": 2})
+    sup.wait_for(lambda ps: ps["supervisor"]["groups"]["pdf"]["processes"] == 3
+                 and len({s["worker"] for s in ps["slots"] if s["state"] == "busy"}) == 3,
+                 what="3 processes busy", timeout=10)
+    shown = sup.cli("ps", "--json")
+    assert shown.returncode == 0, shown.stderr
+    data = json.loads(shown.stdout)
+    assert data["supervisor"]["groups"]["pdf"]["processes"] == 3
+    assert {s["worker"] for s in data["slots"]} == {"pdf-1", "pdf-2", "pdf-3"}
+    table = sup.cli("ps")
+    assert "pdf 3 of 1..3 processes" in table.stdout, table.stdout
+    sup.wait_output(r"group pdf grows to 3 processes \(1\.\.3\)")
