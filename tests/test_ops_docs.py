@@ -271,6 +271,7 @@ def test_the_metrics_table_gives_each_metric_its_type_and_labels():
     observer.worker_restarted("pdf")
     observer.claims_lost(1)
     observer.jobs_pruned(2)
+    observer.group_scaled("pdf", 2, "up")
     exported = {}
     for family in observer.registry.collect():
         name = family.name + ("_total" if family.type == "counter" else "")

@@ -12,11 +12,14 @@ from dataclasses import dataclass
 
 from fairsched.config import WorkerSpec
 from fairsched.logs import fields
+from fairsched.supervisor.states import ProcessState
 
 log = logging.getLogger("fairsched.supervisor")
 
-TICK = 0.5  # seconds between two looks at the autoscaled groups
-GROW_EVERY = 1.0  # seconds: a group grows by one process at most this often
+TICK = 0.25  # seconds between two looks at the autoscaled groups
+# Seconds a group's newest process must have been ready before the group grows again, on a
+# backlog counted since: what the group could not run once that process was at work.
+GROW_SETTLE = 1.0
 # Seconds a job must have been eligible, with no compatible slot free, to call for a process:
 # a job that a slot about to free takes at once is no backlog.
 GROW_WAIT = 0.5
@@ -31,6 +34,8 @@ class GroupScale:
     high: int
     grown_at: float = -math.inf  # monotonic time of its last growth
     shrunk_at: float = -math.inf  # and of its last shrink
+    newest: object | None = None  # the WorkerProcess its last growth started
+    settled_at: float | None = None  # when that one was seen ready (or gone)
 
     @property
     def name(self) -> str:
@@ -50,6 +55,9 @@ class Autoscaler:
         self.groups = {spec.name: GroupScale(spec, *spec.process_range)
                        for spec in config.workers if spec.autoscaled}
         self.backlog: dict[str, int] = {}  # queued jobs waiting GROW_WAIT or more, by type
+        self.backlog_asked = -math.inf  # monotonic time the backlog's question was asked
+        self._asking = -math.inf  # that of the question on its way
+        self._wanting: dict[str, list[str]] = {}  # by group: its types with no slot free
         self.changes = 0  # scale changes of every group, for ps
         self._timer = None
 
@@ -68,6 +76,12 @@ class Autoscaler:
     def counted(self, counts: dict[str, int]) -> None:
         """The queue link's answer: queued jobs waiting GROW_WAIT or more, by type."""
         self.backlog = dict(counts)
+        self.backlog_asked = self._asking
+        if self.run.shutting_down:
+            return
+        now = time.monotonic()
+        for name, wanting in self._wanting.items():  # the question's: decided on its answer
+            self._grow(self.groups[name], wanting, now)
 
     # -- the decisions -------------------------------------------------------------------------
 
@@ -78,7 +92,11 @@ class Autoscaler:
         now = time.monotonic()
         full = self.planner.full_types()
         ask: dict[str, int] = {}
+        self._wanting = {}
         for group in self.groups.values():
+            if (group.newest is not None and group.settled_at is None
+                    and group.newest.state is not ProcessState.STARTING):
+                group.settled_at = now  # ready (or it could not start: not waited for)
             if self._shrink(group, now):
                 continue
             wanting = [t for t in group.spec.types if t in full]
@@ -86,34 +104,45 @@ class Autoscaler:
                 continue
             for t in wanting:  # enough to tell a backlog larger than the processes starting
                 ask[t] = max(ask.get(t, 0), group.high * group.spec.slots)
-            self._grow(group, wanting, now)
-        if ask and self.queue.connected:
+            self._wanting[group.name] = wanting
+        if ask and self.queue.connected:  # decided when the count comes (counted)
+            self._asking = now
             self.queue.request_backlog(ask, GROW_WAIT)
-        else:
-            self.backlog = {}
+        else:  # on the on-demand requests alone
+            self.backlog, self.backlog_asked = {}, -math.inf
+            for name, wanting in self._wanting.items():
+                self._grow(self.groups[name], wanting, now)
 
     def _grow(self, group: GroupScale, wanting: list[str], now: float) -> None:
         """One more process for `group` if jobs of the types it runs (`wanting`: those with no
         compatible slot free) have waited GROW_WAIT or more, more of them than the slots of
-        its processes on their way up will take; no sooner than GROW_EVERY after its last
-        growth, nor than idle_timeout after its last shrink (see `_shrink`)."""
-        if (now - group.grown_at < GROW_EVERY or now - group.shrunk_at < group.spec.idle_timeout
+        its processes on their way up will take. One process at a time: not before the last
+        one started has been ready GROW_SETTLE seconds, and the queued jobs as counted since
+        then, so that a backlog the new process is draining calls for no more; nor within
+        idle_timeout of its last shrink (see `_shrink`)."""
+        if (now - group.shrunk_at < group.spec.idle_timeout
                 or self.workers.templates.warming(group.name)):
             return
+        settled = -math.inf
+        if group.newest is not None:
+            if group.settled_at is None or now - group.settled_at < GROW_SETTLE:
+                return
+            settled = group.settled_at + GROW_SETTLE
         since = time.time() - GROW_WAIT
         requests = sum(1 for req in self.planner.waiting_requests()
                        if req.type in wanting and req.eligible_at <= since)
-        queued = sum(self.backlog.get(t, 0) for t in wanting)
+        queued = (sum(self.backlog.get(t, 0) for t in wanting)
+                  if self.backlog_asked >= settled else 0)
         if requests + queued <= self.workers.starting_slots(group.name):
             return
         size = self.workers.size(group.name) + 1
         proc = self.workers.grow(group.spec)
         group.grown_at = now
+        group.newest, group.settled_at = proc, None
         self.changes += 1
-        waiting = " and ".join(f"{n} {what}{'' if n == 1 else 's'}" for n, what in (
-            (queued, "queued job"), (requests, "on-demand request")) if n)
-        log.info("group %s grows to %d processes (%d..%d): %s waiting with no slot free; "
-                 "starting %s", group.name, size, group.low, group.high, waiting, proc.name,
+        log.info("group %s grows to %d processes (%d..%d): %d queued and %d on-demand jobs "
+                 "waiting with no slot free; starting %s", group.name, size, group.low,
+                 group.high, queued, requests, proc.name,
                  extra=fields(event="group_scaled", group=group.name, processes=size,
                               direction="up", worker=proc.name))
         self.observer.group_scaled(group.name, size, "up")
@@ -139,9 +168,9 @@ class Autoscaler:
         self.workers.retire(proc)
         group.shrunk_at = now
         self.changes += 1
-        log.info("group %s shrinks to %d processes (%d..%d): %s idle for %.0f s "
-                 "(idle_timeout %g s); stopping it", group.name, size, group.low, group.high,
-                 proc.name, idle, idle_timeout,
+        log.info("group %s shrinks to %d process%s (%d..%d): %s idle for %.1f s "
+                 "(idle_timeout %g s); stopping it", group.name, size, "" if size == 1 else "es",
+                 group.low, group.high, proc.name, idle, idle_timeout,
                  extra=fields(event="group_scaled", group=group.name, processes=size,
                               direction="down", worker=proc.name))
         self.observer.group_scaled(group.name, size, "down")
