@@ -9,6 +9,7 @@ import textwrap
 import time
 from itertools import pairwise
 
+import psycopg
 import pytest
 
 from fairsched.config import load_config
@@ -197,3 +198,43 @@ def test_supervise_and_ps_show_the_group_growing_within_its_range(supervisors):
     table = sup.cli("ps")
     assert "pdf 3 of 1..3 processes" in table.stdout, table.stdout
     sup.wait_output(r"group pdf grows to 3 processes \(1\.\.3\)")
+
+
+def test_the_backlog_count_takes_the_jobs_waiting_long_enough_up_to_each_cap(db):
+    """What a full autoscaled group learns of the queue: per type, the pending jobs eligible
+    for `wait` seconds or more, counted up to the cap asked."""
+    from fairsched.store.aqueue import AsyncStore
+    from tests.test_store_fetch import add_jobs
+
+    add_jobs(db, [("pdf", 0, 5.0)] * 6 + [("pdf", 3, 0.1)] * 2 + [("pdf", 0, -30.0)]
+             + [("xls", 9, 2.0)] * 2 + [("doc", 0, 0.0)])
+    with psycopg.connect(db, autocommit=True) as conn:  # one of them runs: not waiting
+        conn.execute("UPDATE fairsched_jobs SET status = 'running'"
+                     " WHERE id = (SELECT min(id) FROM fairsched_jobs WHERE type = 'xls')")
+
+    async def count(caps, wait):
+        store = await AsyncStore.connect(db)
+        try:
+            return await store.backlog(caps, wait)
+        finally:
+            await store.close()
+
+    # The two fresh pdf jobs and the delayed one have not waited 0.5 s; the doc job neither.
+    assert asyncio.run(count({"pdf": 100, "xls": 100, "doc": 4}, 0.5)) == {
+        "pdf": 6, "xls": 1, "doc": 0}
+    assert asyncio.run(count({"pdf": 4, "xls": 1}, 0.0)) == {"pdf": 4, "xls": 1}
+    assert asyncio.run(count({}, 0.5)) == {}
+
+
+def test_the_ps_table_shows_each_autoscaled_group_and_its_range():
+    from fairsched.cli.supervisor_cmds import render_ps
+
+    data = {"supervisor": {"pid": 7923, "uptime": 5, "database": "external", "core": "c",
+                           "groups": {"pdf": {"processes": 3, "min": 1, "max": 8,
+                                              "autoscaled": True},
+                                      "xls": {"processes": 2, "min": 2, "max": 2,
+                                              "autoscaled": False}}},
+            "slots": []}
+    first = render_ps(data).splitlines()[0]
+    assert first.endswith("on-demand waiting 0  pdf 3 of 1..8 processes"), first
+    assert "xls" not in first  # a fixed group's count is its rows
