@@ -119,7 +119,7 @@ def test_a_backlog_of_queued_jobs_grows_the_group_to_max_and_idleness_shrinks_it
 
 def test_on_demand_requests_waiting_grow_the_group(actor):
     async def scenario(a):
-        callers = [a.on_demand("pdf", {"seconds": 3}) for _ in range(3)]
+        callers = [a.on_demand("pdf", {"seconds": 4}) for _ in range(3)]
         await a.until(lambda: len(running(a)) == 3, timeout=5,
                       what="3 processes running for the 3 requests")
         answers = [await caller.outcome() for caller in callers]

@@ -58,7 +58,6 @@ class Autoscaler:
         self.backlog_asked = -math.inf  # monotonic time the backlog's question was asked
         self._asking = -math.inf  # that of the question on its way
         self._wanting: dict[str, list[str]] = {}  # by group: its types with no slot free
-        self.changes = 0  # scale changes of every group, for ps
         self._timer = None
 
     def connect(self, workers, planner, queue) -> None:
@@ -139,7 +138,6 @@ class Autoscaler:
         proc = self.workers.grow(group.spec)
         group.grown_at = now
         group.newest, group.settled_at = proc, None
-        self.changes += 1
         log.info("group %s grows to %d processes (%d..%d): %d queued and %d on-demand jobs "
                  "waiting with no slot free; starting %s", group.name, size, group.low,
                  group.high, queued, requests, proc.name,
@@ -167,7 +165,6 @@ class Autoscaler:
         idle = now - proc.life.active_at
         self.workers.retire(proc)
         group.shrunk_at = now
-        self.changes += 1
         log.info("group %s shrinks to %d process%s (%d..%d): %s idle for %.1f s "
                  "(idle_timeout %g s); stopping it", group.name, size, "" if size == 1 else "es",
                  group.low, group.high, proc.name, idle, idle_timeout,
