@@ -5,6 +5,8 @@ never takes a busy one, and does not flap under a steady load at its boundary.""
 import asyncio
 import json
 import re
+import subprocess
+import sys
 import textwrap
 import time
 from itertools import pairwise
@@ -238,3 +240,14 @@ def test_the_ps_table_shows_each_autoscaled_group_and_its_range():
     first = render_ps(data).splitlines()[0]
     assert first.endswith("on-demand waiting 0  pdf 3 of 1..8 processes"), first
     assert "xls" not in first  # a fixed group's count is its rows
+
+
+def test_supervise_refuses_a_bad_range_with_exit_2_naming_the_key(tmp_path):
+    path = tmp_path / "workers.toml"
+    path.write_text(textwrap.dedent(HEAD) + 'processes = "4..2"\n')
+    refused = subprocess.run([sys.executable, "-m", "fairsched", "supervise", "--config",
+                              str(path)], capture_output=True, text=True, timeout=60)
+    assert (refused.returncode, refused.stderr) == (
+        2, f"fairsched: {path}: [[worker]] 'pdf' key 'processes' must not end below "
+           f"its start (MIN..MAX, MIN <= MAX), got '4..2'\n")
+    assert not (tmp_path / "state").exists()  # nothing started
