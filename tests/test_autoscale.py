@@ -183,6 +183,24 @@ def test_a_steady_load_at_the_boundary_changes_the_group_at_most_once_per_idle_t
     actor(autoscaled(1, 3, idle_timeout), scenario)
 
 
+def test_after_a_shrink_the_group_grows_again_only_idle_timeout_later(actor):
+    """The hold that keeps a group from flapping: jobs waiting right after a shrink get a new
+    process idle_timeout after it, not half a second after they came."""
+    async def scenario(a):
+        first = [a.on_demand("pdf", {"seconds": 1.5}) for _ in range(2)]
+        for caller in first:
+            assert (await caller.outcome())["event"] == "result"
+        await a.until(lambda: len(a.reports.scaled("pdf")) == 2, what="the group shrunk")
+        then = [a.on_demand("pdf", {"seconds": 2.5}) for _ in range(2)]
+        await a.until(lambda: len(a.reports.scaled("pdf")) == 3, what="the group grown again")
+        (_, up, grew), (_, down, shrank), (_, again, regrew) = a.reports.scaled("pdf")
+        assert (up, down, again) == ("up", "down", "up")
+        assert regrew - shrank >= 1.0, regrew - shrank
+        assert [(await caller.outcome())["event"] for caller in then] == ["result"] * 2
+
+    actor(autoscaled(1, 2, 1), scenario)
+
+
 def test_supervise_and_ps_show_the_group_growing_within_its_range(supervisors):
     sup = supervisors(autoscaled(1, 3, 1)).start()
     groups = sup.ps()["supervisor"]["groups"]
