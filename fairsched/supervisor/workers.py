@@ -692,6 +692,10 @@ class Workers:
         after the group's others."""
         taken = {p.index for p in self.procs if p.spec.name == spec.name}
         index = next(i for i in range(1, len(taken) + 2) if i not in taken)
+        # The assignment its group's processes have now (the same as `spec`, unless the group
+        # was changed since the autoscaler was given it).
+        spec = next((p.spec for p in reversed(self.procs)
+                     if p.spec.name == spec.name and not p.retiring), spec)
         proc = WorkerProcess(spec, index)
         last = max((i for i, p in enumerate(self.procs) if p.spec.name == spec.name),
                    default=len(self.procs) - 1)
