@@ -70,6 +70,9 @@ class Reports(Observer):
     def worker_restarted(self, group: str) -> None:
         self.note("worker_restarted", group)
 
+    def worker_recycled(self, group: str, reason: str) -> None:
+        self.note("worker_recycled", group, reason)
+
     def claims_lost(self, count: int) -> None:
         self.note("claims_lost", count)
 

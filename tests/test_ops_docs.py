@@ -269,6 +269,7 @@ def test_the_metrics_table_gives_each_metric_its_type_and_labels():
     observer.job_finished("pdf", "succeeded", 0.2)
     observer.job_unrecorded("pdf", "succeeded")
     observer.worker_restarted("pdf")
+    observer.worker_recycled("pdf", "max_jobs")
     observer.claims_lost(1)
     observer.jobs_pruned(2)
     exported = {}

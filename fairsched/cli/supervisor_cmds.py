@@ -337,6 +337,15 @@ def _bytes(n) -> str:
     return str(n)
 
 
+def _rss(slot: dict) -> str:
+    """RSS, and the group's max_rss (else rss_limit) after a slash when it has one."""
+    limit = slot.get("max_rss") or slot.get("rss_limit")
+    rss = _bytes(slot.get("rss"))
+    if not limit:
+        return rss
+    return f"{rss}/{_bytes(limit).replace('.0', '')}"
+
+
 PROGRESS_COLUMNS = 30  # a longer message is cut short, so one does not widen every row
 
 
@@ -396,7 +405,7 @@ def render_ps(data: dict, width: int | None = None) -> str:
         rows.append([
             s["worker"], str(s["pid"] or "-"), str(s["slot"]), ",".join(s["types"]), s["state"],
             str(s["job_id"]) if s["job_id"] is not None else "-", _duration(s.get("job_age")),
-            progress, str(s["restarts"]), _duration(s.get("uptime")), _bytes(s.get("rss")),
+            progress, str(s["restarts"]), _duration(s.get("uptime")), _rss(s),
             f"{s['cpu']:.2f}s" if s.get("cpu") is not None else "-",
         ])
     if width is not None:
@@ -414,6 +423,8 @@ def render_ps(data: dict, width: int | None = None) -> str:
                          f"(fix it, then `fairsched restart {s['worker']}`)")
         elif s["restarts"] and s.get("last_exit") and not s.get("recovered"):
             notes.append(f"{s['worker']} last exited: {printable(s['last_exit'])}")
+        if s.get("recycling") and s["state"] != "fatal":
+            notes.append(f"{s['worker']} is being recycled: {printable(s['recycling'])}")
         if s.get("suspended"):
             notes.append(f"{s['worker']} (pid {s['pid']}) is stopped by a signal (SIGSTOP, "
                          f"Ctrl-Z): it runs nothing until `kill -CONT {s['pid']}`")

@@ -24,6 +24,10 @@ class Observer:
     def worker_restarted(self, group: str) -> None:
         pass
 
+    def worker_recycled(self, group: str, reason: str) -> None:
+        """A process replaced for `reason`: max_jobs or max_rss (once its jobs are done), or
+        rss_limit (killed at once)."""
+
     def claims_lost(self, count: int) -> None:
         pass
 

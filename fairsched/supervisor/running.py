@@ -277,6 +277,8 @@ class Jobs:
             self._finish_on_demand(rj, outcome, result, error, permanent, duration)
         else:
             self._finish_queued(rj, outcome, result, error, permanent, duration)
+        if outcome != "crashed":  # it ran to its end on a worker still there
+            self.workers.ran_job(rj.proc)
         self.planner.schedule()
 
     def _finish_queued(self, rj, outcome, result, error, permanent, duration) -> None:

@@ -27,6 +27,13 @@ def snapshot(sup) -> dict:
             # The process that replaced the one last_exit tells of runs fine since.
             "recovered": proc.recovered(mono),
             "fatal_reason": proc.fatal_reason,
+            # Recycling: jobs run by this process against its max_jobs (drawn for it), the
+            # group's memory limits in bytes, and why it is being replaced, if it is.
+            "jobs_done": proc.life.jobs_done,
+            "max_jobs": proc.life.max_jobs,
+            "max_rss": proc.spec.max_rss,
+            "rss_limit": proc.spec.rss_limit,
+            "recycling": proc.life.recycling,
         }
         for index, state, rj in slot_states(sup, proc):
             slots.append(_row(base, index, state, rj, mono))

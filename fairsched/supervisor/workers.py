@@ -5,6 +5,7 @@ are pipes.py's; the lease watchdog, which watches their pids, is owned here too.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -15,6 +16,7 @@ import sys
 import time
 
 from fairsched.backoff import backoff
+from fairsched.config import size_text
 from fairsched.logs import fields, quoted, tail_lines, unstamped
 from fairsched.protocol import ProtocolError
 from fairsched.supervisor.lease import WATCHDOG_AT
@@ -24,7 +26,9 @@ from fairsched.supervisor.process import (
     Incarnation,
     WorkerProcess,
     decode_exit,
+    drawn_max_jobs,
     oom_kill_count,
+    rss_of,
 )
 from fairsched.supervisor.states import EXITED, ProcessState
 from fairsched.supervisor.templates import Templates, launch_spec
@@ -37,6 +41,7 @@ STOP_GRACE = 2.0  # SIGTERM to SIGKILL for a worker that is stopped or timed out
 # A crash after a calm period restarts at once, the next ones after 0.1 s doubling to 30 s.
 RESTART_DELAY_FIRST = 0.1
 RESTART_DELAY_MAX = 30.0
+RSS_CHECK_EVERY = 0.25  # seconds between looks at the workers' memory, with an rss_limit set
 REAP_WAIT = 0.002  # seconds the loop waits, at most, for a worker whose pipe closed to exit
 # wait4's flag (linux/wait.h) to wait for the calling thread's children only.
 _WNOTHREAD = 0x20000000 if sys.platform.startswith("linux") else 0
@@ -63,6 +68,8 @@ class Workers:
         self.loop = loop
         self.run = run  # RunState: the actor's, read only
         self.restarts = 0  # of every worker, for ps
+        self.recycles = 0  # replaced after max_jobs or above max_rss, for ps
+        self._limits_timer: asyncio.TimerHandle | None = None
         self.observer = observer
         self._changed = changed  # wakes a shutdown waiting for workers to exit
         self.log_dir = config.supervisor.state_dir / "logs"
@@ -88,6 +95,15 @@ class Workers:
         """Start every worker, from its group's template where it has one (`templates`: those
         start_templates began already)."""
         self.templates.start_all(templates)
+        if any(spec.rss_limit is not None for spec in self.config.workers):
+            self._limits_timer = self.loop.call_later(RSS_CHECK_EVERY, self._check_limits)
+
+    def _check_limits(self) -> None:
+        self._limits_timer = None
+        if self.run.shutting_down:
+            return
+        self.check_rss_limits()
+        self._limits_timer = self.loop.call_later(RSS_CHECK_EVERY, self._check_limits)
 
     def keep_templates(self, templates: dict) -> None:
         """Stopping before any worker started: the templates begun already are stopped with
@@ -147,6 +163,60 @@ class Workers:
                 self.refresh_watchdog()
         if succeeded:
             proc.life.jobs_succeeded += 1
+
+    def ran_job(self, proc: WorkerProcess) -> None:
+        """A job of `proc` ran to its end (whatever its outcome): replace the process once
+        its jobs are done if it has run max_jobs, or is above max_rss now."""
+        life = proc.life
+        life.jobs_done += 1
+        if proc.state is not ProcessState.RUNNING or life.pid is None:
+            return
+        if life.recycling is None:
+            why = None
+            if life.max_jobs is not None and life.jobs_done >= life.max_jobs:
+                why = f"max_jobs: ran {life.jobs_done} jobs"
+            elif proc.spec.max_rss is not None:
+                rss = rss_of(life.pid)
+                if rss is not None and rss > proc.spec.max_rss:
+                    why = f"max_rss: RSS {size_text(rss)} above {size_text(proc.spec.max_rss)}"
+            if why is None:
+                return
+            self._recycle(proc, why)
+        if not self.jobs.busy(proc):
+            self.stop_worker(proc)  # its last job is done: its replacement comes at its exit
+
+    def _recycle(self, proc: WorkerProcess, why: str) -> None:
+        proc.life.recycling = why
+        self.recycles += 1
+        self.observer.worker_recycled(proc.group, why.partition(":")[0])
+        self.planner.close_slots(proc.life.generation)  # no more work: its jobs end first
+        running = len(self.jobs.on(proc))
+        log.info("worker %s is recycled (%s)%s", proc.name, why,
+                 f"; it finishes its {running} running job{'s' if running > 1 else ''} first"
+                 if running else "",
+                 extra=fields(event="worker_recycled", worker=proc.name, group=proc.group,
+                              reason=why))
+
+    def check_rss_limits(self) -> None:
+        """Kill at once every worker above its group's rss_limit: its jobs fail this attempt,
+        their last_error naming the limit (a leak that would otherwise grow until the OOM
+        killer takes it, or the whole host)."""
+        for proc in self.procs:
+            limit, life = proc.spec.rss_limit, proc.life
+            if limit is None or life.pid is None or life.over_limit:
+                continue
+            rss = rss_of(life.pid)
+            if rss is None or rss <= limit:
+                continue
+            life.over_limit = True
+            life.kill_reason = f"RSS {size_text(rss)} above rss_limit {size_text(limit)}"
+            log.warning("worker %s uses %s, above its rss_limit of %s; killing it", proc.name,
+                        size_text(rss), size_text(limit),
+                        extra=fields(event="worker_over_limit", worker=proc.name,
+                                     group=proc.group, rss=rss, rss_limit=limit))
+            self.observer.worker_recycled(proc.group, "rss_limit")
+            self.planner.close_slots(life.generation)
+            self.kill_worker(proc, signal.SIGKILL)
 
     def stop_for_job(self, proc: WorkerProcess, why: str, kill_reason: str | None = None) -> None:
         """Stop `proc` for what one of its jobs did (`why`: its job timed out, or did not stop
@@ -218,7 +288,7 @@ class Workers:
         generation = self._next_generation
         self._next_generation += 1
         proc.life = Incarnation(name=f"{proc.name}.{generation}.{secrets.token_hex(4)}",
-                                generation=generation)
+                                generation=generation, max_jobs=drawn_max_jobs(proc.spec))
         spec = launch_spec(proc, self.log_dir, self.config.supervisor)
         pid = None
         try:
@@ -403,6 +473,20 @@ class Workers:
                          extra=fields(event="worker_exited", worker=proc.name, group=proc.group,
                                       exit=how, restart_in=0.0))
                 self._restart_now(proc)
+            case ExitCause.RECYCLED:
+                proc.last_exit = f"{how} (recycled: {ended.why})"
+                log.info("worker %s recycled (%s): %s; its replacement starts", proc.name,
+                         ended.why, how,
+                         extra=fields(event="worker_exited", worker=proc.name, group=proc.group,
+                                      exit=proc.last_exit, restart_in=0.0))
+                self._restart_now(proc)
+            case ExitCause.OVER_LIMIT if proc.life.jobs_done or jobs:
+                # Its jobs failed this attempt; the process is no crash (one that is above its
+                # limit before running anything is, below).
+                log.warning("worker %s %s; restarting", proc.name, how,
+                            extra=fields(event="worker_exited", worker=proc.name,
+                                         group=proc.group, exit=how, restart_in=0.0))
+                self._restart_now(proc)
             case ExitCause.RESTARTED:
                 proc.last_exit = f"{how} (restarted by the operator)"
                 log.info("worker %s %s; restarting", proc.name, how,
@@ -411,7 +495,7 @@ class Workers:
                 self._restart_now(proc)
             case ExitCause.INCOMPATIBLE | ExitCause.CANNOT_START:
                 self.make_fatal(proc, f"could not start: {ended.why}")
-            case ExitCause.CRASHED:
+            case ExitCause.CRASHED | ExitCause.OVER_LIMIT:
                 self._crashed(proc, how, jobs)
 
     def _restart_now(self, proc: WorkerProcess) -> None:
