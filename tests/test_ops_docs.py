@@ -14,6 +14,7 @@ import pytest
 import fairsched.config
 import fairsched.supervisor.actor
 import fairsched.supervisor.metrics
+import fairsched.supervisor.running
 import fairsched.supervisor.status
 from fairsched.cli import main
 from fairsched.cli.supervisor_cmds import PS_COLUMNS, supervise
@@ -247,12 +248,18 @@ def test_every_ps_json_field_is_documented():
         elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store):
             fields.add(node.slice.value)
     fields |= {"rss", "cpu", "suspended"}  # added by the ps command itself, with psutil
-    actor = ast.parse(Path(fairsched.supervisor.actor.__file__).read_text())
-    for node in ast.walk(actor):  # the job counters: self.counters = {...}
-        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict)
-                and any(isinstance(x, ast.Attribute) and x.attr == "counters"
-                        for x in node.targets)):
-            fields |= {k.value for k in node.value.keys}
+    # The counters: the jobs' (self.counters = {...}) and those the actor adds to them in
+    # Supervisor.counters().
+    for module in (fairsched.supervisor.running, fairsched.supervisor.actor):
+        for node in ast.walk(ast.parse(Path(module.__file__).read_text())):
+            if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict)
+                    and any(isinstance(x, ast.Attribute) and x.attr == "counters"
+                            for x in node.targets)):
+                fields |= {k.value for k in node.value.keys}
+            elif (isinstance(node, ast.FunctionDef) and node.name == "counters"):
+                for ret in ast.walk(node):
+                    if isinstance(ret, ast.Return) and isinstance(ret.value, ast.Dict):
+                        fields |= {k.value for k in ret.value.keys if k is not None}
     assert {"worker", "job_id", "process_state", "counters", "claim_losses"} <= fields
     text = section(operations(), "## Reading `fairsched ps`")
     missing = sorted(f for f in fields if f"`{f}`" not in text and f"\"{f}\"" not in text)
