@@ -2,6 +2,7 @@
 rss_limit (killed at once), with real processes and the real database."""
 
 import psycopg
+import pytest
 
 from fairsched.store.queue import Queue
 
@@ -105,3 +106,28 @@ def test_max_jobs_spreads_the_recycles_and_runs_every_job_once(actor):
                    for s in slots), slots
 
     actor(ECHO + "processes = 2\nmax_jobs = 5\n", scenario)
+
+
+def test_recycling_through_workers_toml_and_ps(supervisors):
+    sup = supervisors(ECHO + 'max_jobs = 2\nmax_rss = "2GB"\nrss_limit = "3GB"\n').start()
+    ids = [sup.enqueue("pdf", payload={"n": n}) for n in range(6)]
+    done = sup.wait_for(lambda ps: ps["supervisor"]["counters"]["succeeded"] == 6,
+                        what="six jobs succeeded")
+    (row,) = done["slots"]
+    assert (row["max_rss"], row["rss_limit"]) == (2 << 30, 3 << 30), row
+    assert row["max_jobs"] in (1, 2, 3) and row["restarts"] >= 2, row
+    assert "is recycled (max_jobs: ran" in sup.output()
+    human = sup.cli("ps")
+    assert human.returncode == 0, human.stderr
+    assert "/2G" in human.stdout.splitlines()[2], human.stdout
+    pids = {r["result"]["pid"] for r in rows(sup.env["FAIRSCHED_DATABASE_URL"], ids).values()}
+    assert len(pids) >= 2, pids
+
+
+def test_a_bad_size_is_a_configuration_error_naming_the_key(tmp_path):
+    from fairsched.config import ConfigError, load_config
+
+    config = tmp_path / "workers.toml"
+    config.write_text(ECHO + 'max_rss = "lots"\n')
+    with pytest.raises(ConfigError, match="key 'max_rss' must be a size such as \"50MB\""):
+        load_config(config)

@@ -191,9 +191,9 @@ class Workers:
         self.observer.worker_recycled(proc.group, why.partition(":")[0])
         self.planner.close_slots(proc.life.generation)  # no more work: its jobs end first
         running = len(self.jobs.on(proc))
-        log.info("worker %s is recycled (%s)%s", proc.name, why,
-                 f"; it finishes its {running} running job{'s' if running > 1 else ''} first"
-                 if running else "",
+        then = ("" if not running else "; it finishes its running job first" if running == 1
+                else f"; it finishes its {running} running jobs first")
+        log.info("worker %s is recycled (%s)%s", proc.name, why, then,
                  extra=fields(event="worker_recycled", worker=proc.name, group=proc.group,
                               reason=why))
 
