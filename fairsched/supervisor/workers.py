@@ -726,10 +726,12 @@ class Workers:
             self.stop_worker(proc)
             return
         timeout = self.config.supervisor.shutdown_timeout
-        log.info("worker %s %s once its job%s end%s (at most %g s: shutdown_timeout)",
-                 proc.name, "stops" if proc.removed else "is replaced",
-                 "s" if len(self.jobs.on(proc)) > 1 else "",
-                 "" if len(self.jobs.on(proc)) > 1 else "s", timeout)
+        if proc.removed:
+            log.info("worker %s takes no more work: it stops once its running jobs have ended "
+                     "(at most %g s: shutdown_timeout)", proc.name, timeout)
+        else:
+            log.info("worker %s takes no more work: it is replaced once its running jobs have "
+                     "ended (at most %g s: shutdown_timeout)", proc.name, timeout)
         self.loop.call_later(timeout, self._retire_overdue, proc, proc.life.generation)
 
     def _remove(self, proc: WorkerProcess) -> None:
