@@ -66,10 +66,12 @@ class Reports(Observer):
 
     def told(self) -> None:
         self.news.set()
-        if self.watchers:
+        try:
             loop = asyncio.get_running_loop()
-            for watcher in self.watchers:
-                loop.call_soon(watcher)
+        except RuntimeError:  # a line logged in another thread: the loop's own reports follow
+            return
+        for watcher in self.watchers:
+            loop.call_soon(watcher)
 
     def job_started(self, job_type: str, waited: float) -> None:
         self.note("job_started", job_type)

@@ -5,6 +5,8 @@ time and run their new code; [scoring] counts from the next cycle. And the whole
 run of queued jobs: each ends exactly once."""
 
 import asyncio
+import os
+import sys
 
 import psycopg
 import pytest
@@ -267,6 +269,9 @@ def run(job):
     return {"id": job.id, "two": True}
 """
 
+# Where this interpreter imports from (fairsched, psutil): a command's "python" is the base
+# interpreter, a virtualenv's symlink resolved.
+ROOT = os.pathsep.join(p for p in sys.path if p)
 QUEUED = 300  # a few hundred quick jobs: 1,000 take four times as long and show no more
 
 
@@ -342,3 +347,34 @@ def test_a_reload_during_a_run_ends_every_job_once_and_keeps_capacity(actor):
         print(f"reload after {done_before} of {QUEUED} jobs; fewest taking work: {lowest}")
 
     actor(FLEET + GONE, scenario)
+
+
+def test_a_handler_group_turned_command_is_no_longer_forked_from_its_template(actor):
+    async def scenario(a):
+        assert a.sup.workers.templates.templates.keys() == {"v"}
+        a.rewrite(GROUP_V.replace('handler = "{handler}"', f'command = [{sys.executable!r}, '
+                                  '"-m", "fairsched.worker"]\nenv = {{FAIRSCHED_HANDLER = '
+                                  f'"sup_handlers:measure", PYTHONPATH = {ROOT!r}}}}}')
+                  .format())
+        assert a.sup.reload().changed == {"v": ("handler", "command", "env")}
+        await a.until(lambda: sum("replaced (pid" in m for m in a.reports.lines) == 2,
+                      what="both processes replaced")
+        assert a.sup.workers.templates.templates == {}
+        answer = await a.on_demand("v", "ab").outcome()
+        assert answer["result"] == {"length": 2, "characters": ["a", "b"]}, answer
+
+    actor(GROUP_V.format(handler="sup_handlers:echo"), scenario)
+
+
+def test_a_replacement_that_cannot_start_stops_the_roll_and_the_others_run_on(actor):
+    async def scenario(a):
+        a.rewrite(GROUP_V.format(handler="no_such_module:run") + "max_restarts = 0\n")
+        a.sup.reload()
+        await a.logged(r"reload of group v stopped: its new process v-1 is fatal \(could not "
+                       r"start: cannot import handler .*\); v-2 keep running as they were")
+        assert a.proc("v-2").state is ProcessState.RUNNING
+        answer = await a.on_demand("v", "still").outcome()
+        assert answer["result"]["payload"] == "still"  # echo's, the code v-2 had
+        assert answer["result"]["pid"] == a.proc("v-2").life.pid
+
+    actor(GROUP_V.format(handler="sup_handlers:echo"), scenario)

@@ -693,6 +693,8 @@ class Workers:
             self.procs.extend(added)
             starting += added
             if set(keys) - RESIZE_ONLY:
+                if spec.handler is None:  # a command now: no template forks its processes
+                    self.templates.drop_group(name)
                 self.templates.reload(spec)  # the handler imported afresh, for the new ones
                 self.rolling.add(group[:spec.processes], since)
         for spec in change.added:
