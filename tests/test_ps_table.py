@@ -78,3 +78,15 @@ def test_on_a_narrow_terminal_columns_are_left_out_then_cut_short_rather_than_ro
         narrow = render_ps(data, width=60).splitlines()
         busy = next(row for row in narrow if " busy " in row)
         assert "pdf,excel,i… " in busy and "50% page 2/… " in busy, busy
+
+
+def test_processes_a_reload_retires_are_said_below_the_table():
+    replaced = dict(slot("pdf-1", 0, ["pdf"], state="stopping", job_id=17), retiring="replaced")
+    removed = dict(slot("ocr-1", 0, ["ocr"], state="stopping"), retiring="removed")
+    kept = dict(slot("pdf-2", 0, ["pdf"]), retiring=None)
+    notes = render_ps({"supervisor": SUPERVISOR,
+                       "slots": [replaced, kept, removed]}).splitlines()[5:]
+    assert notes == [
+        "pdf-1 is being replaced with its group's new settings (a reload): it stops once its "
+        "jobs end",
+        "ocr-1 is leaving: its group left workers.toml in a reload (it stops once its jobs end)"]

@@ -436,6 +436,12 @@ def render_ps(data: dict, width: int | None = None) -> str:
                          f"(fix it, then `fairsched restart {s['worker']}`)")
         elif s["restarts"] and s.get("last_exit") and not s.get("recovered"):
             notes.append(f"{s['worker']} last exited: {printable(s['last_exit'])}")
+        if s.get("retiring") == "removed":
+            notes.append(f"{s['worker']} is leaving: its group left workers.toml in a reload "
+                         "(it stops once its jobs end)")
+        elif s.get("retiring") == "replaced":
+            notes.append(f"{s['worker']} is being replaced with its group's new settings (a "
+                         "reload): it stops once its jobs end")
         if s.get("suspended"):
             notes.append(f"{s['worker']} (pid {s['pid']}) is stopped by a signal (SIGSTOP, "
                          f"Ctrl-Z): it runs nothing until `kill -CONT {s['pid']}`")
