@@ -378,3 +378,40 @@ def test_a_replacement_that_cannot_start_stops_the_roll_and_the_others_run_on(ac
         assert answer["result"]["pid"] == a.proc("v-2").life.pid
 
     actor(GROUP_V.format(handler="sup_handlers:echo"), scenario)
+
+
+def test_a_removed_group_job_still_running_at_shutdown_timeout_goes_back_unspent(actor):
+    async def scenario(a):
+        job_id = await a.enqueue("slow", {"seconds": 30})
+        await a.until(lambda: a.sup.jobs.running, what="the slow job running")
+        a.rewrite(PDF)
+        a.sup.reload()
+        await a.logged(r"worker slow-1 takes no more work: it stops once its running jobs "
+                       r"have ended \(at most 1 s: shutdown_timeout\)")
+        await a.logged(rf"worker slow-1 still runs job {job_id} at the end of shutdown_timeout "
+                       r"\(1 s\); stopping it, its jobs go back unspent")
+        await a.logged(r"worker slow-1 stopped: .* \(removed from workers\.toml\)")
+        await a.logged(rf"job {job_id} returned to the queue \(restart\)")
+        row = await a.job(job_id)
+        assert row["status"] == "pending" and row["attempts"] == 0, row
+
+    actor(PDF + SLOW, scenario, shutdown_timeout=1)
+
+
+def test_two_reloads_in_a_row_replace_each_process_with_the_latest_settings(actor):
+    async def scenario(a):
+        (a.dir / "version_two.py").write_text(VERSION.format(version=2))
+        (a.dir / "version_three.py").write_text(VERSION.format(version=3))
+        a.rewrite(GROUP_V.format(handler="version_two:run"))
+        a.sup.reload()
+        a.rewrite(GROUP_V.format(handler="version_three:run"))
+        since = a.sup.workers._next_generation  # a process started from here on runs three
+        a.sup.reload()
+        await a.until(lambda: all(p.state is ProcessState.RUNNING and p.life.slot_ids
+                                  and not a.sup.workers.rolling.rolling(p) for p in a.procs),
+                      what="the roll over")
+        assert all(p.life.generation >= since for p in a.procs)
+        for _ in range(4):
+            assert (await a.on_demand("v").outcome())["result"]["version"] == 3
+
+    actor(GROUP_V.format(handler="sup_handlers:echo"), scenario)

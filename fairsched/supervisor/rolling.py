@@ -26,6 +26,10 @@ class Rolling:
     def add(self, procs, since: int) -> None:
         """Replace `procs`, each unless an incarnation of generation `since` or later (one
         started with the new settings: restarted meanwhile) is running already."""
+        # One queued already, by an earlier reload, now counts as replaced from `since` only.
+        again = {id(proc) for proc in procs}
+        self.queue = collections.deque((p, since if id(p) in again else s)
+                                       for p, s in self.queue)
         queued = {id(proc) for proc, _ in self.queue}
         self.queue.extend((proc, since) for proc in procs if id(proc) not in queued)
 
