@@ -6,6 +6,7 @@ run of queued jobs: each ends exactly once."""
 
 import asyncio
 import os
+import re
 import sys
 
 import psycopg
@@ -415,3 +416,19 @@ def test_two_reloads_in_a_row_replace_each_process_with_the_latest_settings(acto
             assert (await a.on_demand("v").outcome())["result"]["version"] == 3
 
     actor(GROUP_V.format(handler="sup_handlers:echo"), scenario)
+
+
+def test_a_scoring_change_orders_the_next_cycle(actor):
+    async def scenario(a):
+        blocker = await a.enqueue("slow", {"seconds": 1})
+        await a.until(lambda: a.sup.jobs.running, what="the blocker running")
+        older = await a.enqueue("slow", {"seconds": 0.01}, priority=0)
+        newer = await a.enqueue("slow", {"seconds": 0.01}, priority=5)
+        a.rewrite(SLOW, scoring="priority_weight = 0\n")  # age alone: the older job first
+        assert a.sup.reload().scoring == ("priority_weight",)
+        await a.logged(rf"job {newer} succeeded")
+        started = [int(m[1]) for line in a.reports.lines
+                   if (m := re.match(r"job (\d+) started", line))]
+        assert started == [blocker, older, newer], started
+
+    actor(SLOW, scenario)
