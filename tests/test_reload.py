@@ -77,14 +77,13 @@ def test_a_bad_file_changes_nothing_and_names_the_key(actor):
 @pytest.mark.parametrize("setting", ['state_dir = "elsewhere"', 'lease = 30'])
 def test_a_setting_that_takes_a_restart_is_refused(actor, setting):
     async def scenario(a):
-        text = a.config_path.read_text().replace("[supervisor]\nstate_dir = \"state\"\n",
-                                                 "[supervisor]\n")
-        key = setting.split()[0]
-        a.config_path.write_text(text.replace("[supervisor]\n", f"[supervisor]\n{setting}\n"
-                                              + ('state_dir = "state"\n'
-                                                 if key != "state_dir" else ""), 1)
-                                 + "[[worker]]\nname = \"more\"\ntypes = [\"more\"]\n"
-                                   "handler = \"sup_handlers:echo\"\n")
+        key = setting.split(" = ")[0]
+        a.rewrite(PDF + '[[worker]]\nname = "more"\ntypes = ["more"]\n'
+                        'handler = "sup_handlers:echo"\n')
+        # The setting in place of the one the harness writes (or after it).
+        text = a.config_path.read_text()
+        a.config_path.write_text(re.sub(rf"(?m)^{key} = .*$", setting, text) if key in text
+                                 else text.replace("[supervisor]\n", f"[supervisor]\n{setting}\n"))
         with pytest.raises(ConfigError, match=rf"\[supervisor\] key '{key}' changed: that "
                                               r"takes a restart of the supervisor"):
             a.sup.reload()
