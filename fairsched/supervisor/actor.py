@@ -97,6 +97,7 @@ class Supervisor:
         self.starting = False
         self.up = False  # the database works and the workers were started
         self._stop_when_started: tuple[float | None] | None = None  # (timeout,) of an early stop
+        self._reload_when_started = False  # SIGHUP came while starting
         self.log_dir = config.supervisor.state_dir / "logs"
 
     @property
@@ -183,12 +184,11 @@ class Supervisor:
             self.loop.add_signal_handler(sig, self._ignore_signal, sig)
         self.workers.start_watchdog()
         self.starting = True
-        reload_asked = False
         for sig in self.early_signals:  # those that came before the loop took them over
             if sig in STOP_SIGNALS:
                 self.request_shutdown(None)
             elif sig in RELOAD_SIGNALS:
-                reload_asked = True  # acted on once started: the file may have changed since
+                self._reload_on_signal(sig)  # acted on once started
             else:
                 self._ignore_signal(sig)
         self.early_signals.clear()
@@ -224,7 +224,7 @@ class Supervisor:
             log.warning("the compiled scheduling core did not load (%s); running the "
                         "pure-Python one, which plans large cycles far more slowly (rebuild: "
                         "`make build` or `pip install .`)", core.compiled_error())
-        if reload_asked:
+        if self._reload_when_started:
             self._reload_on_signal(signal.SIGHUP)
 
     def _ignore_signal(self, sig: int) -> None:
@@ -260,6 +260,11 @@ class Supervisor:
         return change
 
     def _reload_on_signal(self, sig: int) -> None:
+        if self.starting or (not self.up and not self.stop_asked):
+            # Its workers are not all started yet: read the file once they are.
+            self._reload_when_started = True
+            return
+        self._reload_when_started = False
         log.info("%s: reloading %s", signal.Signals(sig).name, self.config.path)
         try:
             self.reload()
