@@ -34,7 +34,12 @@ from fairsched.protocol import payload_json
 from fairsched.store.queue import Queue
 from fairsched.supervisor.actor import Supervisor
 from fairsched.supervisor.hooks import Observer
-from fairsched.supervisor.states import IGNORED_SIGNALS, STOP_SIGNALS, ProcessState
+from fairsched.supervisor.states import (
+    IGNORED_SIGNALS,
+    RELOAD_SIGNALS,
+    STOP_SIGNALS,
+    ProcessState,
+)
 from fairsched.supervisor.status import snapshot
 from fairsched.worker._linux import PR_SET_CHILD_SUBREAPER, _prctl
 from tests.supervisor_harness import HANDLERS
@@ -53,10 +58,20 @@ class Reports(Observer):
         self.calls: list[tuple] = []
         self.lines: list[str] = []
         self.news = asyncio.Event()
+        self.watchers: list = []  # called (soon: not inside the actor's step) at each report
 
     def note(self, *call) -> None:
         self.calls.append(call)
+        self.told()
+
+    def told(self) -> None:
         self.news.set()
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # a line logged in another thread: the loop's own reports follow
+            return
+        for watcher in self.watchers:
+            loop.call_soon(watcher)
 
     def job_started(self, job_type: str, waited: float) -> None:
         self.note("job_started", job_type)
@@ -88,7 +103,7 @@ class _Tap(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         self.reports.lines.append(record.getMessage())
-        self.reports.news.set()
+        self.reports.told()
 
 
 class OnDemand:
@@ -120,19 +135,24 @@ class Actor:
         shutil.copy(HANDLERS, self.dir / "sup_handlers.py")
         self.database_url = database_url
         self.config_path = self.dir / "workers.toml"
-        self.config_path.write_text(
-            f"[supervisor]\nstate_dir = \"state\"\nshutdown_timeout = {shutdown_timeout}\n"
-            f"database = {database_url!r}\n" + textwrap.dedent(supervisor)
-            + "\n[scoring]\n" + textwrap.dedent(scoring) + "\n" + textwrap.dedent(workers))
+        self.shutdown_timeout = shutdown_timeout
+        self.rewrite(workers, supervisor, scoring)
         self.reports = Reports()
         self.sup: Supervisor | None = None
         self._tap = _Tap(self.reports)
         self._signals: dict[int, object] = {}
 
+    def rewrite(self, workers: str, supervisor: str = "", scoring: str = "") -> None:
+        """Write its workers.toml (again: a reload reads it)."""
+        self.config_path.write_text(
+            f"[supervisor]\nstate_dir = \"state\"\nshutdown_timeout = {self.shutdown_timeout}\n"
+            f"database = {self.database_url!r}\n" + textwrap.dedent(supervisor)
+            + "\n[scoring]\n" + textwrap.dedent(scoring) + "\n" + textwrap.dedent(workers))
+
     # -- start and stop ------------------------------------------------------------------------
 
     async def start(self, ready: bool = True) -> Actor:
-        for sig in (*STOP_SIGNALS, *IGNORED_SIGNALS, signal.SIGCHLD):
+        for sig in (*STOP_SIGNALS, *RELOAD_SIGNALS, *IGNORED_SIGNALS, signal.SIGCHLD):
             self._signals[sig] = signal.getsignal(sig)
         logging.getLogger("fairsched").addHandler(self._tap)
         logging.getLogger("fairsched").setLevel(logging.INFO)

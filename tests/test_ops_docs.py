@@ -308,7 +308,7 @@ def test_every_command_option_is_in_the_readme_commands_table():
     assert not missing, f"options missing from README's Commands table: {missing}"
     with_socket = sorted(n for n, c in main.commands.items()
                          if any(p.name == "socket_path" for p in c.params))
-    assert with_socket == ["ps", "restart", "stop", "submit"]
+    assert with_socket == ["ps", "reload", "restart", "stop", "submit"]
     assert all(any(p.name == "config_path" for p in c.params) for c in main.commands.values())
     assert "`--socket PATH`" in readme and "Every command takes `--config workers.toml`" in readme
     assert "`fairsched --version`" in readme and "`fairsched --debug" in readme

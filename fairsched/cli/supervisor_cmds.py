@@ -1,4 +1,4 @@
-"""`fairsched supervise`, `ps`, `restart`, `stop` and the on-demand side of `submit`."""
+"""`fairsched supervise`, `ps`, `restart`, `reload`, `stop` and the on-demand side of `submit`."""
 
 from __future__ import annotations
 
@@ -160,6 +160,28 @@ def restart(name, config_path, socket_path):
         raise client.not_a_supervisor(reply)
     said = f"restarting {', '.join(map(str, restarted))}"
     print_outcome(said, f"{said}, but this could not be printed")
+
+
+@main.command(short_help="Read workers.toml again and apply what changed.")
+@config_option
+@socket_option
+@reports_errors
+def reload(config_path, socket_path):
+    """Have the running supervisor read its workers.toml again and apply what changed: new
+    groups start, removed ones stop once their jobs end, changed ones have their processes
+    replaced one at a time, [scoring] counts from the next cycle. A bad file, or one that
+    changes a setting only a restart takes (state_dir, database...), changes nothing: exit 2.
+    Prints what changed, one line per group. (SIGHUP to the supervisor does the same.)"""
+    client = control_client(config_path, socket_path)
+    reply = client.request({"cmd": "reload"})
+    if not reply.get("ok") and isinstance(reply.get("error"), str):
+        fail(reply["error"], 2 if reply.get("code") == 2 else 1)
+    changes = reply.get("changes")
+    if not (reply.get("ok") and isinstance(changes, dict)
+            and isinstance(changes.get("lines"), list)):
+        raise client.not_a_supervisor(reply)
+    said = "\n".join(f"reloaded: {printable(str(line))}" for line in changes["lines"])
+    print_outcome(said, "reloaded, but what changed could not be printed")
 
 
 @main.command()
@@ -425,6 +447,12 @@ def render_ps(data: dict, width: int | None = None) -> str:
             notes.append(f"{s['worker']} last exited: {printable(s['last_exit'])}")
         if s.get("recycling") and s["state"] != "fatal":
             notes.append(f"{s['worker']} is being recycled: {printable(s['recycling'])}")
+        if s.get("retiring") == "removed":
+            notes.append(f"{s['worker']} is leaving: its group left workers.toml in a reload "
+                         "(it stops once its jobs end)")
+        elif s.get("retiring") == "replaced":
+            notes.append(f"{s['worker']} is being replaced with its group's new settings (a "
+                         "reload): it stops once its jobs end")
         if s.get("suspended"):
             notes.append(f"{s['worker']} (pid {s['pid']}) is stopped by a signal (SIGSTOP, "
                          f"Ctrl-Z): it runs nothing until `kill -CONT {s['pid']}`")

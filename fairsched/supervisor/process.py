@@ -58,6 +58,8 @@ class Incarnation:
     refused_work: bool = False  # stopped for refusing a job: out of step with its config
     leaving: bool = False  # stopped a job unasked: told to stop by someone else (a SIGTERM)
     kill_reason: str | None = None  # why the supervisor killed it, for ps
+    # A reload replaces or removes it: its slots take no more work, it stops once its jobs end.
+    retiring: bool = False
     said_fatal: str | None = None  # the error of the 'fatal' message it sent
     incompatible: str | None = None  # its hello spoke another protocol version: why
     warned_progress: bool = False  # it was told once that its progress fields are ignored
@@ -79,6 +81,7 @@ class WorkerProcess:
     last_exit: str | None = None
     fatal_reason: str | None = None
     restart_timer: object | None = None
+    removed: bool = False  # a reload took it out of workers.toml: it stops and never comes back
 
     @property
     def name(self) -> str:

@@ -118,6 +118,15 @@ class QueueLink(Heartbeats):
         # that judges others after a lease in touch finds this one back in time.
         self.reconnect_max = min(RECONNECT_MAX, self.settings.lease / 4)
 
+    def reconfigure(self, config) -> None:
+        """A reload: the fetch's order (by score: the [scoring] weights), the max_attempts a
+        job claimed without its own gets, and the poll interval, from the next use of each.
+        The settings that take a restart are the same (reload.RESTART_KEYS)."""
+        self.config = config
+        self.priority_per_second = config.scoring.priority / config.scoring.age
+        self.settings = config.supervisor
+        self.default_max_attempts = config.max_attempts_by_type()
+
     @property
     def kind(self) -> str:
         return self.database.kind if self.database is not None else "unknown"

@@ -30,6 +30,8 @@ from fairsched.supervisor.process import (
     oom_kill_count,
     rss_of,
 )
+from fairsched.supervisor.reload import RESIZE_ONLY
+from fairsched.supervisor.rolling import Rolling
 from fairsched.supervisor.states import EXITED, ProcessState
 from fairsched.supervisor.templates import Templates, launch_spec
 from fairsched.supervisor.watchdog import Watchdog
@@ -81,6 +83,7 @@ class Workers:
         self.watchdog: Watchdog | None = None
         self.templates = Templates(self, config, loop, run, self.log_dir)
         self.pipes: Pipes | None = None
+        self.rolling = Rolling(self, run)  # a reload's replacements, one at a time
 
     def connect(self, planner, jobs, lease) -> None:
         self.planner, self.jobs, self.lease = planner, jobs, lease
@@ -163,6 +166,8 @@ class Workers:
                 self.refresh_watchdog()
         if succeeded:
             proc.life.jobs_succeeded += 1
+        if proc.life.retiring and proc.state is ProcessState.RUNNING and not self.jobs.busy(proc):
+            self.stop_worker(proc)  # a reload replaces or removes it: its last job ended
 
     def ran_job(self, proc: WorkerProcess) -> None:
         """A job of `proc` ran to its end (whatever its outcome): replace the process once
@@ -277,7 +282,7 @@ class Workers:
         self.spawn_worker(proc, cold=True)
 
     def spawn_worker(self, proc: WorkerProcess, *, cold: bool = False) -> None:
-        if self.run.shutting_down:
+        if self.run.shutting_down or proc.removed:
             return
         proc.restart_timer = None
         if not cold and self.templates.warming(proc.group):
@@ -350,6 +355,7 @@ class Workers:
                         "set per worker, such as FAIRSCHED_WORKER?), so they start cold, each "
                         "importing it", why)
         self.planner.schedule()
+        self.rolling.step()
 
     def pipe_closed(self, proc: WorkerProcess) -> None:
         """The worker's pipe closed and it has not exited yet. Its slots take no more work at
@@ -375,6 +381,7 @@ class Workers:
                   extra=fields(event="worker_fatal", worker=proc.name, group=proc.group,
                                reason=reason))
         self.jobs.fail_unrunnable_requests()
+        self.rolling.step()
 
     def reap_workers(self) -> None:
         """Collect every exited child of the loop's thread; several SIGCHLDs fold into one call.
@@ -452,6 +459,9 @@ class Workers:
         self.cancel_timers(proc)
         proc.life.pid = None
         self._changed()
+        if proc.removed and ended.cause is not ExitCause.SHUTDOWN:
+            self._gone_for_good(proc, how)
+            return
         match ended.cause:
             case ExitCause.SHUTDOWN:
                 proc.set_state(ProcessState.STOPPED)
@@ -486,6 +496,12 @@ class Workers:
                 log.warning("worker %s %s; restarting", proc.name, how,
                             extra=fields(event="worker_exited", worker=proc.name,
                                          group=proc.group, exit=how, restart_in=0.0))
+                self._restart_now(proc)
+            case ExitCause.RESTARTED if proc.life.retiring:
+                proc.last_exit = f"{how} (replaced in a reload)"
+                log.info("worker %s %s; starting its replacement", proc.name, how,
+                         extra=fields(event="worker_exited", worker=proc.name, group=proc.group,
+                                      exit=proc.last_exit, restart_in=0.0))
                 self._restart_now(proc)
             case ExitCause.RESTARTED:
                 proc.last_exit = f"{how} (restarted by the operator)"
@@ -733,3 +749,99 @@ class Workers:
                 self.jobs.cancel_on(proc, "restart")
                 self.stop_worker(proc)
         return [p.name for p in procs]
+
+    # -- a reload (fairsched reload, SIGHUP) ---------------------------------------------------
+
+    def reconfigure(self, config, change) -> None:
+        """Apply a reload's `change` (reload.ConfigChange) with `config` from now on: the
+        groups added start, those removed stop once their jobs end, those changed are resized
+        and have their processes replaced one at a time (Rolling), with the handler imported
+        afresh."""
+        self.config = config
+        since = self._next_generation  # an incarnation from this one on has the new settings
+        specs = {spec.name: spec for spec in config.workers}
+        for name in change.removed:
+            self.templates.drop_group(name)  # (before its processes: none is forked from it)
+            for proc in [p for p in self.procs if p.group == name and not p.removed]:
+                self._remove(proc)
+        starting = []
+        for name, keys in change.changed.items():
+            spec = specs[name]
+            group = sorted((p for p in self.procs if p.group == name and not p.removed),
+                           key=lambda p: p.index)
+            for proc in group:
+                proc.spec = spec  # what each process's next incarnation starts with
+            for proc in group[spec.processes:]:
+                self._remove(proc)
+            added = [WorkerProcess(spec, i) for i in range(len(group) + 1, spec.processes + 1)]
+            self.procs.extend(added)
+            starting += added
+            if set(keys) - RESIZE_ONLY:
+                if spec.handler is None:  # a command now: no template forks its processes
+                    self.templates.drop_group(name)
+                self.templates.reload(spec)  # the handler imported afresh, for the new ones
+                self.rolling.add(group[:spec.processes], since)
+        for spec in change.added:
+            added = [WorkerProcess(spec, i) for i in range(1, spec.processes + 1)]
+            self.procs.extend(added)
+            starting += added
+            self.templates.reload(spec)  # its template, if it runs a handler
+        order = {spec.name: i for i, spec in enumerate(config.workers)}
+        self.procs.sort(key=lambda p: (order.get(p.group, len(order)), p.index))
+        for proc in starting:
+            self.spawn_worker(proc)  # (waits for its template, if one is importing)
+        self.rolling.step()
+
+    def retire(self, proc: WorkerProcess) -> None:
+        """A reload replaces or removes `proc`: its slots take no more work at once; it stops
+        when its jobs have ended, or at shutdown_timeout, when they go back unspent (queued
+        ones to the queue, on-demand ones to wait for another slot). One not running now
+        is replaced (or removed) at once."""
+        if proc.life.pid is None:
+            self.cancel_timers(proc)
+            if proc.removed:
+                self._gone_for_good(proc, "not running")
+            elif proc.state in EXITED:
+                proc.crash_times.clear()
+                proc.fatal_reason = None
+                self._respawn(proc)
+            return
+        proc.life.retiring = True
+        self.planner.close_slots(proc.life.generation)
+        if proc.state is not ProcessState.RUNNING or not self.jobs.busy(proc):
+            self.stop_worker(proc)
+            return
+        timeout = self.config.supervisor.shutdown_timeout
+        if proc.removed:
+            log.info("worker %s takes no more work: it stops once its running jobs have ended "
+                     "(at most %g s: shutdown_timeout)", proc.name, timeout)
+        else:
+            log.info("worker %s takes no more work: it is replaced once its running jobs have "
+                     "ended (at most %g s: shutdown_timeout)", proc.name, timeout)
+        self.loop.call_later(timeout, self._retire_overdue, proc, proc.life.generation)
+
+    def _remove(self, proc: WorkerProcess) -> None:
+        proc.removed = True
+        self.retire(proc)
+
+    def _retire_overdue(self, proc: WorkerProcess, generation: int) -> None:
+        if (proc.life.generation != generation or proc.state is not ProcessState.RUNNING
+                or self.run.shutting_down):
+            return  # it stopped meanwhile
+        jobs = ", ".join(str(rj.job_id) for rj in self.jobs.on(proc))
+        log.warning("worker %s still runs job %s at the end of shutdown_timeout (%g s); "
+                    "stopping it, its jobs go back unspent", proc.name, jobs,
+                    self.config.supervisor.shutdown_timeout)
+        self.jobs.cancel_on(proc, "restart")
+        self.stop_worker(proc)
+
+    def _gone_for_good(self, proc: WorkerProcess, how: str) -> None:
+        """A process a reload removed has ended: it leaves the table."""
+        proc.set_state(ProcessState.STOPPED)
+        proc.last_exit = how
+        self.procs.remove(proc)
+        log.info("worker %s stopped: %s (removed from workers.toml)", proc.name, how,
+                 extra=fields(event="worker_exited", worker=proc.name, group=proc.group,
+                              exit=how, restart_in=None))
+        self.jobs.fail_unrunnable_requests()  # a retry had waited on it
+        self.rolling.step()
