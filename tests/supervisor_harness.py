@@ -181,6 +181,15 @@ class Supervisor:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def sleeping(pid: int) -> bool:
+    """Whether the process sleeps now (time.sleep): a command in its retry loop, between two
+    tries, having found the supervisor busy or still starting (Linux: /proc/PID/wchan)."""
+    try:
+        return Path(f"/proc/{pid}/wchan").read_text() in ("hrtimer_nanosleep", "do_nanosleep")
+    except OSError:
+        return False
+
+
 def alive(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE

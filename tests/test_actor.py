@@ -109,6 +109,49 @@ def test_an_import_error_is_fatal_at_once_said_once_and_told_to_callers(actor):
     actor(SLOW_PDF.replace("sup_handlers:slow", "no_such_module:slow"), scenario)
 
 
+FROZEN = """
+[[worker]]
+name = "frozen"
+types = ["frozen"]
+handler = "sup_handlers:environment_sizes"
+"""
+
+
+def test_a_template_that_dies_is_replaced_and_workers_fork_from_it_again(actor):
+    # One kill (the OOM killer's, say) must not leave the group starting cold for good. A
+    # worker forked from a template finds the template's objects frozen (gc.freeze); a cold
+    # one finds none.
+    async def scenario(a):
+        templates = a.sup.workers.templates.templates  # by group: those ready to fork
+
+        async def forked() -> bool:
+            answer = await a.on_demand("frozen", {"names": []}).outcome()
+            assert answer["event"] == "result", answer
+            return answer["result"]["forked"]
+
+        async def replace_worker() -> None:
+            old = a.proc("frozen-1").life.pid
+            os.kill(old, signal.SIGKILL)
+            await a.until(lambda: a.proc("frozen-1").state is ProcessState.RUNNING
+                          and a.proc("frozen-1").life.pid not in (None, old),
+                          what="frozen-1 back")
+
+        assert await forked()
+        old = templates["frozen"]
+        os.kill(old.pid, signal.SIGKILL)
+        await a.logged(r"template for frozen exited; replacements start cold until a new one "
+                       r"has imported sup_handlers:environment_sizes \(in 1 s\)")
+        await replace_worker()  # at once: cold, the new template is still to come
+        assert not await forked()
+        # It has imported its module and takes spawns.
+        await a.until(lambda: templates.get("frozen") not in (None, old),
+                      what="a new template ready")
+        await replace_worker()
+        assert await forked()
+
+    actor(FROZEN, scenario)
+
+
 def test_a_queued_job_goes_from_the_table_to_a_worker_and_back(actor):
     async def scenario(a):
         job_id = await a.enqueue("pdf", {"seconds": 0.2})
