@@ -339,15 +339,25 @@ def catches(pid: int, sig: int) -> bool:
     return bool(caught >> (sig - 1) & 1)
 
 
-@pytest.mark.parametrize("after", [0.0, 0.5])
-def test_a_stop_signal_while_the_supervisor_starts_stops_it_cleanly(supervisors, after):
-    sup = supervisors(ECHO).start(wait=False)
-    deadline = time.monotonic() + 20  # Python's start and fairsched's imports come first
-    while not catches(sup.proc.pid, signal.SIGTERM):
-        assert time.monotonic() < deadline and sup.proc.poll() is None, sup.output()
-        time.sleep(0.002)
-    time.sleep(after)  # before its loop has taken the signals over, or while it connects
-    sup.signal(signal.SIGTERM)
+@pytest.mark.parametrize("moment", ["at once", "while it connects"])
+def test_a_stop_signal_while_the_supervisor_starts_stops_it_cleanly(supervisors, db, moment):
+    # At once: before its loop has taken the signals over. While it connects: its check of
+    # the schema waits for the migration lock this test holds.
+    from fairsched.store.schema import MIGRATION_LOCK
+
+    sup = supervisors(ECHO)
+    with psycopg.connect(db) as conn:
+        if moment == "while it connects":
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+        sup.start(wait=False)
+        wait_until(lambda: catches(sup.proc.pid, signal.SIGTERM) or sup.proc.poll() is not None,
+                   interval=0.002, what="its SIGTERM handler")  # Python's start comes first
+        assert sup.proc.poll() is None, sup.output()
+        if moment == "while it connects":
+            wait_until(lambda: conn.execute("SELECT count(*) FROM pg_locks WHERE NOT granted"
+                                            " AND locktype = 'advisory'").fetchone()[0],
+                       what="the supervisor waiting for the migration lock")
+        sup.signal(signal.SIGTERM)
     assert sup.wait_exit(timeout=30) == 0, sup.output()
     assert "Traceback" not in sup.output()
     gone = [p for p in psutil.process_iter(["cmdline", "environ"])
