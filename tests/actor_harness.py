@@ -129,10 +129,13 @@ class Actor:
     """One supervisor in this process, on its own config and state folder."""
 
     def __init__(self, database_url: str, workers: str, supervisor: str = "",
-                 scoring: str = "", shutdown_timeout: float = 5):
+                 scoring: str = "", shutdown_timeout: float = 5,
+                 modules: dict[str, str] | None = None):
         # Short paths: the control socket lives under state_dir (Unix sockets are ~107 bytes).
         self.dir = Path(tempfile.mkdtemp(prefix="fa-", dir="/tmp"))
         shutil.copy(HANDLERS, self.dir / "sup_handlers.py")
+        for name, source in (modules or {}).items():  # handler modules beside the config
+            (self.dir / f"{name}.py").write_text(textwrap.dedent(source))
         self.database_url = database_url
         self.config_path = self.dir / "workers.toml"
         self.shutdown_timeout = shutdown_timeout

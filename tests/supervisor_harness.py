@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
 import shutil
 import signal
 import subprocess
@@ -28,6 +29,26 @@ def wait_until(condition, timeout: float = 20.0, what: str = "condition", interv
             raise AssertionError(f"timed out waiting for {what() if callable(what) else what}")
         time.sleep(interval)
     return found
+
+
+def read_until(proc: subprocess.Popen, condition, timeout: float = 20.0,
+               what: str = "its output") -> bytes:
+    """What `proc` has written to its stdout pipe, read as it comes until `condition(bytes)`
+    holds; AssertionError naming `what` if it has not within `timeout` seconds, or `proc`
+    closed its stdout first. The rest is left in the pipe (`communicate()` reads it)."""
+    fd = proc.stdout.fileno()
+    seen = b""
+    deadline = time.monotonic() + timeout
+    while not condition(seen):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise AssertionError(f"timed out waiting for {what}; read so far: {seen[-2000:]!r}")
+        if select.select([fd], [], [], left)[0]:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                raise AssertionError(f"stdout closed before {what}: {seen[-2000:]!r}")
+            seen += chunk
+    return seen
 
 
 def fairsched(*args, env=None, timeout=60, input=None):
@@ -158,6 +179,15 @@ class Supervisor:
         if getattr(self, "_logf", None):
             self._logf.close()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def sleeping(pid: int) -> bool:
+    """Whether the process sleeps now (time.sleep): a command in its retry loop, between two
+    tries, having found the supervisor busy or still starting (Linux: /proc/PID/wchan)."""
+    try:
+        return Path(f"/proc/{pid}/wchan").read_text() in ("hrtimer_nanosleep", "do_nanosleep")
+    except OSError:
+        return False
 
 
 def alive(pid: int) -> bool:
