@@ -52,6 +52,11 @@ def _build(args, cwd, **env):
                           capture_output=True, text=True, timeout=600)
 
 
+# The tests of one build run in one pytest-xdist worker (with --dist loadgroup, as `make test`
+# runs them): spread over several, each would build again.
+BUILT = pytest.mark.xdist_group("packaging-build")
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     """(sdist, wheel) from `python -m build` on a copy of the checkout."""
@@ -66,6 +71,7 @@ def built(tmp_path_factory):
     return sdist, wheel
 
 
+@BUILT
 def test_the_sdist_holds_the_cython_sources_and_nothing_generated(built):
     sdist, _ = built
     with tarfile.open(sdist) as tar:
@@ -77,6 +83,7 @@ def test_the_sdist_holds_the_cython_sources_and_nothing_generated(built):
     assert generated == []
 
 
+@BUILT
 def test_the_wheel_from_the_sdist_carries_the_compiled_core(built):
     _, wheel = built
     tag = wheel.name.removesuffix(".whl").split("-")[2:]
@@ -90,6 +97,7 @@ def test_the_wheel_from_the_sdist_carries_the_compiled_core(built):
     assert sorted(n for n in names if n.endswith((".c", ".html"))) == []
 
 
+@BUILT
 def test_the_wheel_installed_in_a_fresh_venv_runs_the_compiled_core(built, tmp_path):
     _, wheel = built
     venv = tmp_path / "venv"
@@ -112,6 +120,7 @@ def test_the_wheel_installed_in_a_fresh_venv_runs_the_compiled_core(built, tmp_p
     assert Path(so).is_relative_to(venv), so
 
 
+@BUILT
 def test_a_missing_pyx_stops_the_build_unless_the_twin_is_asked_for(built, tmp_path):
     sdist, _ = built
     with tarfile.open(sdist) as tar:
@@ -140,8 +149,11 @@ CHATTER = re.compile(r"Collecting|Downloading|Installing|Successfully|Requiremen
                      r"Editable install|running build|copying ")
 
 
-def test_a_first_make_run_says_each_step_in_one_line_then_supervises(db, tmp_path):
-    src = _checkout(tmp_path / "src")
+def test_a_first_make_run_says_each_step_in_one_line_then_supervises(db, short_tmp):
+    # A short folder: the control socket's path lies inside the checkout, and must stay
+    # under the ~107 bytes of AF_UNIX however deep pytest's own temp folders are (its
+    # xdist workers add a level).
+    src = _checkout(short_tmp / "src")
     # The test database rather than an embedded one: the steps are what is under test.
     env = _env(FAIRSCHED_DATABASE_URL=db)
     out, err = [], []
