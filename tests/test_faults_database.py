@@ -91,7 +91,7 @@ def test_an_idle_session_timeout_set_for_others_does_not_end_the_supervisors_con
         supervisors, db, tmp_path):
     sup = supervisors(RECORD, supervisor="lease = 8\npoll_interval = 600\n")
     sup.env["FAIRSCHED_DATABASE_URL"] = make_conninfo(db, options="-c idle_session_timeout=300ms")
-    sup.start()
+    sup.start(listening=True)
     time.sleep(3)  # a heartbeat is due every lease / 3; the listener hears nothing meanwhile
     ids = enqueue(db, [{"type": "rec", "payload": {"log": str(tmp_path / "runs")}}])
     wait_until(lambda: statuses(db) == {"succeeded": len(ids)}, timeout=30,

@@ -926,7 +926,7 @@ def test_jobs_queued_while_the_database_was_out_of_reach_start_when_it_is_back(d
     sup = Supervisor(proxy.url_through, RECORD.format(processes=1, slots=2),
                      supervisor="lease = 6\nheartbeat_interval = 1\npoll_interval = 600\n")
     try:
-        sup.start()
+        sup.start(listening=True)  # the first job is found by its notification
         (first,) = enqueue(db, [{"type": "rec", "payload": {"log": str(log)}}])
         wait_all_finished(db, 1, sups=[sup])  # and its type found drained
         proxy.cut()
@@ -1396,7 +1396,7 @@ def test_a_job_notified_while_a_fetch_runs_is_not_left_for_the_poll(supervisors,
     # snapshot, and its notification comes while that fetch runs: it must not be taken for
     # drained, or it waits for the next poll (here 600 s) or the next insert.
     sup = supervisors(RECORD.format(processes=1, slots=8),
-                      supervisor="poll_interval = 600\n").start()
+                      supervisor="poll_interval = 600\n").start(listening=True)
     log = tmp_path / "runs"
     job = {"type": "rec", "payload": {"log": str(log)}}
     ids = []
@@ -1413,7 +1413,7 @@ def test_a_job_notified_while_a_fetch_runs_is_not_left_for_the_poll(supervisors,
 def test_jobs_inserted_while_the_notification_connection_was_down_start_at_once(
         supervisors, db, tmp_path):
     sup = supervisors(RECORD.format(processes=1, slots=2),
-                      supervisor="poll_interval = 600\n").start()
+                      supervisor="poll_interval = 600\n").start(listening=True)
     log = tmp_path / "runs"
     with psycopg.connect(db, autocommit=True) as conn:
         with conn.transaction():  # the listener goes, and the job's notification with it
