@@ -534,13 +534,16 @@ def test_an_on_demand_request_runs_once_a_fetch_it_waited_for_is_lost_with_the_d
     """A request that came while a fetch was under way waits for its answer (a queued job may
     outrank it); when the database goes out of reach instead, the connection is given up and
     the request runs at once on the free worker, not once the database is back."""
-    from tests.pg_proxy import PgProxy
+    from tests.pg_proxy import FETCH, PgProxy
 
     proxy = PgProxy(db)
     sup = Supervisor(proxy.url_through, SLOW, supervisor="lease = 12\npoll_interval = 1\n")
     try:
         sup.start()
-        proxy.lose_answer_to(b"CROSS JOIN LATERAL")  # the next fetch (every poll) hangs
+        # The next fetch (the first, or a poll's) hangs; not the query for the next delayed
+        # job that follows a short fetch, which the request does not wait for: caught by it
+        # (a start slower than the workers'), the request ran at once, no fetch under way.
+        proxy.lose_answer_to(FETCH)
         wait_until(lambda: proxy.answer_lost, timeout=10, what="a fetch under way")
         proxy.cut()  # and no connection is made again
         caller = sup.spawn_cli("submit", "slow", "--on-demand", "--timeout", "20",
