@@ -9,6 +9,7 @@ first `make run` takes about 40 s more with pip's cache warm.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -52,26 +53,30 @@ def _build(args, cwd, **env):
                           capture_output=True, text=True, timeout=600)
 
 
-# The tests of one build run in one pytest-xdist worker (with --dist loadgroup, as `make test`
-# runs them): spread over several, each would build again.
-BUILT = pytest.mark.xdist_group("packaging-build")
-
-
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    """(sdist, wheel) from `python -m build` on a copy of the checkout."""
-    base = tmp_path_factory.mktemp("packaging")
-    src = _checkout(base / "src")
+    """(sdist, wheel) from `python -m build` on a copy of the checkout. Built once per run:
+    under pytest-xdist by the first worker to ask, in the folder the workers' temp folders
+    share, while the others wait for it rather than build again."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    base = root / "packaging"
     dist = base / "dist"
-    # Isolated, as by default: the build gets only what [build-system] requires.
-    result = _build(["--outdir", str(dist), str(src)], cwd=base)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    with open(root / "packaging.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released as the file closes
+        if not (base / "built").exists():
+            shutil.rmtree(base, ignore_errors=True)  # what a build that failed left
+            src = _checkout(base / "src")
+            # Isolated, as by default: the build gets only what [build-system] requires.
+            result = _build(["--outdir", str(dist), str(src)], cwd=base)
+            assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+            (base / "built").touch()
     (sdist,) = dist.glob("*.tar.gz")
     (wheel,) = dist.glob("*.whl")
     return sdist, wheel
 
 
-@BUILT
 def test_the_sdist_holds_the_cython_sources_and_nothing_generated(built):
     sdist, _ = built
     with tarfile.open(sdist) as tar:
@@ -83,7 +88,6 @@ def test_the_sdist_holds_the_cython_sources_and_nothing_generated(built):
     assert generated == []
 
 
-@BUILT
 def test_the_wheel_from_the_sdist_carries_the_compiled_core(built):
     _, wheel = built
     tag = wheel.name.removesuffix(".whl").split("-")[2:]
@@ -97,7 +101,6 @@ def test_the_wheel_from_the_sdist_carries_the_compiled_core(built):
     assert sorted(n for n in names if n.endswith((".c", ".html"))) == []
 
 
-@BUILT
 def test_the_wheel_installed_in_a_fresh_venv_runs_the_compiled_core(built, tmp_path):
     _, wheel = built
     venv = tmp_path / "venv"
@@ -120,7 +123,6 @@ def test_the_wheel_installed_in_a_fresh_venv_runs_the_compiled_core(built, tmp_p
     assert Path(so).is_relative_to(venv), so
 
 
-@BUILT
 def test_a_missing_pyx_stops_the_build_unless_the_twin_is_asked_for(built, tmp_path):
     sdist, _ = built
     with tarfile.open(sdist) as tar:
