@@ -76,7 +76,10 @@ class Supervisor:
         self.seen_pids: set[int] = set()
         self.children: list[subprocess.Popen] = []
 
-    def start(self, wait: bool = True, pass_fds: tuple[int, ...] = ()) -> Supervisor:
+    def start(self, wait: bool = True, pass_fds: tuple[int, ...] = (),
+              listening: bool = False) -> Supervisor:
+        """Start it; with `wait`, until its workers are ready; with `listening` too, until its
+        LISTEN is in effect (see wait_listening)."""
         if getattr(self, "_logf", None):
             self._logf.close()
         self._logf = open(self.log, "ab")
@@ -86,7 +89,30 @@ class Supervisor:
         if wait:
             self.wait_for(lambda ps: all(s["state"] in ("free", "busy", "fatal") for s in ps["slots"]),
                           what="all workers ready")
+        if listening:
+            self.wait_listening()
         return self
+
+    def wait_listening(self, timeout: float = 20.0) -> None:
+        """Until the supervisor's notification connection has its LISTENs in effect. Its first
+        fetch may come before them, so a job inserted in between is only found by the next
+        poll: a test with a long poll_interval that counts on the notification waits here."""
+        import psycopg
+
+        from fairsched.store.schema import CANCEL_CHANNEL
+
+        name = f"fairsched notifications (pid {self.proc.pid})"
+
+        def listening():
+            with psycopg.connect(self.env["FAIRSCHED_DATABASE_URL"], autocommit=True) as conn:
+                # The second LISTEN done (idle after it): the first, for jobs, is in effect too.
+                return conn.execute(
+                    "SELECT 1 FROM pg_stat_activity WHERE application_name = %s"
+                    " AND state = 'idle' AND query = %s",
+                    (name, f"LISTEN {CANCEL_CHANNEL}")).fetchone() is not None
+
+        wait_until(listening, timeout, interval=0.02,
+                   what=lambda: f"{name} to LISTEN:\n{self.output()[-2000:]}")
 
     def cli(self, *args, timeout=60, input=None):
         return fairsched(*args, env=self.env, timeout=timeout, input=input)

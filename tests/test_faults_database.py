@@ -110,7 +110,7 @@ def test_an_idle_session_timeout_set_for_others_does_not_end_the_supervisors_con
         supervisors, db, tmp_path):
     sup = supervisors(RECORD, supervisor="lease = 8\npoll_interval = 600\n")
     sup.env["FAIRSCHED_DATABASE_URL"] = make_conninfo(db, options="-c idle_session_timeout=300ms")
-    sup.start()
+    sup.start(listening=True)
     # A heartbeat after the registration (due lease / 3 later): the connections have been
     # idle far past the timeout meanwhile, the listener's all along.
     registered = server_now(db)
