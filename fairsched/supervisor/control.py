@@ -257,8 +257,11 @@ class ControlServer:
         final: dict = {}
         held: dict = {}  # the latest progress event, held back while the caller reads slowly
         flushing: list[asyncio.Task] = []
+        withdrawn = False  # its timeout passed, or it sent more than its request
 
         def notify(event: dict) -> None:
+            if withdrawn:
+                return  # the caller was told it was withdrawn: nothing more goes to it
             line = None
             if event["event"] in ("result", "error"):
                 try:
@@ -341,6 +344,7 @@ class ControlServer:
                 {eof, waiter}, timeout=float(timeout) if timeout else None,
                 return_when=asyncio.FIRST_COMPLETED)
             if waiter not in finished:
+                withdrawn = True  # what the job does from now on is not its caller's
                 became = sup.jobs.abandon_request(req)
                 if eof in finished and eof.result():
                     _send(writer, {"event": "refused", "code": 2, "job_id": req.job_id,

@@ -583,12 +583,16 @@ class QueueLink(Heartbeats):
             try:
                 notifications = self.store_listen()
                 await notifications
-                if lost:  # what was notified while it was down never came: look afresh
+                # LISTEN is in effect from here on. A job added before it was (while it was
+                # down, or between the first fetch and the first LISTEN) was notified to no
+                # one: look afresh, whatever the last fetch found drained.
+                self._stale()
+                self.request_fetch()
+                if lost:
                     lost = False
-                    self._stale()
                     # Cancels too: the heartbeat passes on those the table holds (_reconcile).
                     self._next_heartbeat = 0.0
-                    self.request_fetch()
+                    self.wake()
                 async for kind, value in notifications:
                     failures = 0
                     if kind == "jobs":
