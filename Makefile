@@ -42,9 +42,16 @@ venv: $(VENV)/.installed
 build: $(VENV)/.built
 	@$(PY) -m compileall -q fairsched
 
+# Most tests wait on real supervisors, workers and PostgreSQL rather than compute, so more
+# pytest-xdist workers than cores pay off; each worker runs its own embedded PostgreSQL.
+# Tests are handed out two at a time, the longest first (tests/conftest.py), so the slow ones
+# spread over the workers. PYTEST_ARGS come after: `make test PYTEST_ARGS='-n0
+# tests/test_cli_ps.py'` runs serially.
+TEST_WORKERS ?= 4
+
 test: build
 	@echo "==> running the tests"
-	@FAIRSCHED_REQUIRE_EXTENSIONS=1 $(PY) -m pytest $(PYTEST_ARGS)
+	@FAIRSCHED_REQUIRE_EXTENSIONS=1 $(PY) -m pytest -n $(TEST_WORKERS) --dist load --maxschedchunk 2 $(PYTEST_ARGS)
 
 run: build
 	@echo "==> starting the supervisor on $(CONFIG) (Ctrl-C or fairsched stop ends it)"
@@ -62,6 +69,7 @@ bench-all: build
 	$(PY) scripts/bench_worker.py
 	$(PY) scripts/bench_store.py
 	$(PY) scripts/bench_throughput.py
+	$(PY) scripts/bench_recycle.py
 	$(PY) scripts/bench_sched.py
 
 lint: build

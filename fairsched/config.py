@@ -79,6 +79,15 @@ def size_bytes(text: str) -> int:
     return int(found[1]) * SIZE_UNITS[(found[2] or "B").upper()]
 
 
+def size_text(n: int) -> str:
+    """A size as the config writes them: 100MB, 1.5GB, 512KB, 300B (powers of 1024)."""
+    for unit in ("GB", "MB", "KB"):
+        scale = SIZE_UNITS[unit]
+        if n >= scale:
+            return f"{n / scale:.1f}".removesuffix(".0") + unit
+    return f"{n}B"
+
+
 def age_text(seconds: float) -> str:
     """30d, 12h, 45m or 90s: the largest unit a whole number of which `seconds` is."""
     for unit, size in AGE_UNITS.items():
@@ -128,6 +137,11 @@ class WorkerSpec:
     retry_backoff: float = 1.0
     max_restarts: int = 5
     restart_window: float = 60.0
+    # Recycling (docs/operations.md, "Leaks"): a process is replaced after about max_jobs jobs,
+    # or after a job that leaves it above max_rss bytes; above rss_limit it is killed at once.
+    max_jobs: int | None = None
+    max_rss: int | None = None
+    rss_limit: int | None = None
     env: dict[str, str] = field(default_factory=dict)
     cwd: Path = Path(".")
     # processes = "MIN..MAX": `processes` is MIN (the group starts with it), this is MAX;
@@ -560,6 +574,9 @@ def _load_worker(sec: _Section, base: Path) -> WorkerSpec:
         retry_backoff=sec.get("retry_backoff", "number", 1.0, minimum=0),
         max_restarts=sec.get("max_restarts", "int", 5, minimum=0),
         restart_window=sec.get("restart_window", "number", 60.0, above=0),
+        max_jobs=sec.get("max_jobs", "int", None, minimum=1, maximum=2**31 - 1),
+        max_rss=sec.get("max_rss", "size", None, minimum=1),
+        rss_limit=sec.get("rss_limit", "size", None, minimum=1),
         env=dict(sec.get("env", "strtable", {})),
         cwd=cwd,
     )

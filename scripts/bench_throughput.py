@@ -152,6 +152,8 @@ class Contender:
 
 class Fairsched(Contender):
     name = "fairsched"
+    worker_settings = ""  # more lines of the [[worker]] table (scripts/bench_recycle.py)
+    log_args = ("--log-level", "warning")
     tables = ("fairsched_jobs",)
     done_sql = "SELECT count(*) FROM fairsched_jobs WHERE status = 'succeeded'"
     failed_sql = "SELECT count(*) FROM fairsched_jobs WHERE status = 'failed'"
@@ -184,11 +186,12 @@ class Fairsched(Contender):
             handler = "bench_handlers:noop"
             processes = {opts.processes}
             slots = {opts.slots}
-            """))
+            """) + self.worker_settings)
         pythonpath = os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))
         env = dict(os.environ, FAIRSCHED_DATABASE_URL=url, PYTHONPATH=pythonpath)
+        self.log = folder / "supervisor.log"
         return [spawn([sys.executable, "-m", "fairsched", "supervise", "--config", str(config),
-                       "--log-level", "warning"], folder / "supervisor.log", env, folder)]
+                       *self.log_args], self.log, env, folder)]
 
 
 class Procrastinate(Contender):

@@ -35,7 +35,12 @@ from fairsched.protocol import payload_json
 from fairsched.store.queue import Queue
 from fairsched.supervisor.actor import Supervisor
 from fairsched.supervisor.hooks import Observer
-from fairsched.supervisor.states import IGNORED_SIGNALS, STOP_SIGNALS, ProcessState
+from fairsched.supervisor.states import (
+    IGNORED_SIGNALS,
+    RELOAD_SIGNALS,
+    STOP_SIGNALS,
+    ProcessState,
+)
 from fairsched.supervisor.status import snapshot
 from fairsched.worker._linux import PR_SET_CHILD_SUBREAPER, _prctl
 from tests.supervisor_harness import HANDLERS
@@ -54,10 +59,20 @@ class Reports(Observer):
         self.calls: list[tuple] = []
         self.lines: list[str] = []
         self.news = asyncio.Event()
+        self.watchers: list = []  # called (soon: not inside the actor's step) at each report
 
     def note(self, *call) -> None:
         self.calls.append(call)
+        self.told()
+
+    def told(self) -> None:
         self.news.set()
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # a line logged in another thread: the loop's own reports follow
+            return
+        for watcher in self.watchers:
+            loop.call_soon(watcher)
 
     def job_started(self, job_type: str, waited: float) -> None:
         self.note("job_started", job_type)
@@ -70,6 +85,9 @@ class Reports(Observer):
 
     def worker_restarted(self, group: str) -> None:
         self.note("worker_restarted", group)
+
+    def worker_recycled(self, group: str, reason: str) -> None:
+        self.note("worker_recycled", group, reason)
 
     def claims_lost(self, count: int) -> None:
         self.note("claims_lost", count)
@@ -93,7 +111,7 @@ class _Tap(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         self.reports.lines.append(record.getMessage())
-        self.reports.news.set()
+        self.reports.told()
 
 
 class OnDemand:
@@ -119,25 +137,33 @@ class Actor:
     """One supervisor in this process, on its own config and state folder."""
 
     def __init__(self, database_url: str, workers: str, supervisor: str = "",
-                 scoring: str = "", shutdown_timeout: float = 5):
+                 scoring: str = "", shutdown_timeout: float = 5,
+                 modules: dict[str, str] | None = None):
         # Short paths: the control socket lives under state_dir (Unix sockets are ~107 bytes).
         self.dir = Path(tempfile.mkdtemp(prefix="fa-", dir="/tmp"))
         shutil.copy(HANDLERS, self.dir / "sup_handlers.py")
+        for name, source in (modules or {}).items():  # handler modules beside the config
+            (self.dir / f"{name}.py").write_text(textwrap.dedent(source))
         self.database_url = database_url
         self.config_path = self.dir / "workers.toml"
-        self.config_path.write_text(
-            f"[supervisor]\nstate_dir = \"state\"\nshutdown_timeout = {shutdown_timeout}\n"
-            f"database = {database_url!r}\n" + textwrap.dedent(supervisor)
-            + "\n[scoring]\n" + textwrap.dedent(scoring) + "\n" + textwrap.dedent(workers))
+        self.shutdown_timeout = shutdown_timeout
+        self.rewrite(workers, supervisor, scoring)
         self.reports = Reports()
         self.sup: Supervisor | None = None
         self._tap = _Tap(self.reports)
         self._signals: dict[int, object] = {}
 
+    def rewrite(self, workers: str, supervisor: str = "", scoring: str = "") -> None:
+        """Write its workers.toml (again: a reload reads it)."""
+        self.config_path.write_text(
+            f"[supervisor]\nstate_dir = \"state\"\nshutdown_timeout = {self.shutdown_timeout}\n"
+            f"database = {self.database_url!r}\n" + textwrap.dedent(supervisor)
+            + "\n[scoring]\n" + textwrap.dedent(scoring) + "\n" + textwrap.dedent(workers))
+
     # -- start and stop ------------------------------------------------------------------------
 
     async def start(self, ready: bool = True) -> Actor:
-        for sig in (*STOP_SIGNALS, *IGNORED_SIGNALS, signal.SIGCHLD):
+        for sig in (*STOP_SIGNALS, *RELOAD_SIGNALS, *IGNORED_SIGNALS, signal.SIGCHLD):
             self._signals[sig] = signal.getsignal(sig)
         logging.getLogger("fairsched").addHandler(self._tap)
         logging.getLogger("fairsched").setLevel(logging.INFO)

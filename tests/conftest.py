@@ -95,6 +95,32 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+# Under pytest-xdist (`make test`) the longest tests are handed out first, so that none of them
+# starts near the end and keeps one worker busy alone while the others have finished. Only the
+# order changes: a name missing here costs time, not a test. (Of the packaging tests that
+# share one build, the first goes first; the others find it built.)
+SLOW_FIRST = (
+    "tests/test_supervisor.py::test_stop_ps_and_a_timed_caller_give_up_on_a_supervisor_that_",
+    "tests/test_packaging.py::test_a_first_make_run_says_each_step_in_one_line_then_supervises",
+    "tests/test_packaging.py::test_the_sdist_holds_the_cython_sources_and_nothing_generated",
+    "tests/test_chaos_drill.py::",
+    "tests/test_supervisor_lifecycle.py::test_a_state_dir_deleted_under_a_running_supervisor",
+    "tests/test_control_clients.py::test_clients_sending_megabytes_without_a_line_break",
+    "tests/test_queue_supervisors.py::",
+    "tests/test_core_agree.py::test_both_refuse_the_same_type_lists",
+)
+
+
+def _slow_rank(item) -> int:
+    return next((rank for rank, prefix in enumerate(SLOW_FIRST)
+                 if item.nodeid.startswith(prefix)), len(SLOW_FIRST))
+
+
+def pytest_collection_modifyitems(config, items):
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # each worker collects; the controller deals
+        items.sort(key=_slow_rank)  # stable: within a rank, the order of the files
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _teardown_on_sigterm():
     """SIGTERM (as from `timeout`) ends the run through pytest's teardown, stopping servers."""

@@ -27,6 +27,9 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 # Bytes of the claim statement (fairsched.store.statements.CLAIM_SQL), for the markers that
 # hold or lose its answer.
 CLAIM = b"claims = j.claims + 1"
+# Bytes of the fetch statement (FETCH_SQL) alone: "CROSS JOIN LATERAL" is in it, but also in
+# NEXT_ELIGIBLE_SQL, which follows a fetch that came back short.
+FETCH = b"AS want(type, k)"
 
 
 class PgProxy:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
 import shutil
 import signal
 import subprocess
@@ -28,6 +29,26 @@ def wait_until(condition, timeout: float = 20.0, what: str = "condition", interv
             raise AssertionError(f"timed out waiting for {what() if callable(what) else what}")
         time.sleep(interval)
     return found
+
+
+def read_until(proc: subprocess.Popen, condition, timeout: float = 20.0,
+               what: str = "its output") -> bytes:
+    """What `proc` has written to its stdout pipe, read as it comes until `condition(bytes)`
+    holds; AssertionError naming `what` if it has not within `timeout` seconds, or `proc`
+    closed its stdout first. The rest is left in the pipe (`communicate()` reads it)."""
+    fd = proc.stdout.fileno()
+    seen = b""
+    deadline = time.monotonic() + timeout
+    while not condition(seen):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise AssertionError(f"timed out waiting for {what}; read so far: {seen[-2000:]!r}")
+        if select.select([fd], [], [], left)[0]:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                raise AssertionError(f"stdout closed before {what}: {seen[-2000:]!r}")
+            seen += chunk
+    return seen
 
 
 def fairsched(*args, env=None, timeout=60, input=None):
@@ -55,7 +76,10 @@ class Supervisor:
         self.seen_pids: set[int] = set()
         self.children: list[subprocess.Popen] = []
 
-    def start(self, wait: bool = True, pass_fds: tuple[int, ...] = ()) -> Supervisor:
+    def start(self, wait: bool = True, pass_fds: tuple[int, ...] = (),
+              listening: bool = False) -> Supervisor:
+        """Start it; with `wait`, until its workers are ready; with `listening` too, until its
+        LISTEN is in effect (see wait_listening)."""
         if getattr(self, "_logf", None):
             self._logf.close()
         self._logf = open(self.log, "ab")
@@ -65,7 +89,30 @@ class Supervisor:
         if wait:
             self.wait_for(lambda ps: all(s["state"] in ("free", "busy", "fatal") for s in ps["slots"]),
                           what="all workers ready")
+        if listening:
+            self.wait_listening()
         return self
+
+    def wait_listening(self, timeout: float = 20.0) -> None:
+        """Until the supervisor's notification connection has its LISTENs in effect. Its first
+        fetch may come before them, so a job inserted in between is only found by the next
+        poll: a test with a long poll_interval that counts on the notification waits here."""
+        import psycopg
+
+        from fairsched.store.schema import CANCEL_CHANNEL
+
+        name = f"fairsched notifications (pid {self.proc.pid})"
+
+        def listening():
+            with psycopg.connect(self.env["FAIRSCHED_DATABASE_URL"], autocommit=True) as conn:
+                # The second LISTEN done (idle after it): the first, for jobs, is in effect too.
+                return conn.execute(
+                    "SELECT 1 FROM pg_stat_activity WHERE application_name = %s"
+                    " AND state = 'idle' AND query = %s",
+                    (name, f"LISTEN {CANCEL_CHANNEL}")).fetchone() is not None
+
+        wait_until(listening, timeout, interval=0.02,
+                   what=lambda: f"{name} to LISTEN:\n{self.output()[-2000:]}")
 
     def cli(self, *args, timeout=60, input=None):
         return fairsched(*args, env=self.env, timeout=timeout, input=input)
@@ -158,6 +205,15 @@ class Supervisor:
         if getattr(self, "_logf", None):
             self._logf.close()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def sleeping(pid: int) -> bool:
+    """Whether the process sleeps now (time.sleep): a command in its retry loop, between two
+    tries, having found the supervisor busy or still starting (Linux: /proc/PID/wchan)."""
+    try:
+        return Path(f"/proc/{pid}/wchan").read_text() in ("hrtimer_nanosleep", "do_nanosleep")
+    except OSError:
+        return False
 
 
 def alive(pid: int) -> bool:

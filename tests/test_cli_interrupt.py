@@ -4,10 +4,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from tests.pg_proxy import PgProxy
+from tests.supervisor_harness import wait_until
 
 SLOW_PDF = """
 [[worker]]
@@ -57,7 +57,8 @@ def test_ctrl_c_while_a_command_waits_on_a_silent_database_is_one_line(db, tmp_p
             [sys.executable, "-m", "fairsched", "jobs"], cwd=tmp_path, text=True,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             env=dict(os.environ, FAIRSCHED_DATABASE_URL=proxy.url_through))
-        time.sleep(2)  # connected, migrations checked, the listing sent
+        wait_until(lambda: proxy.answer_lost or proc.poll() is not None,
+                   what="the listing's query sent")  # connected, migrations checked
         assert proc.poll() is None, proc.communicate()
         assert interrupted(proc) == "fairsched: interrupted"
     finally:

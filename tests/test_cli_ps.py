@@ -6,6 +6,7 @@ import fcntl
 import json
 import os
 import pty
+import re
 import select
 import signal
 import struct
@@ -17,7 +18,7 @@ import time
 import pytest
 
 from fairsched.cli.common import display_width
-from tests.supervisor_harness import wait_until
+from tests.supervisor_harness import read_until, wait_until
 
 ECHO = """
 [[worker]]
@@ -67,10 +68,10 @@ handler = "no_such_module_anywhere:handle"
 
 
 def on_a_terminal(sup, args, term: str | None, *, stream: str = "stdout",
-                  seconds: float | None = None, columns: int = 0) -> tuple[bytes, int]:
+                  interrupt_once=None, columns: int = 0) -> tuple[bytes, int]:
     """What `fairsched ARGS` writes to a terminal (its `stream` on a pty, `columns` wide if
-    not 0) with TERM=`term` (None: unset), and its exit code: interrupted with Ctrl-C after
-    `seconds`, or run to its end when None."""
+    not 0) with TERM=`term` (None: unset), and its exit code: interrupted with Ctrl-C once
+    `interrupt_once(what it wrote so far)` holds, or run to its end when None."""
     env = dict(sup.env)
     env.pop("TERM", None)
     env.pop("COLUMNS", None)
@@ -85,12 +86,11 @@ def on_a_terminal(sup, args, term: str | None, *, stream: str = "stdout",
     os.close(slave)
     seen = b""
     deadline = time.monotonic() + 30
-    interrupt_at = time.monotonic() + seconds if seconds is not None else None
     try:
         while time.monotonic() < deadline:
-            if interrupt_at is not None and time.monotonic() >= interrupt_at:
+            if interrupt_once is not None and interrupt_once(seen):
                 proc.send_signal(signal.SIGINT)
-                interrupt_at = None
+                interrupt_once = None
             if select.select([master], [], [], 0.1)[0]:
                 try:
                     chunk = os.read(master, 65536)
@@ -99,7 +99,7 @@ def on_a_terminal(sup, args, term: str | None, *, stream: str = "stdout",
                 if not chunk:
                     break
                 seen += chunk
-            elif proc.poll() is not None and interrupt_at is None:
+            elif proc.poll() is not None and interrupt_once is None:
                 break
         proc.communicate(timeout=30)
     finally:
@@ -113,6 +113,11 @@ def on_a_terminal(sup, args, term: str | None, *, stream: str = "stdout",
 def tables(text: str) -> list[str]:
     """The tables of a plain `ps --watch`, each with its supervisor line, header and row."""
     return [t for t in text.strip("\n").split("\n\n") if t]
+
+
+def rows_drawn(out: bytes) -> int:
+    """How many times the slot's row has been written out whole."""
+    return len(re.findall(rb"^pdf-1 [^\n]*\n", out, re.M))
 
 
 def assert_plain_refreshes(text: str) -> None:
@@ -131,17 +136,19 @@ def test_ps_watch_into_a_pipe_prints_each_refresh_after_a_blank_line(supervisors
                                env=dict(sup.env, TERM="xterm-256color"),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     sup.children.append(watcher)
-    time.sleep(2.5)
+    seen = read_until(watcher, lambda out: rows_drawn(out) >= 2, what="a table and its refresh")
     watcher.send_signal(signal.SIGINT)
     out, err = watcher.communicate(timeout=10)
     assert watcher.returncode == 0 and err == b"", err
-    assert_plain_refreshes(out.decode())
+    assert_plain_refreshes((seen + out).decode())
 
 
 @pytest.mark.parametrize("term", ["dumb", None], ids=["dumb", "unset"])
 def test_ps_watch_on_a_terminal_that_cannot_redraw_prints_plain_text(supervisors, term):
     sup = supervisors(ECHO).start()
-    seen, code = on_a_terminal(sup, ["ps", "--watch"], term, seconds=2.5)
+    seen, code = on_a_terminal(
+        sup, ["ps", "--watch"], term,
+        interrupt_once=lambda seen: rows_drawn(seen) >= 2)
     assert code == 0, seen
     assert CLEAR not in seen, seen
     assert_plain_refreshes(seen.decode().replace("\r\n", "\n"))
@@ -151,7 +158,8 @@ def test_ps_watch_on_a_terminal_redraws_it_without_clearing_it(supervisors):
     """Each refresh is drawn over the last from the top left, every line erased to its end
     and the rest of the screen after the table: a screen cleared first flickers."""
     sup = supervisors(ECHO).start()
-    seen, code = on_a_terminal(sup, ["ps", "--watch"], "xterm-256color", seconds=2.5)
+    seen, code = on_a_terminal(sup, ["ps", "--watch"], "xterm-256color",
+                               interrupt_once=lambda seen: seen.count(ERASE_BELOW) >= 2)
     assert code == 0, seen
     assert b"\x1b[2J" not in seen, seen
     frames = seen.split(HOME)

@@ -18,11 +18,13 @@ import termios
 import time
 from pathlib import Path
 
+import psutil
 import psycopg
 import pytest
 
 from fairsched.store.errors import OtherDatabase
 from fairsched.store.queue import Queue
+from tests.supervisor_harness import alive, wait_until
 
 WORKERS_TOML = """
 [supervisor]
@@ -487,6 +489,8 @@ def test_embedded_database_without_any_url(reused_state_dir):
 def test_ctrl_c_while_a_command_starts_the_embedded_database_stops_it_too(reused_state_dir):
     # The server is up (its postmaster.pid written) before pg_ctl says so: a command
     # interrupted in between must still stop the server it started, as any other exit does.
+    # The server is held (SIGSTOP) from its pid file on, so it cannot become ready: the
+    # command surely is in between, waiting for pg_ctl, when the Ctrl-C lands.
     config = reused_state_dir.parent / "workers.toml"
     config.write_text(WORKERS_TOML)
     env = {k: v for k, v in os.environ.items() if k != "FAIRSCHED_DATABASE_URL"}
@@ -494,21 +498,38 @@ def test_ctrl_c_while_a_command_starts_the_embedded_database_stops_it_too(reused
     command = subprocess.Popen([sys.executable, "-m", "fairsched", "jobs", "--config",
                                 str(config)], env=env, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
+    postmaster = None
+
+    def pid_written() -> int | None:
+        """The server's pid (not the negative one of `postgres --single`, setting the
+        password before)."""
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            pid = int(pid_file.read_text().splitlines()[0])
+            return pid if pid > 0 else None
+        return None
+
     try:
-        deadline = time.monotonic() + 30
-        while not pid_file.exists() and time.monotonic() < deadline:
-            time.sleep(0.001)
+        postmaster = psutil.Process(wait_until(pid_written, timeout=30, interval=0.001,
+                                               what="the server's pid file"))
+        postmaster.suspend()
+        lines = pid_file.read_text().splitlines()
+        assert lines[7:8] != ["ready"], "the server was ready before it could be held"
+        (pg_ctl,) = [p for p in psutil.Process(command.pid).children() if p.name() == "pg_ctl"]
         command.send_signal(signal.SIGINT)
+        # The command has taken the Ctrl-C once it has killed the pg_ctl it waited for.
+        wait_until(lambda: not alive(pg_ctl.pid), what="pg_ctl killed by the command")
+        postmaster.resume()  # to take the command's stop
         out, err = command.communicate(timeout=30)
     finally:
+        with contextlib.suppress(psutil.Error):
+            if postmaster is not None:
+                postmaster.resume()
         command.kill()
         command.wait()
-    assert command.returncode in (0, 130), err
-    assert "Traceback" not in err, err
-    deadline = time.monotonic() + 10
-    while pid_file.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not pid_file.exists(), "the embedded PostgreSQL outlived the command that started it"
+    assert command.returncode == 130, err
+    assert "Traceback" not in err and err.endswith("fairsched: interrupted\n"), err
+    wait_until(lambda: not pid_file.exists(), timeout=10,
+               what="the embedded PostgreSQL stopped with the command that started it")
 
 
 def test_commands_beside_a_running_supervisor_leave_its_database_up(reused_state_dir):

@@ -41,6 +41,23 @@ def backends_of(url, pid: int, waiting_on_a_lock: bool = False) -> int:
     return n
 
 
+def server_now(url: str):
+    with psycopg.connect(url) as conn:
+        return conn.execute("SELECT now()").fetchone()[0]
+
+
+def heartbeat_at(url: str, supervisor: int):
+    with psycopg.connect(url) as conn:
+        return conn.execute("SELECT heartbeat_at FROM fairsched_supervisors WHERE id = %s",
+                            (supervisor,)).fetchone()[0]
+
+
+def sessions(conn) -> int:
+    """The sessions ever opened on the database of `conn` (an autocommit connection)."""
+    return conn.execute("SELECT sessions FROM pg_stat_database"
+                        " WHERE datname = current_database()").fetchone()[0]
+
+
 def running_jobs(supervisors, db, tmp_path, *, lease: float, seconds: float):
     """A supervisor with `lease`, 20 jobs of `seconds` each enqueued, the first one done:
     (the supervisor, the job ids, the file their runs are recorded in)."""
@@ -79,9 +96,11 @@ def test_a_short_statement_timeout_set_for_others_does_not_hold_back_outcomes(su
     sup.env["FAIRSCHED_DATABASE_URL"] = make_conninfo(db, options="-c statement_timeout=1ms")
     sup.start()
     log = tmp_path / "runs"
-    for _ in range(3):  # outcomes then come in batches of many
+    for batch in range(3):  # outcomes then come in batches of many
         enqueue(db, [{"type": "rec", "payload": {"log": str(log)}} for _ in range(300)])
-        time.sleep(0.5)
+        # The next batch comes while the outcomes of this one are being written.
+        wait_until(lambda batch=batch: statuses(db).get("succeeded", 0) > 300 * batch,
+                   timeout=30, what=lambda: f"outcomes recorded: {statuses(db)}")
     wait_until(lambda: statuses(db) == {"succeeded": 900}, timeout=60,
                what=lambda: f"every job done: {statuses(db)}\n{sup.output()[-2000:]}")
     assert "statement timeout" not in sup.output()
@@ -91,8 +110,12 @@ def test_an_idle_session_timeout_set_for_others_does_not_end_the_supervisors_con
         supervisors, db, tmp_path):
     sup = supervisors(RECORD, supervisor="lease = 8\npoll_interval = 600\n")
     sup.env["FAIRSCHED_DATABASE_URL"] = make_conninfo(db, options="-c idle_session_timeout=300ms")
-    sup.start()
-    time.sleep(3)  # a heartbeat is due every lease / 3; the listener hears nothing meanwhile
+    sup.start(listening=True)
+    # A heartbeat after the registration (due lease / 3 later): the connections have been
+    # idle far past the timeout meanwhile, the listener's all along.
+    registered = server_now(db)
+    wait_until(lambda: heartbeat_at(db, sup.ps()["supervisor"]["id"]) > registered,
+               what="a heartbeat")
     ids = enqueue(db, [{"type": "rec", "payload": {"log": str(tmp_path / "runs")}}])
     wait_until(lambda: statuses(db) == {"succeeded": len(ids)}, timeout=30,
                what=lambda: f"the job done: {statuses(db)}")
@@ -133,14 +156,31 @@ def test_jobs_locked_by_another_transaction_hold_back_neither_the_rest_nor_the_c
         locker.execute("SELECT id FROM fairsched_jobs WHERE id <= %s FOR UPDATE", (ids[7],))
         wait_until(lambda: statuses(db) == {"succeeded": 22, "pending": 8}, timeout=20,
                    what=lambda: f"the jobs not locked done: {statuses(db)}")
-        before = commits(db)
-        time.sleep(3)
-        spent = commits(db) - before
+        # Over one heartbeat interval of the supervisor (3 s, from one heartbeat to the
+        # next), less the transactions of the polls that see them.
+        supervisor = sup.ps()["supervisor"]["id"]
+        polls = 0
+        with psycopg.connect(db, autocommit=True) as watch:
+            def beat_after(then):
+                nonlocal polls
+                polls += 1
+                (beat,) = watch.execute("SELECT heartbeat_at FROM fairsched_supervisors"
+                                        " WHERE id = %s", (supervisor,)).fetchone()
+                return beat if then is None or beat > then else None
+
+            seen = beat_after(None)
+            first = wait_until(lambda: beat_after(seen), timeout=10, interval=0.1,
+                               what="a heartbeat")
+            before, polls = commits(db), 0
+            last = wait_until(lambda: beat_after(first), timeout=10, interval=0.1,
+                              what="the next heartbeat")
+            spent = commits(db) - before - polls
         locker.rollback()
     wait_until(lambda: statuses(db) == {"succeeded": 30}, timeout=20,
                what=lambda: f"every job done: {statuses(db)}")
     # A claim lost to the lock and tried again at once would run thousands a second.
-    assert spent < 300, f"{spent} transactions in 3 s while 8 locked jobs waited"
+    window = (last - first).total_seconds()
+    assert spent < 300, f"{spent} transactions in {window:.1f} s while 8 locked jobs waited"
     assert sup.proc.poll() is None
 
 
@@ -198,7 +238,10 @@ def test_a_database_that_turns_read_only_is_named_so_and_waited_out(supervisors,
                           " WHERE application_name LIKE %s", (f"fairsched % (pid {sup.proc.pid})",))
             wait_until(lambda: "refuses writes" in sup.output(), timeout=10,
                        what=lambda: f"the read-only database named\n{sup.output()[-2000:]}")
-            time.sleep(2)  # reconnecting all the while
+            # Reconnecting all the while: each try is a new session, refused its writes.
+            tries = sessions(admin)
+            wait_until(lambda: sessions(admin) >= tries + 3, timeout=10,
+                       what="three more tries to reconnect")
         finally:
             admin.execute("SET default_transaction_read_only = off")
             admin.execute(sql.SQL("ALTER DATABASE {} RESET default_transaction_read_only")

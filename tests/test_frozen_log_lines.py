@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 import signal
-import time
 
 import psycopg
 
@@ -31,6 +30,17 @@ def holders(url: str, jobs: list[int]) -> set:
             (jobs,))}
 
 
+def server_now(url: str):
+    with psycopg.connect(url) as conn:
+        return conn.execute("SELECT now()").fetchone()[0]
+
+
+def heartbeat_at(url: str, supervisor: int):
+    with psycopg.connect(url) as conn:
+        return conn.execute("SELECT heartbeat_at FROM fairsched_supervisors WHERE id = %s",
+                            (supervisor,)).fetchone()[0]
+
+
 def frozen_while_taken_over(supervisors, db, tmp_path):
     """Two jobs running on one supervisor, frozen until the other runs them both, then woken:
     (the woken supervisor, the jobs)."""
@@ -48,7 +58,11 @@ def frozen_while_taken_over(supervisors, db, tmp_path):
             frozen.wait_output(rf"job {job} started")
     finally:
         other.signal(signal.SIGCONT)
-    time.sleep(2)
+    # A heartbeat that renews the lease with both jobs running here: the lease remembers
+    # them as those that ran while it ran out.
+    since = server_now(db)
+    wait_until(lambda: heartbeat_at(db, frozen_id) > since,
+               what="a heartbeat with both jobs running")
     frozen.signal(signal.SIGSTOP)
     try:
         wait_until(lambda: holders(db, jobs) == {other_id}, timeout=30,

@@ -5,7 +5,6 @@ it has lost is started or recorded by it."""
 from __future__ import annotations
 
 import signal
-import time
 from pathlib import Path
 
 import psycopg
@@ -58,15 +57,18 @@ def test_a_claim_answered_while_its_supervisor_was_frozen_past_its_lease_is_not_
             wait_until(lambda: job_row(db, job)[2] == other_id, timeout=30,
                        what=lambda: f"job {job} taken over by the other supervisor: "
                                     f"{job_row(db, job)}")
-            proxy.pass_answer()  # the old claim's answer is there when it wakes
-            time.sleep(0.5)
+            proxy.pass_answer()  # written: the old claim's answer is there when it wakes
         finally:
             frozen.signal(signal.SIGCONT)
         wait_until(lambda: job_row(db, job)[0] == "succeeded", timeout=30,
                    what=lambda: f"job {job} succeeded, not {job_row(db, job)}:\n"
                                 f"{frozen.output()[-3000:]}")
         frozen.wait_output("lease had expired")
-        time.sleep(1)  # anything the woken supervisor did with the old claim is done by now
+        # The woken supervisor is done with the old claim: either it read the answer and
+        # handed the job back (the table refusing: taken over), or it gave up on the answer,
+        # and the reconnection that followed looked for rows the claim had won (_reconcile)
+        # before it said the connection was restored.
+        frozen.wait_output(rf"job {job} was already taken over|database connection restored")
         assert starts(log, job) == [str(other.slots("span")[0]["pid"])], (
             log.read_text(), frozen.output()[-3000:])
         assert f"job {job} started" not in frozen.output(), frozen.output()[-3000:]

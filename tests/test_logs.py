@@ -13,7 +13,7 @@ import time
 import pytest
 
 from fairsched.logs import TEXT_FORMAT, TextFormatter
-from tests.supervisor_harness import Supervisor
+from tests.supervisor_harness import Supervisor, wait_until
 
 WORKERS = """
 [[worker]]
@@ -194,13 +194,17 @@ def test_children_exiting_during_shutdown_leave_stderr_clean(supervisors):
     for _ in range(3):
         sup = supervisors(WORKERS, log_level="warning").start()
         sup.signal(signal.SIGTERM)
-        deadline = time.monotonic() + 30
-        while sup.proc.poll() is None and time.monotonic() < deadline:
+
+        def flooded_until_gone(sup=sup) -> bool:
+            """One more SIGCHLD, unless the supervisor has exited."""
             try:
                 os.kill(sup.proc.pid, signal.SIGCHLD)
             except ProcessLookupError:
-                break
-            time.sleep(0.0005)
+                return True
+            return sup.proc.poll() is not None
+
+        wait_until(flooded_until_gone, timeout=30, interval=0.0005,
+                   what="the supervisor exiting through a flood of SIGCHLD")
         assert sup.wait_exit() == 0
         assert sup.entries()  # every line of stderr is a JSON object
 

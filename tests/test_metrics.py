@@ -14,8 +14,11 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+
+from tests.supervisor_harness import wait_until
 
 WORKERS = """
 [[worker]]
@@ -67,6 +70,20 @@ def scrape_until(port: int, predicate, what: str, timeout: float = 10.0,
             shown = {k: v for k, v in samples.items() if not k[0].endswith("_bucket")}
             raise AssertionError(f"timed out waiting for {what}: {shown}")
         time.sleep(0.1)
+
+
+def read_by(pid: int, port: int, client: tuple[str, int]) -> bool:
+    """Whether process `pid` has accepted the connection from `client` to `port` on
+    127.0.0.1 and read all that came on it (its receive queue, in /proc/net/tcp, is empty)."""
+    if not any(c.raddr and tuple(c.raddr) == tuple(client) and c.laddr.port == port
+               for c in psutil.Process(pid).net_connections(kind="tcp4")):
+        return False
+    with open("/proc/net/tcp") as table:
+        for line in list(table)[1:]:
+            local, remote, queues = line.split()[1], line.split()[2], line.split()[4]
+            if (int(local.split(":")[1], 16), int(remote.split(":")[1], 16)) == (port, client[1]):
+                return int(queues.split(":")[1], 16) == 0
+    return False
 
 
 def submit(sup, *args) -> None:
@@ -224,11 +241,16 @@ def test_a_scrape_answers_while_the_database_is_silent(db):
         sup.start()
         scrape_until(port, lambda s: value(s, "fairsched_queue_up") == 1, "the queue depth")
         proxy.cut()
-        time.sleep(1.5)  # past the depth's cache: the next scrape asks the database
-        began = time.monotonic()
-        samples = scrape(port)
-        assert time.monotonic() - began < 5
-        assert value(samples, "fairsched_queue_up") == 0
+
+        def asked_the_database():
+            """A scrape's samples once one asked the silent database (those the depth's cache
+            answered still say it is up); each answers within the scrape's bound."""
+            began = time.monotonic()
+            samples = scrape(port)
+            assert time.monotonic() - began < 5
+            return samples if value(samples, "fairsched_queue_up") == 0 else None
+
+        samples = wait_until(asked_the_database, what="a scrape that asked the database")
         assert not any(name == "fairsched_queue_jobs" for name, _ in samples)
         assert value(samples, "fairsched_workers", group="pdf", state="running") == 1
         assert value(scrape(port), "fairsched_queue_up") == 0  # the next scrape too
@@ -255,8 +277,16 @@ def test_the_first_scrape_after_the_depth_connection_ended_reads_the_depth(super
         (ended,) = conn.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
                                 " WHERE application_name = 'fairsched metrics'").fetchone()
     assert ended == 1
-    time.sleep(1.5)  # past the depth's cache: the next scrape asks the database
-    assert value(scrape(port), "fairsched_queue_up") == 1
+
+    def connected_again() -> bool:
+        """Whether a scrape has read the depth on a new connection; none says it unknown."""
+        assert value(scrape(port), "fairsched_queue_up") == 1
+        with psycopg.connect(db, autocommit=True) as conn:
+            (n,) = conn.execute("SELECT count(*) FROM pg_stat_activity"
+                                " WHERE application_name = 'fairsched metrics'").fetchone()
+        return n == 1
+
+    wait_until(connected_again, what="a scrape past the depth's cache, connected again")
     assert "cannot read the queue depth" not in sup.output()
 
 
@@ -284,7 +314,10 @@ def test_a_client_that_hangs_up_mid_request_leaves_the_log_alone(supervisors):
     for request in (b"GET /metr", b"GET /metrics HTTP/1.1\r\nHost: x\r\n"):
         with socket.create_connection(("127.0.0.1", port), timeout=10) as client:
             client.sendall(request)
-            time.sleep(0.2)  # the server is reading the rest of the request
+            # The server is reading the rest of the request: it has taken the connection
+            # and what came on it so far.
+            wait_until(lambda client=client: read_by(sup.proc.pid, port, client.getsockname()),
+                       what="the server reading the request")
             client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     assert value(scrape(port), "fairsched_lease_lost") == 0  # it serves on
     assert sup.cli("stop").returncode == 0

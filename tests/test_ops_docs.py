@@ -14,6 +14,7 @@ import pytest
 import fairsched.config
 import fairsched.supervisor.actor
 import fairsched.supervisor.metrics
+import fairsched.supervisor.running
 import fairsched.supervisor.status
 from fairsched.cli import main
 from fairsched.cli.supervisor_cmds import PS_COLUMNS, supervise
@@ -247,12 +248,18 @@ def test_every_ps_json_field_is_documented():
         elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store):
             fields.add(node.slice.value)
     fields |= {"rss", "cpu", "suspended"}  # added by the ps command itself, with psutil
-    actor = ast.parse(Path(fairsched.supervisor.actor.__file__).read_text())
-    for node in ast.walk(actor):  # the job counters: self.counters = {...}
-        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict)
-                and any(isinstance(x, ast.Attribute) and x.attr == "counters"
-                        for x in node.targets)):
-            fields |= {k.value for k in node.value.keys}
+    # The counters: the jobs' (self.counters = {...}) and those the actor adds to them in
+    # Supervisor.counters().
+    for module in (fairsched.supervisor.running, fairsched.supervisor.actor):
+        for node in ast.walk(ast.parse(Path(module.__file__).read_text())):
+            if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict)
+                    and any(isinstance(x, ast.Attribute) and x.attr == "counters"
+                            for x in node.targets)):
+                fields |= {k.value for k in node.value.keys}
+            elif (isinstance(node, ast.FunctionDef) and node.name == "counters"):
+                for ret in ast.walk(node):
+                    if isinstance(ret, ast.Return) and isinstance(ret.value, ast.Dict):
+                        fields |= {k.value for k in ret.value.keys if k is not None}
     assert {"worker", "job_id", "process_state", "counters", "claim_losses"} <= fields
     text = section(operations(), "## Reading `fairsched ps`")
     missing = sorted(f for f in fields if f"`{f}`" not in text and f"\"{f}\"" not in text)
@@ -269,6 +276,7 @@ def test_the_metrics_table_gives_each_metric_its_type_and_labels():
     observer.job_finished("pdf", "succeeded", 0.2)
     observer.job_unrecorded("pdf", "succeeded")
     observer.worker_restarted("pdf")
+    observer.worker_recycled("pdf", "max_jobs")
     observer.claims_lost(1)
     observer.jobs_pruned(2)
     observer.group_scaled("pdf", 2, "up")
@@ -301,7 +309,7 @@ def test_every_command_option_is_in_the_readme_commands_table():
     assert not missing, f"options missing from README's Commands table: {missing}"
     with_socket = sorted(n for n, c in main.commands.items()
                          if any(p.name == "socket_path" for p in c.params))
-    assert with_socket == ["ps", "restart", "stop", "submit"]
+    assert with_socket == ["ps", "reload", "restart", "stop", "submit"]
     assert all(any(p.name == "config_path" for p in c.params) for c in main.commands.values())
     assert "`--socket PATH`" in readme and "Every command takes `--config workers.toml`" in readme
     assert "`fairsched --version`" in readme and "`fairsched --debug" in readme

@@ -9,6 +9,7 @@ first `make run` takes about 40 s more with pip's cache warm.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -54,13 +55,23 @@ def _build(args, cwd, **env):
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    """(sdist, wheel) from `python -m build` on a copy of the checkout."""
-    base = tmp_path_factory.mktemp("packaging")
-    src = _checkout(base / "src")
+    """(sdist, wheel) from `python -m build` on a copy of the checkout. Built once per run:
+    under pytest-xdist by the first worker to ask, in the folder the workers' temp folders
+    share, while the others wait for it rather than build again."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    base = root / "packaging"
     dist = base / "dist"
-    # Isolated, as by default: the build gets only what [build-system] requires.
-    result = _build(["--outdir", str(dist), str(src)], cwd=base)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    with open(root / "packaging.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released as the file closes
+        if not (base / "built").exists():
+            shutil.rmtree(base, ignore_errors=True)  # what a build that failed left
+            src = _checkout(base / "src")
+            # Isolated, as by default: the build gets only what [build-system] requires.
+            result = _build(["--outdir", str(dist), str(src)], cwd=base)
+            assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+            (base / "built").touch()
     (sdist,) = dist.glob("*.tar.gz")
     (wheel,) = dist.glob("*.whl")
     return sdist, wheel
@@ -140,8 +151,11 @@ CHATTER = re.compile(r"Collecting|Downloading|Installing|Successfully|Requiremen
                      r"Editable install|running build|copying ")
 
 
-def test_a_first_make_run_says_each_step_in_one_line_then_supervises(db, tmp_path):
-    src = _checkout(tmp_path / "src")
+def test_a_first_make_run_says_each_step_in_one_line_then_supervises(db, short_tmp):
+    # A short folder: the control socket's path lies inside the checkout, and must stay
+    # under the ~107 bytes of AF_UNIX however deep pytest's own temp folders are (its
+    # xdist workers add a level).
+    src = _checkout(short_tmp / "src")
     # The test database rather than an embedded one: the steps are what is under test.
     env = _env(FAIRSCHED_DATABASE_URL=db)
     out, err = [], []

@@ -78,3 +78,26 @@ def test_on_a_narrow_terminal_columns_are_left_out_then_cut_short_rather_than_ro
         narrow = render_ps(data, width=60).splitlines()
         busy = next(row for row in narrow if " busy " in row)
         assert "pdf,excel,i… " in busy and "50% page 2/… " in busy, busy
+
+
+def test_a_process_being_recycled_is_said_below_the_table_with_its_memory_against_the_limit():
+    row = slot("pdf-1", 0, ["pdf"], state="stopping", pid=77)
+    row.update(rss=380 << 20, max_rss=400 << 20, recycling="max_rss: RSS 412MB above 400MB")
+    other = slot("pdf-2", 0, ["pdf"], pid=78)
+    other.update(rss=41 << 20, rss_limit=1536 << 20)
+    plain = slot("ocr-1", 0, ["ocr"], pid=79)
+    lines = render_ps({"supervisor": SUPERVISOR, "slots": [row, other, plain]}).splitlines()
+    header = lines[1]
+    rss = {line.split()[0]: line[header.index("RSS"):].split()[0] for line in lines[2:5]}
+    assert rss == {"pdf-1": "380.0M/400M", "pdf-2": "41.0M/1.5G", "ocr-1": "49.6M"}, lines
+    assert lines[5:] == ["pdf-1 is being recycled: max_rss: RSS 412MB above 400MB"], lines
+def test_processes_a_reload_retires_are_said_below_the_table():
+    replaced = dict(slot("pdf-1", 0, ["pdf"], state="stopping", job_id=17), retiring="replaced")
+    removed = dict(slot("ocr-1", 0, ["ocr"], state="stopping"), retiring="removed")
+    kept = dict(slot("pdf-2", 0, ["pdf"]), retiring=None)
+    notes = render_ps({"supervisor": SUPERVISOR,
+                       "slots": [replaced, kept, removed]}).splitlines()[5:]
+    assert notes == [
+        "pdf-1 is being replaced with its group's new settings (a reload): it stops once its "
+        "jobs end",
+        "ocr-1 is leaving: its group left workers.toml in a reload (it stops once its jobs end)"]

@@ -1,14 +1,15 @@
 """fairsched cancel of a queued job as it starts, and crossing its end: real supervisors,
 workers and PostgreSQL."""
 
+import asyncio
 import contextlib
 import re
 import signal
-import time
 
 import psycopg
 
 from fairsched.store.queue import Queue
+from tests.actor_harness import run_actor
 from tests.pg_proxy import CLAIM, PgProxy
 from tests.supervisor_harness import wait_until
 
@@ -39,32 +40,40 @@ def job_row(url, job):
 
 
 def test_a_cancel_that_comes_before_the_claims_answer_stops_the_job_before_it_starts(
-        supervisors, db, short_tmp):
+        db, short_tmp):
+    # In process (tests/actor_harness.py), where the cancel is seen to reach the supervisor:
+    # the claim on its way is marked cancelled in its waiting jobs.
     started = short_tmp / "started"
     proxy = PgProxy(db)
-    sup = supervisors(SLOW, supervisor=RARE_HEARTBEATS)
-    try:
-        sup.env["FAIRSCHED_DATABASE_URL"] = proxy.url_through
-        sup.start()
-        proxy.hold_answer_to(CLAIM)  # the claim's answer is slow to come
+
+    def cancel(job: int) -> str:
         with psycopg.connect(db, autocommit=True) as conn:
-            job = Queue(conn).enqueue("slow", {"seconds": 60, "started": str(started)})
-        wait_until(lambda: proxy.answer_held and job_row(db, job)[0] == "running",
-                   what="the claim committed, its answer on its way")
-        cancel = sup.cli("cancel", str(job))
-        assert cancel.returncode == 0, cancel.stderr
-        time.sleep(2)  # its notification reaches the supervisor before the claim's answer
+            return Queue(conn).cancel_job(job)
+
+    async def scenario(a):
+        proxy.hold_answer_to(CLAIM)  # the claim's answer is slow to come
+        job = await a.enqueue("slow", {"seconds": 60, "started": str(started)})
+        await asyncio.to_thread(
+            wait_until, lambda: proxy.answer_held and job_row(db, job)[0] == "running",
+            what="the claim committed, its answer on its way")
+        await asyncio.to_thread(cancel, job)
+        claims = a.sup.planner.waiting.cache
+        await a.until(lambda: (job, True) in claims.claiming_list(),
+                      what="the cancel heard while the claim's answer is on its way")
         proxy.pass_answer()
-        wait_until(lambda: job_row(db, job)[0] == "cancelled", timeout=5,
-                   what=lambda: f"job {job} cancelled, not {job_row(db, job)}:\n"
-                                f"{sup.output()[-3000:]}")
+        await asyncio.to_thread(
+            wait_until, lambda: job_row(db, job)[0] == "cancelled", 5,
+            lambda: f"job {job} cancelled, not {job_row(db, job)}")
         # Never handed to its worker: the handler did not start, the attempt is unspent.
         assert job_row(db, job) == ("cancelled", 0, 1)
         assert not started.exists()
-        sup.wait_output(rf"job {job} cancelled before it started")
-        assert sup.ps()["slots"][0]["state"] == "free"
+        await a.logged(rf"job {job} cancelled before it started")
+        assert a.ps()["slots"][0]["state"] == "free"
+        assert a.reports.finished() == []
+
+    try:
+        run_actor(proxy.url_through, SLOW, scenario, supervisor=RARE_HEARTBEATS)
     finally:
-        sup.close()
         proxy.close()
 
 

@@ -534,13 +534,16 @@ def test_an_on_demand_request_runs_once_a_fetch_it_waited_for_is_lost_with_the_d
     """A request that came while a fetch was under way waits for its answer (a queued job may
     outrank it); when the database goes out of reach instead, the connection is given up and
     the request runs at once on the free worker, not once the database is back."""
-    from tests.pg_proxy import PgProxy
+    from tests.pg_proxy import FETCH, PgProxy
 
     proxy = PgProxy(db)
     sup = Supervisor(proxy.url_through, SLOW, supervisor="lease = 12\npoll_interval = 1\n")
     try:
         sup.start()
-        proxy.lose_answer_to(b"CROSS JOIN LATERAL")  # the next fetch (every poll) hangs
+        # The next fetch (the first, or a poll's) hangs; not the query for the next delayed
+        # job that follows a short fetch, which the request does not wait for: caught by it
+        # (a start slower than the workers'), the request ran at once, no fetch under way.
+        proxy.lose_answer_to(FETCH)
         wait_until(lambda: proxy.answer_lost, timeout=10, what="a fetch under way")
         proxy.cut()  # and no connection is made again
         caller = sup.spawn_cli("submit", "slow", "--on-demand", "--timeout", "20",
@@ -926,7 +929,7 @@ def test_jobs_queued_while_the_database_was_out_of_reach_start_when_it_is_back(d
     sup = Supervisor(proxy.url_through, RECORD.format(processes=1, slots=2),
                      supervisor="lease = 6\nheartbeat_interval = 1\npoll_interval = 600\n")
     try:
-        sup.start()
+        sup.start(listening=True)  # the first job is found by its notification
         (first,) = enqueue(db, [{"type": "rec", "payload": {"log": str(log)}}])
         wait_all_finished(db, 1, sups=[sup])  # and its type found drained
         proxy.cut()
@@ -1396,7 +1399,7 @@ def test_a_job_notified_while_a_fetch_runs_is_not_left_for_the_poll(supervisors,
     # snapshot, and its notification comes while that fetch runs: it must not be taken for
     # drained, or it waits for the next poll (here 600 s) or the next insert.
     sup = supervisors(RECORD.format(processes=1, slots=8),
-                      supervisor="poll_interval = 600\n").start()
+                      supervisor="poll_interval = 600\n").start(listening=True)
     log = tmp_path / "runs"
     job = {"type": "rec", "payload": {"log": str(log)}}
     ids = []
@@ -1413,7 +1416,7 @@ def test_a_job_notified_while_a_fetch_runs_is_not_left_for_the_poll(supervisors,
 def test_jobs_inserted_while_the_notification_connection_was_down_start_at_once(
         supervisors, db, tmp_path):
     sup = supervisors(RECORD.format(processes=1, slots=2),
-                      supervisor="poll_interval = 600\n").start()
+                      supervisor="poll_interval = 600\n").start(listening=True)
     log = tmp_path / "runs"
     with psycopg.connect(db, autocommit=True) as conn:
         with conn.transaction():  # the listener goes, and the job's notification with it

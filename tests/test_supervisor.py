@@ -20,7 +20,7 @@ import psutil
 import psycopg
 import pytest
 
-from tests.supervisor_harness import alive, wait_until
+from tests.supervisor_harness import alive, read_until, sleeping, wait_until
 
 ECHO = """
 [[worker]]
@@ -321,15 +321,14 @@ def test_an_on_demand_job_its_restart_sent_back_is_answered_when_the_supervisor_
     assert "runs again" not in sup.output(), sup.output()
 
 
-def test_sighup_and_sigusr_are_logged_and_ignored(supervisors):
+def test_sigusr_are_logged_and_ignored_and_sighup_reloads(supervisors):
     sup = supervisors(ECHO).start()
     for sig in (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
         sup.signal(sig)
-    deadline = time.monotonic() + 10
-    while sup.output().count("fairsched has no reload") < 3:
-        assert time.monotonic() < deadline, sup.output()
-        time.sleep(0.05)
-    assert "ignoring SIGHUP: fairsched has no reload" in sup.output()
+    wait_until(lambda: sup.output().count("ignoring SIGUSR") >= 2, timeout=10,
+               what=lambda: f"two signals said ignored:\n{sup.output()}")
+    sup.wait_output(r"reloaded workers\.toml: nothing changed")
+    assert "ignoring SIGHUP" not in sup.output()
     assert sup.proc.poll() is None
     assert sup.cli("submit", "pdf", "--on-demand").returncode == 0
 
@@ -341,15 +340,25 @@ def catches(pid: int, sig: int) -> bool:
     return bool(caught >> (sig - 1) & 1)
 
 
-@pytest.mark.parametrize("after", [0.0, 0.5])
-def test_a_stop_signal_while_the_supervisor_starts_stops_it_cleanly(supervisors, after):
-    sup = supervisors(ECHO).start(wait=False)
-    deadline = time.monotonic() + 20  # Python's start and fairsched's imports come first
-    while not catches(sup.proc.pid, signal.SIGTERM):
-        assert time.monotonic() < deadline and sup.proc.poll() is None, sup.output()
-        time.sleep(0.002)
-    time.sleep(after)  # before its loop has taken the signals over, or while it connects
-    sup.signal(signal.SIGTERM)
+@pytest.mark.parametrize("moment", ["at once", "while it connects"])
+def test_a_stop_signal_while_the_supervisor_starts_stops_it_cleanly(supervisors, db, moment):
+    # At once: before its loop has taken the signals over. While it connects: its check of
+    # the schema waits for the migration lock this test holds.
+    from fairsched.store.schema import MIGRATION_LOCK
+
+    sup = supervisors(ECHO)
+    with psycopg.connect(db) as conn:
+        if moment == "while it connects":
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+        sup.start(wait=False)
+        wait_until(lambda: catches(sup.proc.pid, signal.SIGTERM) or sup.proc.poll() is not None,
+                   interval=0.002, what="its SIGTERM handler")  # Python's start comes first
+        assert sup.proc.poll() is None, sup.output()
+        if moment == "while it connects":
+            wait_until(lambda: conn.execute("SELECT count(*) FROM pg_locks WHERE NOT granted"
+                                            " AND locktype = 'advisory'").fetchone()[0],
+                       what="the supervisor waiting for the migration lock")
+        sup.signal(signal.SIGTERM)
     assert sup.wait_exit(timeout=30) == 0, sup.output()
     assert "Traceback" not in sup.output()
     gone = [p for p in psutil.process_iter(["cmdline", "environ"])
@@ -375,7 +384,9 @@ def test_a_command_while_the_supervisor_starts_waits_for_its_control_socket(supe
         wait_until(lambda: lock_holder(sup.dir / "state" / "control") == sup.proc.pid,
                    what="the supervisor's lock")
         caller = sup.spawn_cli(*command)
-        time.sleep(1.0)
+        # Between two tries: it found the lock held and the socket not there, and waits.
+        wait_until(lambda: sleeping(caller.pid) or caller.poll() is not None,
+                   what="the command waiting for the socket")
         assert caller.poll() is None, caller.communicate()
     out, err = caller.communicate(timeout=30)
     assert caller.returncode == 0, err
@@ -713,10 +724,7 @@ def test_second_supervisor_refused_and_stale_socket_taken_over(supervisors):
     pid = sup.slots("pdf")[0]["pid"]
     sup.proc.kill()  # no cleanup: the socket file stays behind
     sup.proc.wait()
-    deadline = time.monotonic() + 5
-    while alive(pid) and time.monotonic() < deadline:  # orphaned worker exits by itself
-        time.sleep(0.05)
-    assert not alive(pid)
+    wait_until(lambda: not alive(pid), timeout=5, what="the orphaned worker exiting by itself")
     sup.start()
     assert sup.cli("submit", "pdf", "--on-demand").returncode == 0
 
@@ -823,9 +831,11 @@ def test_ps_and_stop_wait_their_turn_behind_a_full_backlog_of_callers(supervisor
                 break
             queued.append(s)
         ps = sup.spawn_cli("ps", "--json")
-        time.sleep(1)
+        # Between two tries: it found the backlog full, and waits its turn.
+        wait_until(lambda: sleeping(ps.pid) or ps.poll() is not None,
+                   what="ps waiting for room in the backlog")
+        assert ps.poll() is None, ps.communicate()
         sup.signal(signal.SIGCONT)
-        time.sleep(0.5)
         for s in queued:  # the burst's callers leave without a request
             s.close()
         out, err = ps.communicate(timeout=60)
@@ -922,11 +932,17 @@ processes = 2
 def test_restart_while_the_template_imports_still_gets_the_newest_code(supervisors):
     sup = supervisors(DOC_WORKER)
     handler = sup.dir / "versioned.py"
-    handler.write_text("import time\ntime.sleep(2)\n\ndef handle(job):\n    return 1\n")
+    imports = sup.dir / "imports"  # the pid of each process that began to import it
+    slow = ("import os, pathlib, time\n"
+            "pathlib.Path(__file__).with_name('imports').open('a').write(f'{os.getpid()}\\n')\n"
+            "time.sleep(2)\n\ndef handle(job):\n    return VALUE\n")
+    handler.write_text(slow.replace("VALUE", "1"))
     sup.start()
+    first = set(imports.read_text().split())
     assert sup.cli("restart", "doc").returncode == 0  # its template imports for 2 s ...
-    time.sleep(0.5)
-    handler.write_text("import time\ntime.sleep(2)\n\ndef handle(job):\n    return 'two'\n")
+    wait_until(lambda: set(imports.read_text().split()) - first,
+               what="the new template importing the first version")
+    handler.write_text(slow.replace("VALUE", "'two'"))
     assert sup.cli("restart", "doc").returncode == 0  # ... and starts over with this
     sup.wait_for(lambda ps: all(s["state"] == "free" for s in ps["slots"]), what="doc back",
                  timeout=30)
@@ -987,7 +1003,7 @@ def test_a_worker_its_template_forks_during_the_shutdown_is_stopped_at_once(supe
                      == [None], what="pdf-1 being forked")
         began = time.monotonic()
         sup.signal(signal.SIGTERM)  # the slow job holds the shutdown for up to 4 s
-        time.sleep(0.5)
+        sup.wait_output(r"shutting down: cancelling 1 running job")
     finally:
         template.resume()
     assert sup.wait_exit(20) == 0
@@ -1019,10 +1035,8 @@ def test_what_a_handlers_import_started_in_its_template_goes_with_the_supervisor
     assert helpers and all(alive(pid) for pid in helpers)  # the template's, and maybe a cold one's
     assert sup.cli("stop").returncode == 0
     assert sup.wait_exit() == 0
-    deadline = time.monotonic() + 5
-    while any(alive(pid) for pid in helpers) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not [pid for pid in helpers if alive(pid)]
+    wait_until(lambda: not [pid for pid in helpers if alive(pid)], timeout=5,
+               what=lambda: f"the helpers gone: {[pid for pid in helpers if alive(pid)]} live")
 
 
 def templates_of(sup, group: str) -> list[psutil.Process]:
@@ -1037,45 +1051,6 @@ def templates_of(sup, group: str) -> list[psutil.Process]:
     return found
 
 
-def test_a_template_that_dies_is_replaced_and_workers_fork_from_it_again(supervisors):
-    # One kill (the OOM killer's, say) must not leave the group starting cold for good. A
-    # worker forked from a template finds the template's objects frozen (gc.freeze); a cold
-    # one finds none.
-    sup = supervisors("""
-[[worker]]
-name = "frozen"
-types = ["frozen"]
-handler = "frozen:handle"
-""")
-    (sup.dir / "frozen.py").write_text(
-        "import gc\n\ndef handle(job):\n    return gc.get_freeze_count() > 0\n")
-    sup.start()
-
-    def forked() -> bool:
-        result = sup.cli("submit", "frozen", "--on-demand")
-        assert result.returncode == 0, result.stderr
-        return json.loads(result.stdout)
-
-    def replace_worker() -> None:
-        (old,) = [s["pid"] for s in sup.slots()]
-        os.kill(old, signal.SIGKILL)
-        sup.wait_for(lambda ps: ps["slots"][0]["state"] == "free"
-                     and ps["slots"][0]["pid"] not in (None, old), what="frozen-1 back")
-
-    assert forked()
-    (template,) = templates_of(sup, "frozen")
-    template.kill()
-    replace_worker()  # at once: cold, the new template is still to come
-    assert not forked()
-    wait_until(lambda: [t.pid for t in templates_of(sup, "frozen")] not in ([], [template.pid]),
-               what="a new template")
-    assert re.search(r"template for frozen exited; replacements start cold until a new one "
-                     r"has imported frozen:handle \(in 1 s\)", sup.output()), sup.output()
-    time.sleep(0.5)  # it has imported its (quick) module and takes spawns
-    replace_worker()
-    assert forked()
-
-
 def test_a_template_killed_while_importing_is_replaced_too(supervisors):
     sup = supervisors("""
 [[worker]]
@@ -1083,8 +1058,11 @@ name = "heavy"
 types = ["heavy"]
 handler = "heavy:handle"
 """)
-    (sup.dir / "heavy.py").write_text("import time\ntime.sleep(2)  # a model to load\n\n"
-                                      "def handle(job):\n    return 1\n")
+    imports = sup.dir / "imports"  # the pid of each process that began to import it
+    (sup.dir / "heavy.py").write_text(
+        "import os, pathlib, time\n"
+        "pathlib.Path(__file__).with_name('imports').open('a').write(f'{os.getpid()}\\n')\n"
+        "time.sleep(2)  # a model to load\n\ndef handle(job):\n    return 1\n")
     sup.start()
     seen = set()
     for _ in range(2):  # ready, then importing: either way a new one follows
@@ -1092,7 +1070,8 @@ handler = "heavy:handle"
             lambda: [t for t in templates_of(sup, "heavy") if t.pid not in seen],
             what="a new template")
         seen.add(template.pid)
-        time.sleep(0.3)
+        wait_until(lambda pid=template.pid: str(pid) in imports.read_text().split(),
+                   what="the template importing")
         template.kill()
     sup.wait_output(r"template for heavy exited while starting \(see .*\); its workers start "
                     r"cold until a new one has imported heavy:handle \(in 2 s\)")
@@ -1152,9 +1131,10 @@ def test_ps_shows_a_cancel_waiting_for_its_answer(supervisors):
 def test_ps_watch_redraws_until_interrupted(supervisors):
     sup = supervisors(ECHO).start()
     watcher = sup.spawn_cli("ps", "--watch")
-    time.sleep(2.5)
+    seen = read_until(watcher, lambda out: out.count(b"\npdf-1 ") >= 2, what="two tables")
     watcher.send_signal(signal.SIGINT)
     out, err = watcher.communicate(timeout=10)
+    out = seen.decode() + out
     assert watcher.returncode == 0, err
     assert "Traceback" not in err
     # Not a terminal here, so no screen clearing: one table after another.
@@ -1233,10 +1213,7 @@ def test_stop_while_a_template_is_still_importing(supervisors):
     assert "supervisor stopped" in out
     assert "Traceback" not in out and "Task was destroyed" not in out, out
     # The template goes too, mid-import: it dies with its supervisor.
-    deadline = time.monotonic() + 10
-    while templates() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not templates()
+    wait_until(lambda: not templates(), timeout=10, what="the template gone")
 
 
 def test_a_template_stuck_importing_is_killed_after_start_timeout(supervisors):

@@ -25,12 +25,15 @@ def test_a_state_dir_deleted_under_a_running_supervisor_is_told_without_tracebac
     sup.wait_output(r"lost the database: .*; reconnecting")
     # Reconnecting finds nowhere to start the server again, time after time.
     sup.wait_output(r"is gone \(restart the supervisor\); trying again")
-    time.sleep(2)  # attempts after 0.2, 0.4, 0.8 s...: said once
+    # Said once over the attempts that follow (0.2, 0.4, 0.8 s... apart). An attempt that
+    # finds the folder gone leaves no trace outside the process (no line, no file, no row:
+    # that is the point), so the window is a bound on the clock: 2 s hold four attempts.
+    time.sleep(2)
     assert sup.output().count("is gone (restart the supervisor)") == 1, sup.output()[-3000:]
     assert "Traceback" not in sup.output(), sup.output()[-3000:]
     assert "claim lane failed" not in sup.output()
     sup.signal(signal.SIGTERM)
-    assert sup.wait_exit(timeout=30) in (0, 1), sup.output()[-3000:]
+    assert sup.wait_exit(timeout=30) == 0, sup.output()[-3000:]  # no job outcome was lost
     assert "Traceback" not in sup.output(), sup.output()[-3000:]
 
 

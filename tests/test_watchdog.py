@@ -73,6 +73,15 @@ def groups():
         group.cleanup()
 
 
+async def answered(dog: Watchdog, timeout: float = 10.0) -> None:
+    """Until the watchdog has answered every line `dog` sent it."""
+    deadline = time.monotonic() + timeout
+    while dog._unanswered_since is not None:
+        assert time.monotonic() < deadline, "the watchdog did not answer"
+        dog._read_reports()
+        await asyncio.sleep(0.01)
+
+
 def tell(watchdog, until: float | None, *pids: int) -> None:
     line = " ".join(["-" if until is None else repr(until), *map(str, pids)])
     watchdog.sock.sendall(line.encode() + b"\n")
@@ -125,9 +134,10 @@ def test_the_watchdog_leaves_when_the_supervisor_does_and_takes_every_worker_alo
         watchdog, groups):
     busy, idle, stranger = groups(), groups(), groups()
     watchdog.sock.sendall(b"%r %d + %d\n" % (clock() + 60, busy.pid, idle.pid))
-    time.sleep(0.5)  # started up
+    assert read_lines(watchdog, 1) == [b"ok"]  # started up, told
     os.kill(watchdog.pid, signal.SIGTERM)  # a service manager's stop: it waits for the end
-    time.sleep(0.2)
+    watchdog.sock.sendall(b"%r %d + %d\n" % (clock() + 60, busy.pid, idle.pid))
+    assert read_lines(watchdog, 1) == [b"ok"]  # it lived on past the signal
     watchdog.sock.shutdown(socket.SHUT_RDWR)  # the supervisor is gone (killed, say)
     _, status = os.waitpid(watchdog.pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
@@ -141,7 +151,7 @@ def test_a_supervisor_gone_with_an_answer_unread_still_takes_its_workers_along(w
     # not an EOF, and meant the same (it exited 70, leaving the workers running).
     busy, idle = groups(), groups()
     watchdog.sock.sendall(b"%r %d + %d\n" % (clock() + 60, busy.pid, idle.pid))
-    time.sleep(0.5)  # answered, and the answer left unread
+    assert watchdog.sock.recv(100, socket.MSG_PEEK) == b"ok\n"  # answered, the answer unread
     watchdog.sock.close()
     _, status = os.waitpid(watchdog.pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
@@ -173,7 +183,7 @@ def test_lines_that_waited_while_the_watchdog_was_stopped_do_not_end_a_renewed_l
         dog = Watchdog(loop, tmp_path / "watchdog.log", lambda: [busy.pid])
         dog.start()
         dog.lease(loop.time() + 0.3)
-        await asyncio.sleep(0.3)  # started up
+        await answered(dog)  # started up
         os.kill(dog.pid, signal.SIGSTOP)
         try:
             for _ in range(3000):  # more than the socket holds
@@ -185,7 +195,11 @@ def test_lines_that_waited_while_the_watchdog_was_stopped_do_not_end_a_renewed_l
             assert dog._unsent  # the newest line has not reached the socket
         finally:
             os.kill(dog.pid, signal.SIGCONT)
-        await asyncio.sleep(1.0)
+        # It has read what was queued and answered; a second answer comes after it has acted
+        # on that (a kill is told before the answer that follows it).
+        await answered(dog)
+        dog.lease(loop.time() + 10)
+        await answered(dog)
         dog.close()
         return dog
 
@@ -207,7 +221,7 @@ def test_a_worker_made_busy_is_told_before_the_loop_turns(tmp_path, groups):
         dog = Watchdog(loop, tmp_path / "watchdog.log", lambda: busy, lambda: [worker.pid])
         dog.start()
         dog.lease(loop.time() + 10)
-        await asyncio.sleep(0.5)  # started up, told: nobody busy
+        await answered(dog)  # started up, told: nobody busy
         dog.lease(loop.time() + 0.3)
         busy.append(worker.pid)
         dog.busy(worker.pid)

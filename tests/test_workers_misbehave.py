@@ -10,8 +10,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import textwrap
-import time
 from pathlib import Path
 
 from fairsched.store.aqueue import MAX_ERROR
@@ -57,32 +55,6 @@ def test_a_job_waiting_is_not_handed_to_a_worker_stopped_from_elsewhere(supervis
     out, err = second.communicate(timeout=30)
     assert second.returncode == 0, (out, err, sup.output()[-2000:])
     assert json.loads(out)["attempt"] == 1 and json.loads(out)["pid"] != pid, out
-
-
-def test_a_fatal_groups_template_is_not_replaced_until_a_restart(supervisors):
-    """A handler whose import ends the process (os._exit) kills its template, then its cold
-    workers, which end fatal. From then on no template is started again every few seconds
-    (none would fork a worker), until `fairsched restart` asks for one."""
-    sup = supervisors("""
-[[worker]]
-name = "gone"
-types = ["gone"]
-handler = "exits_at_import:handle"
-max_restarts = 1
-""")
-    (sup.dir / "exits_at_import.py").write_text(
-        "import os\n\nos._exit(0)\n\n\ndef handle(job):\n    return None\n")
-    sup.start()
-    sup.wait_output(r"worker gone-1 is fatal")
-    starts = sup.output().count("template for gone is importing")
-    time.sleep(8)  # the 1 s, 2 s and 4 s of a replacement's backoff
-    # One may have been under way as the worker went fatal: it is the last.
-    assert sup.output().count("template for gone is importing") <= starts + 1, sup.output()
-    assert "start cold until a new one" not in sup.output().partition("is fatal")[2]
-    before = sup.output().count("template for gone is importing")
-    assert sup.cli("restart", "gone").returncode == 0
-    wait_until(lambda: sup.output().count("template for gone is importing") > before,
-               what="a template started by the restart")
 
 
 def test_a_worker_whose_log_cannot_be_opened_is_fatal_and_its_template_stays(supervisors):
@@ -180,51 +152,6 @@ def test_a_worker_logging_to_a_fifo_that_dies_before_its_hello_leaves_the_superv
     finally:
         reader.kill()
         reader.wait()
-
-
-def test_a_template_answer_read_after_its_worker_came_and_went_is_not_taken_for_a_new_worker(
-        supervisors):
-    """The template is slow to answer with the pid of the worker it forked (a fork hook of the
-    handler's holds it up); by then that worker has said its hello and died. The late answer
-    names a process already reaped: it is not taken for a worker spawned again (which would
-    also have its process group killed later, by then perhaps another's)."""
-    sup = supervisors("""
-[[worker]]
-name = "brief"
-types = ["brief"]
-handler = "brief:handle"
-max_restarts = 0
-""")
-    (sup.dir / "brief.py").write_text(textwrap.dedent("""\
-        import os
-        import threading
-        import time
-
-        TEMPLATE = os.getpid()
-
-
-        def _template_answers_late():
-            if os.getpid() == TEMPLATE:
-                time.sleep(1.0)
-
-
-        def _worker_dies_soon():
-            if os.getppid() != TEMPLATE:  # the worker, not the intermediate child
-                threading.Timer(0.2, os._exit, (3,)).start()
-
-
-        os.register_at_fork(after_in_parent=_template_answers_late,
-                            after_in_child=_worker_dies_soon)
-
-
-        def handle(job):
-            return os.getpid()
-        """))
-    sup.start(wait=False)
-    sup.wait_output(r"worker brief-1 is fatal", timeout=30)  # its first exit: no restart
-    time.sleep(2.0)  # the template's answer, then what would follow from it
-    spawned = re.findall(r"worker brief-1 spawned \(pid (\d+)\)", sup.output())
-    assert spawned and len(spawned) == len(set(spawned)), spawned
 
 
 def test_a_slot_freed_on_a_worker_stopped_from_elsewhere_shows_as_stopping(supervisors):

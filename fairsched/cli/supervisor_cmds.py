@@ -1,4 +1,4 @@
-"""`fairsched supervise`, `ps`, `restart`, `stop` and the on-demand side of `submit`."""
+"""`fairsched supervise`, `ps`, `restart`, `reload`, `stop` and the on-demand side of `submit`."""
 
 from __future__ import annotations
 
@@ -160,6 +160,28 @@ def restart(name, config_path, socket_path):
         raise client.not_a_supervisor(reply)
     said = f"restarting {', '.join(map(str, restarted))}"
     print_outcome(said, f"{said}, but this could not be printed")
+
+
+@main.command(short_help="Read workers.toml again and apply what changed.")
+@config_option
+@socket_option
+@reports_errors
+def reload(config_path, socket_path):
+    """Have the running supervisor read its workers.toml again and apply what changed: new
+    groups start, removed ones stop once their jobs end, changed ones have their processes
+    replaced one at a time, [scoring] counts from the next cycle. A bad file, or one that
+    changes a setting only a restart takes (state_dir, database...), changes nothing: exit 2.
+    Prints what changed, one line per group. (SIGHUP to the supervisor does the same.)"""
+    client = control_client(config_path, socket_path)
+    reply = client.request({"cmd": "reload"})
+    if not reply.get("ok") and isinstance(reply.get("error"), str):
+        fail(reply["error"], 2 if reply.get("code") == 2 else 1)
+    changes = reply.get("changes")
+    if not (reply.get("ok") and isinstance(changes, dict)
+            and isinstance(changes.get("lines"), list)):
+        raise client.not_a_supervisor(reply)
+    said = "\n".join(f"reloaded: {printable(str(line))}" for line in changes["lines"])
+    print_outcome(said, "reloaded, but what changed could not be printed")
 
 
 @main.command()
@@ -337,6 +359,15 @@ def _bytes(n) -> str:
     return str(n)
 
 
+def _rss(slot: dict) -> str:
+    """RSS, and the group's max_rss (else rss_limit) after a slash when it has one."""
+    limit = slot.get("max_rss") or slot.get("rss_limit")
+    rss = _bytes(slot.get("rss"))
+    if not limit:
+        return rss
+    return f"{rss}/{_bytes(limit).replace('.0', '')}"
+
+
 PROGRESS_COLUMNS = 30  # a longer message is cut short, so one does not widen every row
 
 
@@ -399,7 +430,7 @@ def render_ps(data: dict, width: int | None = None) -> str:
         rows.append([
             s["worker"], str(s["pid"] or "-"), str(s["slot"]), ",".join(s["types"]), s["state"],
             str(s["job_id"]) if s["job_id"] is not None else "-", _duration(s.get("job_age")),
-            progress, str(s["restarts"]), _duration(s.get("uptime")), _bytes(s.get("rss")),
+            progress, str(s["restarts"]), _duration(s.get("uptime")), _rss(s),
             f"{s['cpu']:.2f}s" if s.get("cpu") is not None else "-",
         ])
     if width is not None:
@@ -417,6 +448,14 @@ def render_ps(data: dict, width: int | None = None) -> str:
                          f"(fix it, then `fairsched restart {s['worker']}`)")
         elif s["restarts"] and s.get("last_exit") and not s.get("recovered"):
             notes.append(f"{s['worker']} last exited: {printable(s['last_exit'])}")
+        if s.get("recycling") and s["state"] != "fatal":
+            notes.append(f"{s['worker']} is being recycled: {printable(s['recycling'])}")
+        if s.get("retiring") == "removed":
+            notes.append(f"{s['worker']} is leaving: its group left workers.toml in a reload "
+                         "(it stops once its jobs end)")
+        elif s.get("retiring") == "replaced":
+            notes.append(f"{s['worker']} is being replaced with its group's new settings (a "
+                         "reload): it stops once its jobs end")
         if s.get("suspended"):
             notes.append(f"{s['worker']} (pid {s['pid']}) is stopped by a signal (SIGSTOP, "
                          f"Ctrl-Z): it runs nothing until `kill -CONT {s['pid']}`")

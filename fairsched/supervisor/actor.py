@@ -25,7 +25,9 @@ import time
 from dataclasses import dataclass
 
 from fairsched import __version__, core
-from fairsched.config import Config
+from fairsched.config import Config, load_config
+from fairsched.errors import ConfigError, FairschedError
+from fairsched.logs import fields
 from fairsched.permissions import make_private_folder
 from fairsched.supervisor.autoscale import Autoscaler
 from fairsched.supervisor.hooks import Observer
@@ -46,14 +48,19 @@ from fairsched.supervisor.messages import (
     Stale,
 )
 from fairsched.supervisor.queue_link import QueueLink
+from fairsched.supervisor.reload import ConfigChange, config_change
 from fairsched.supervisor.running import Jobs
 from fairsched.supervisor.scheduling import Planner
-from fairsched.supervisor.states import IGNORED_SIGNALS, STOP_SIGNALS
+from fairsched.supervisor.states import IGNORED_SIGNALS, RELOAD_SIGNALS, STOP_SIGNALS
 from fairsched.supervisor.template_process import Template
 from fairsched.supervisor.workers import STOP_GRACE, Workers
 from fairsched.worker.launch import become_subreaper
 
 log = logging.getLogger("fairsched.supervisor")
+
+
+class ReloadRefused(FairschedError):
+    """A reload asked of a supervisor that is starting or shutting down."""
 
 
 @dataclass
@@ -95,6 +102,7 @@ class Supervisor:
         self.starting = False
         self.up = False  # the database works and the workers were started
         self._stop_when_started: tuple[float | None] | None = None  # (timeout,) of an early stop
+        self._reload_when_started = False  # SIGHUP came while starting
         self.log_dir = config.supervisor.state_dir / "logs"
 
     @property
@@ -177,6 +185,8 @@ class Supervisor:
         self.loop.add_signal_handler(signal.SIGCHLD, self.workers.reap_workers)
         for sig in STOP_SIGNALS:
             self.loop.add_signal_handler(sig, self.request_shutdown, None)
+        for sig in RELOAD_SIGNALS:
+            self.loop.add_signal_handler(sig, self._reload_on_signal, sig)
         for sig in IGNORED_SIGNALS:
             self.loop.add_signal_handler(sig, self._ignore_signal, sig)
         self.workers.start_watchdog()
@@ -184,6 +194,8 @@ class Supervisor:
         for sig in self.early_signals:  # those that came before the loop took them over
             if sig in STOP_SIGNALS:
                 self.request_shutdown(None)
+            elif sig in RELOAD_SIGNALS:
+                self._reload_on_signal(sig)  # acted on once started
             else:
                 self._ignore_signal(sig)
         self.early_signals.clear()
@@ -220,11 +232,52 @@ class Supervisor:
             log.warning("the compiled scheduling core did not load (%s); running the "
                         "pure-Python one, which plans large cycles far more slowly (rebuild: "
                         "`make build` or `pip install .`)", core.compiled_error())
+        if self._reload_when_started:
+            self._reload_on_signal(signal.SIGHUP)
 
     def _ignore_signal(self, sig: int) -> None:
-        log.warning("ignoring %s: fairsched has no reload (`fairsched restart NAME` restarts "
-                    "workers with their code as it is now; a changed workers.toml takes a "
-                    "restart of the supervisor)", signal.Signals(sig).name)
+        log.warning("ignoring %s (SIGHUP reloads workers.toml; SIGTERM stops)",
+                    signal.Signals(sig).name)
+
+    # -- a reload ------------------------------------------------------------------------------
+
+    def reload(self) -> ConfigChange:
+        """Read workers.toml again (the file this supervisor was started with) and apply what
+        changed: groups added start, removed ones stop once their jobs end, changed ones have
+        their processes replaced one at a time, [scoring] counts from the next cycle. The whole
+        file is checked first: ConfigError (one line naming the file and key) for a bad one, or
+        one that changes a setting only a restart takes, and nothing changes. ReloadRefused
+        while starting or shutting down."""
+        if self.stop_asked or not self.up or self.run.shutting_down:
+            raise ReloadRefused("the supervisor is " + (
+                "shutting down" if self.stop_asked or self.run.shutting_down else "starting")
+                + ": nothing was reloaded")
+        new = load_config(self.config.path)
+        change = config_change(self.config, new)
+        if not change.nothing:
+            self.config = new
+            self.planner.reconfigure(new)  # first: ids for the new types
+            self.queue.reconfigure(new)
+            self.workers.reconfigure(new, change)
+            self.jobs.reconfigure(new)
+            if change.scoring:
+                self.planner.forget_queued()  # fetched in the old order: fetch afresh
+        for line in change.lines():
+            log.info("reloaded %s: %s", self.config.path.name, line,
+                     extra=fields(event="reloaded", change=line))
+        return change
+
+    def _reload_on_signal(self, sig: int) -> None:
+        if self.starting or (not self.up and not self.stop_asked):
+            # Its workers are not all started yet: read the file once they are.
+            self._reload_when_started = True
+            return
+        self._reload_when_started = False
+        log.info("%s: reloading %s", signal.Signals(sig).name, self.config.path)
+        try:
+            self.reload()
+        except (ConfigError, ReloadRefused) as exc:
+            log.error("reload refused, nothing changed: %s", exc)
 
     def release_signals(self) -> None:
         """Give the signals back before the loop closes.
@@ -234,9 +287,9 @@ class Supervisor:
         """
         if self.loop is None:
             return
-        for sig in (signal.SIGCHLD, *STOP_SIGNALS, *IGNORED_SIGNALS):
+        for sig in (signal.SIGCHLD, *STOP_SIGNALS, *RELOAD_SIGNALS, *IGNORED_SIGNALS):
             self.loop.remove_signal_handler(sig)
-        for sig in (*STOP_SIGNALS, *IGNORED_SIGNALS):
+        for sig in (*STOP_SIGNALS, *RELOAD_SIGNALS, *IGNORED_SIGNALS):
             signal.signal(sig, signal.SIG_IGN)  # shutdown has already begun or finished
 
     def request_shutdown(self, timeout: float | None) -> None:

@@ -163,7 +163,7 @@ class Autoscaler:
             return False
         size = self.workers.size(group.name) - 1
         idle = now - proc.life.active_at
-        self.workers.retire(proc)
+        self.workers.scale_down(proc)
         group.shrunk_at = now
         log.info("group %s shrinks to %d process%s (%d..%d): %s idle for %.1f s "
                  "(idle_timeout %g s); stopping it", group.name, size, "" if size == 1 else "es",

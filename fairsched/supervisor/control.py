@@ -1,4 +1,5 @@
-"""The control socket: newline-delimited JSON requests from `fairsched ps/restart/stop/submit`.
+"""The control socket: newline-delimited JSON requests from `fairsched ps/restart/reload/stop/
+submit`.
 
 The socket lives in a 0700 folder under state_dir, itself mode 0600. An flock on a lock file
 beside it makes a second supervisor on the same state_dir refuse to start while the first lives,
@@ -20,7 +21,7 @@ import socket
 from pathlib import Path
 
 from fairsched.control_client import LOCK_FILE
-from fairsched.errors import FairschedError, path_name
+from fairsched.errors import ConfigError, FairschedError, path_name
 from fairsched.permissions import make_private_folder, open_private, private_umask
 from fairsched.protocol import MAX_DEPTH, MAX_PAYLOAD, json_depth, payload_json
 from fairsched.supervisor.clients import (
@@ -217,11 +218,26 @@ class ControlServer:
             await self._drain(writer)
             sup.request_shutdown(float(timeout) if isinstance(timeout, int | float) else None)
             await sup.stopped.wait()
+        elif cmd == "reload":
+            _send(writer, self._reload())
         elif cmd == "submit":
             await self._submit(request, rest, reader, writer)
         else:
             _send(writer, {"ok": False, "code": 2, "error": f"unknown command {cmd!r}"})
         await self._drain(writer)
+
+    def _reload(self) -> dict:
+        """`fairsched reload`: what changed, or why nothing did (code 2: the file, or a
+        setting that takes a restart; 1: the supervisor is starting or stopping)."""
+        from fairsched.supervisor.actor import ReloadRefused
+
+        try:
+            return {"ok": True, "changes": self.sup.reload().as_json()}
+        except ConfigError as exc:
+            log.error("reload refused, nothing changed: %s", exc)
+            return {"ok": False, "code": 2, "error": str(exc)}
+        except ReloadRefused as exc:
+            return {"ok": False, "code": 1, "error": str(exc)}
 
     async def _submit(self, request: dict, rest: bytes, reader, writer) -> None:
         if self._waiting >= MAX_WAITING:
@@ -241,8 +257,11 @@ class ControlServer:
         final: dict = {}
         held: dict = {}  # the latest progress event, held back while the caller reads slowly
         flushing: list[asyncio.Task] = []
+        withdrawn = False  # its timeout passed, or it sent more than its request
 
         def notify(event: dict) -> None:
+            if withdrawn:
+                return  # the caller was told it was withdrawn: nothing more goes to it
             line = None
             if event["event"] in ("result", "error"):
                 try:
@@ -325,6 +344,7 @@ class ControlServer:
                 {eof, waiter}, timeout=float(timeout) if timeout else None,
                 return_when=asyncio.FIRST_COMPLETED)
             if waiter not in finished:
+                withdrawn = True  # what the job does from now on is not its caller's
                 became = sup.jobs.abandon_request(req)
                 if eof in finished and eof.result():
                     _send(writer, {"event": "refused", "code": 2, "job_id": req.job_id,

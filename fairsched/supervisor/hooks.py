@@ -26,6 +26,9 @@ class Observer:
 
     def group_scaled(self, group: str, processes: int, direction: str) -> None:
         """An autoscaled group grew ("up") or shrank ("down") to `processes`."""
+    def worker_recycled(self, group: str, reason: str) -> None:
+        """A process replaced for `reason`: max_jobs or max_rss (once its jobs are done), or
+        rss_limit (killed at once)."""
 
     def claims_lost(self, count: int) -> None:
         pass

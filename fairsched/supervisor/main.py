@@ -13,7 +13,7 @@ from fairsched.errors import path_name
 from fairsched.logs import first_line
 from fairsched.supervisor.control import ControlServer
 from fairsched.supervisor.log_rotation import LogRotation
-from fairsched.supervisor.states import IGNORED_SIGNALS, STOP_SIGNALS
+from fairsched.supervisor.states import IGNORED_SIGNALS, RELOAD_SIGNALS, STOP_SIGNALS
 from fairsched.supervisor.templates import start_templates
 
 log = logging.getLogger("fairsched.supervisor")
@@ -23,7 +23,7 @@ def run_supervisor(config: Config) -> int:
     # Until the loop handles them, signals are noted here and acted on once it does: a stop
     # that comes while the supervisor starts is not lost, nor does it kill it outright.
     early: list[int] = []
-    for sig in STOP_SIGNALS + IGNORED_SIGNALS:
+    for sig in STOP_SIGNALS + RELOAD_SIGNALS + IGNORED_SIGNALS:
         signal.signal(sig, lambda signum, frame: early.append(signum))
     _raise_file_limit()
     _keep_inherited_files()

@@ -366,6 +366,9 @@ class PrometheusObserver(Observer):
         self.scaled = Counter("fairsched_worker_scale_changes", "Processes an autoscaled group "
                               "started (direction up) or stopped (down) as its load changed.",
                               ["group", "direction"], registry=r)
+        self.recycles = Counter("fairsched_worker_recycles", "Worker processes replaced for "
+                                "their group's max_jobs or max_rss, or killed above its "
+                                "rss_limit.", ["group", "reason"], registry=r)
         self.losses = Counter("fairsched_claim_losses", "Claims lost to another supervisor.",
                               registry=r)
         self.pruned = Counter("fairsched_jobs_pruned", "Finished jobs this supervisor deleted "
@@ -423,6 +426,9 @@ class PrometheusObserver(Observer):
 
     def job_unrecorded(self, job_type: str, outcome: str) -> None:
         self.unrecorded.labels(job_type, outcome).inc()
+
+    def worker_recycled(self, group: str, reason: str) -> None:
+        self.recycles.labels(group, reason).inc()
 
     def worker_restarted(self, group: str) -> None:
         self.restarts.labels(group).inc()

@@ -8,12 +8,15 @@ start.
 from __future__ import annotations
 
 import os
+import random
 import signal
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
+
+import psutil
 
 from fairsched.config import WorkerSpec
 from fairsched.protocol import EXIT_CANNOT_START, EXIT_PROTOCOL, EXIT_SOFTWARE
@@ -39,6 +42,10 @@ class Incarnation:
     oom_kills_at_start: int | None = None  # the kernel's OOM kill count when it started
     jobs_succeeded: int = 0  # one that runs fine after a crash
     active_at: float = 0.0  # monotonic time of its hello, or of its last job's start or end
+    jobs_done: int = 0  # jobs it ran to their end, whatever their outcome (max_jobs)
+    max_jobs: int | None = None  # its group's max_jobs, drawn within +-10% at its spawn
+    recycling: str | None = None  # why it is being replaced (max_jobs, max_rss): its jobs end first
+    over_limit: bool = False  # killed for going above rss_limit
     queued_jobs: int = 0  # queued (not on-demand) jobs running on it: the lease watchdog's
     hello_timer: object | None = None
     kill_timer: object | None = None
@@ -52,6 +59,8 @@ class Incarnation:
     refused_work: bool = False  # stopped for refusing a job: out of step with its config
     leaving: bool = False  # stopped a job unasked: told to stop by someone else (a SIGTERM)
     kill_reason: str | None = None  # why the supervisor killed it, for ps
+    # A reload replaces or removes it: its slots take no more work, it stops once its jobs end.
+    retiring: bool = False
     said_fatal: str | None = None  # the error of the 'fatal' message it sent
     incompatible: str | None = None  # its hello spoke another protocol version: why
     warned_progress: bool = False  # it was told once that its progress fields are ignored
@@ -74,7 +83,8 @@ class WorkerProcess:
     fatal_reason: str | None = None
     restart_timer: object | None = None
     # Stopped by the autoscaler: not restarted, and left out of `procs` once it has exited.
-    retiring: bool = False
+    scaling_down: bool = False
+    removed: bool = False  # a reload took it out of workers.toml: it stops and never comes back
 
     @property
     def name(self) -> str:
@@ -121,6 +131,8 @@ class ExitCause(Enum):
     SHUTDOWN = "shutdown"  # stopped by the supervisor's shutdown: not restarted
     FENCED = "fenced"  # killed for a lease in doubt (this supervisor, or its watchdog)
     STOPPED_FOR_JOB = "stopped_for_job"  # its job timed out or did not stop when cancelled
+    RECYCLED = "recycled"  # replaced after max_jobs or above max_rss: not a crash
+    OVER_LIMIT = "over_limit"  # killed above rss_limit: its jobs failed this attempt
     RESTARTED = "restarted"  # the operator's `fairsched restart`
     SCALED_DOWN = "scaled_down"  # stopped by the autoscaler: not restarted
     INCOMPATIBLE = "incompatible"  # it speaks another protocol version: fatal
@@ -160,12 +172,16 @@ def decode_exit(proc: WorkerProcess, status: int, *, lease_ran_out: bool, shutti
                 f"{last_log_line()[:300]})")
     if shutting_down:
         return Exit(ExitCause.SHUTDOWN, how)
-    if proc.retiring:  # idle when it was stopped: however it ended, it was leaving
+    if proc.scaling_down:  # idle when it was stopped: however it ended, it was leaving
         return Exit(ExitCause.SCALED_DOWN, how)
     if lease_ran_out or life.fenced_kill:
         return Exit(ExitCause.FENCED, how)
+    if life.over_limit:
+        return Exit(ExitCause.OVER_LIMIT, how, life.kill_reason)
     if life.stopped_for_job:
         return Exit(ExitCause.STOPPED_FOR_JOB, how, life.stopped_for_job)
+    if life.recycling is not None and proc.state is ProcessState.STOPPING:
+        return Exit(ExitCause.RECYCLED, how, life.recycling)
     if proc.state is ProcessState.STOPPING and not life.refused_work:
         return Exit(ExitCause.RESTARTED, how)
     if life.incompatible is not None:
@@ -177,6 +193,24 @@ def decode_exit(proc: WorkerProcess, status: int, *, lease_ran_out: bool, shutti
             why = line.partition(" could not start: ")[2] or line
         return Exit(ExitCause.CANNOT_START, how, why)
     return Exit(ExitCause.CRASHED, how)
+
+
+def drawn_max_jobs(spec: WorkerSpec) -> int | None:
+    """One process's max_jobs: its group's, drawn within +-10% (by one job at least, and never
+    below 1), so that the processes of a group started together are not all replaced at
+    once."""
+    if spec.max_jobs is None:
+        return None
+    spread = max(1, round(spec.max_jobs / 10))
+    return max(1, spec.max_jobs + random.randint(-spread, spread))
+
+
+def rss_of(pid: int) -> int | None:
+    """The resident memory of process `pid`, in bytes; None once it is gone."""
+    try:
+        return psutil.Process(pid).memory_info().rss
+    except psutil.Error:
+        return None
 
 
 def describe_exit(status: int, sent: set | frozenset = frozenset(),

@@ -121,6 +121,15 @@ class QueueLink(Heartbeats):
         # that judges others after a lease in touch finds this one back in time.
         self.reconnect_max = min(RECONNECT_MAX, self.settings.lease / 4)
 
+    def reconfigure(self, config) -> None:
+        """A reload: the fetch's order (by score: the [scoring] weights), the max_attempts a
+        job claimed without its own gets, and the poll interval, from the next use of each.
+        The settings that take a restart are the same (reload.RESTART_KEYS)."""
+        self.config = config
+        self.priority_per_second = config.scoring.priority / config.scoring.age
+        self.settings = config.supervisor
+        self.default_max_attempts = config.max_attempts_by_type()
+
     @property
     def kind(self) -> str:
         return self.database.kind if self.database is not None else "unknown"
@@ -587,12 +596,16 @@ class QueueLink(Heartbeats):
             try:
                 notifications = self.store_listen()
                 await notifications
-                if lost:  # what was notified while it was down never came: look afresh
+                # LISTEN is in effect from here on. A job added before it was (while it was
+                # down, or between the first fetch and the first LISTEN) was notified to no
+                # one: look afresh, whatever the last fetch found drained.
+                self._stale()
+                self.request_fetch()
+                if lost:
                     lost = False
-                    self._stale()
                     # Cancels too: the heartbeat passes on those the table holds (_reconcile).
                     self._next_heartbeat = 0.0
-                    self.request_fetch()
+                    self.wake()
                 async for kind, value in notifications:
                     failures = 0
                     if kind == "jobs":

@@ -9,6 +9,7 @@ import logging
 import time
 
 from fairsched.backoff import backoff
+from fairsched.errors import path_name
 from fairsched.logs import fields, quoted
 from fairsched.protocol import ProtocolError, encode_run
 from fairsched.store.rows import encode_result
@@ -55,6 +56,12 @@ class Jobs:
 
     def connect(self, planner, queue, lease, workers) -> None:
         self.planner, self.queue, self.lease, self.workers = planner, queue, lease, workers
+
+    def reconfigure(self, config) -> None:
+        """A reload: requests submitted from now on take the groups' max_attempts and types
+        from `config`; those waiting on a type no group runs any more are answered."""
+        self.config = config
+        self.fail_unrunnable_requests()
 
     # -- what others ask -------------------------------------------------------------------------
 
@@ -277,6 +284,8 @@ class Jobs:
             self._finish_on_demand(rj, outcome, result, error, permanent, duration)
         else:
             self._finish_queued(rj, outcome, result, error, permanent, duration)
+        if outcome != "crashed":  # it ran to its end on a worker still there
+            self.workers.ran_job(rj.proc)
         self.planner.schedule()
 
     def _finish_queued(self, rj, outcome, result, error, permanent, duration) -> None:
@@ -426,7 +435,7 @@ class Jobs:
         """Accept an on-demand request (its payload as protocol.payload_json); None when no
         configured worker supports the type."""
         tid = self.planner.type_ids.get(type_name)
-        if tid is None:
+        if tid is None or type_name not in self.config.types:  # (or no more: a reload)
             return None
         attempts = max(w.max_attempts for w in self.config.workers if type_name in w.types)
         req = Request(number=self._next_request, type=type_name, type_id=tid,
@@ -448,7 +457,10 @@ class Jobs:
 
     def no_live_worker(self, type_name: str) -> str | None:
         """Why no worker will ever run a `type_name` job until an operator acts (all of them
-        fatal), or None."""
+        fatal, or its groups left workers.toml in a reload), or None."""
+        if type_name not in self.config.types:
+            return (f"no worker group runs {type_name!r} jobs any more: "
+                    f"{path_name(self.config.path)} was reloaded without it")
         procs = [p for p in self.workers.procs if type_name in p.spec.types]
         if any(p.state is not ProcessState.FATAL for p in procs):
             return None
@@ -459,7 +471,8 @@ class Jobs:
                 f"see `fairsched ps`, and `fairsched restart {procs[0].group}` once fixed")
 
     def fail_unrunnable_requests(self) -> None:
-        """Answer the waiting on-demand requests no worker is left to run (all fatal)."""
+        """Answer the waiting on-demand requests no worker is left to run (all fatal, or
+        their type gone in a reload)."""
         for req in self.planner.waiting_requests():
             no_worker = self.no_live_worker(req.type)
             if no_worker is not None:

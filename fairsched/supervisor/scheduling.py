@@ -49,6 +49,16 @@ class Planner:
     def connect(self, queue, lease, jobs, workers) -> None:
         self.queue, self.lease, self.jobs, self.workers = queue, lease, jobs, workers
 
+    def reconfigure(self, config) -> None:
+        """A reload: its [scoring] from the next cycle, and ids for the types new to it. The
+        ids of known types never change (the pool and the waiting jobs hold them): new ones
+        are appended, those no group runs any more keep theirs, with no slot."""
+        self.config = config
+        self.weights = config.scoring
+        for t in sorted(config.types - self.type_ids.keys()):
+            self.type_ids[t] = len(self.type_ids)  # the same dict WaitingJobs reads
+        self.schedule()
+
     # -- slots ---------------------------------------------------------------------------------
 
     def add_slots(self, proc, generation: int, types, count: int) -> list[int]:

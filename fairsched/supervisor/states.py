@@ -4,10 +4,11 @@ signals the supervisor handles."""
 import signal
 from enum import StrEnum
 
-# Signals the supervisor stops on, and those it logs and ignores (it has no reload); until its
+# Signals the supervisor stops on, reloads workers.toml on, and logs and ignores; until its
 # loop takes them over they are noted and acted on then (main.run_supervisor).
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-IGNORED_SIGNALS = (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+RELOAD_SIGNALS = (signal.SIGHUP,)
+IGNORED_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
 
 
 class ProcessState(StrEnum):

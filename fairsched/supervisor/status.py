@@ -27,6 +27,17 @@ def snapshot(sup) -> dict:
             # The process that replaced the one last_exit tells of runs fine since.
             "recovered": proc.recovered(mono),
             "fatal_reason": proc.fatal_reason,
+            # Recycling: jobs run by this process against its max_jobs (drawn for it), the
+            # group's memory limits in bytes, and why it is being replaced, if it is.
+            "jobs_done": proc.life.jobs_done,
+            "max_jobs": proc.life.max_jobs,
+            "max_rss": proc.spec.max_rss,
+            "rss_limit": proc.spec.rss_limit,
+            "recycling": proc.life.recycling,
+            # A reload stops it once its jobs end: "removed" (for good), "replaced" (by one
+            # with the group's new settings), else None.
+            "retiring": ("removed" if proc.removed else
+                         "replaced" if proc.life.retiring else None),
         }
         for index, state, rj in slot_states(sup, proc):
             slots.append(_row(base, index, state, rj, mono))
@@ -76,7 +87,7 @@ def slot_states(sup, proc):
         in_pool, busy = sup.planner.slot_state(sid)
         # A slot out of the index takes no more work: its worker is on its way out
         # (stopped by a SIGTERM from elsewhere, or its pipe broke), whatever it runs.
-        if (proc.state is ProcessState.STOPPING
+        if (proc.state is ProcessState.STOPPING or proc.life.retiring
                 or (rj is None and (sup.shutting_down or not in_pool))):
             yield index, "stopping", rj
         elif rj is not None or busy:

@@ -203,6 +203,18 @@ class Templates:
             self._drop_template(old)  # it exits; spawns it had under way start cold
         self._warm_template(spec)
 
+    def drop_group(self, group: str) -> None:
+        """A reload removed the group: its template goes (and one importing, or due)."""
+        timer = self.template_timers.pop(group, None)
+        if timer is not None:
+            timer.cancel()
+        importing = self.warming_up.pop(group, None)
+        if importing is not None:
+            importing.kill()
+        template = self.templates.pop(group, None)
+        if template is not None:
+            self._drop_template(template)  # spawns it had under way start cold, to stop
+
     async def _warm_up(self, template: Template, procs: list[WorkerProcess]) -> None:
         answered = self.loop.create_future()
         self.loop.add_reader(template.fileno(), lambda: answered.done() or answered.set_result(1))
@@ -245,6 +257,7 @@ class Templates:
             if (proc.state is ProcessState.DOWN and proc.life.pid is None
                     and proc.restart_timer is None):
                 self.workers.spawn_worker(proc)
+        self.workers.rolling.step()  # a reload waited for the new code to be imported
 
     def _on_template_reply(self, template: Template) -> None:
         pending = self.pending_spawns.get(template.group)

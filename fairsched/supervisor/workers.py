@@ -5,6 +5,7 @@ are pipes.py's; the lease watchdog, which watches their pids, is owned here too.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -15,6 +16,7 @@ import sys
 import time
 
 from fairsched.backoff import backoff
+from fairsched.config import size_text
 from fairsched.logs import fields, quoted, tail_lines, unstamped
 from fairsched.protocol import ProtocolError
 from fairsched.supervisor.lease import WATCHDOG_AT
@@ -24,8 +26,12 @@ from fairsched.supervisor.process import (
     Incarnation,
     WorkerProcess,
     decode_exit,
+    drawn_max_jobs,
     oom_kill_count,
+    rss_of,
 )
+from fairsched.supervisor.reload import RESIZE_ONLY
+from fairsched.supervisor.rolling import Rolling
 from fairsched.supervisor.states import EXITED, ProcessState
 from fairsched.supervisor.templates import Templates, launch_spec
 from fairsched.supervisor.watchdog import Watchdog
@@ -37,6 +43,7 @@ STOP_GRACE = 2.0  # SIGTERM to SIGKILL for a worker that is stopped or timed out
 # A crash after a calm period restarts at once, the next ones after 0.1 s doubling to 30 s.
 RESTART_DELAY_FIRST = 0.1
 RESTART_DELAY_MAX = 30.0
+RSS_CHECK_EVERY = 0.25  # seconds between looks at the workers' memory, with an rss_limit set
 REAP_WAIT = 0.002  # seconds the loop waits, at most, for a worker whose pipe closed to exit
 # wait4's flag (linux/wait.h) to wait for the calling thread's children only.
 _WNOTHREAD = 0x20000000 if sys.platform.startswith("linux") else 0
@@ -63,6 +70,8 @@ class Workers:
         self.loop = loop
         self.run = run  # RunState: the actor's, read only
         self.restarts = 0  # of every worker, for ps
+        self.recycles = 0  # replaced after max_jobs or above max_rss, for ps
+        self._limits_timer: asyncio.TimerHandle | None = None
         self.observer = observer
         self._changed = changed  # wakes a shutdown waiting for workers to exit
         self.log_dir = config.supervisor.state_dir / "logs"
@@ -74,6 +83,7 @@ class Workers:
         self.watchdog: Watchdog | None = None
         self.templates = Templates(self, config, loop, run, self.log_dir)
         self.pipes: Pipes | None = None
+        self.rolling = Rolling(self, run)  # a reload's replacements, one at a time
 
     def connect(self, planner, jobs, lease) -> None:
         self.planner, self.jobs, self.lease = planner, jobs, lease
@@ -88,6 +98,15 @@ class Workers:
         """Start every worker, from its group's template where it has one (`templates`: those
         start_templates began already)."""
         self.templates.start_all(templates)
+        if any(spec.rss_limit is not None for spec in self.config.workers):
+            self._limits_timer = self.loop.call_later(RSS_CHECK_EVERY, self._check_limits)
+
+    def _check_limits(self) -> None:
+        self._limits_timer = None
+        if self.run.shutting_down:
+            return
+        self.check_rss_limits()
+        self._limits_timer = self.loop.call_later(RSS_CHECK_EVERY, self._check_limits)
 
     def keep_templates(self, templates: dict) -> None:
         """Stopping before any worker started: the templates begun already are stopped with
@@ -149,6 +168,62 @@ class Workers:
                 self.refresh_watchdog()
         if succeeded:
             proc.life.jobs_succeeded += 1
+        if proc.life.retiring and proc.state is ProcessState.RUNNING and not self.jobs.busy(proc):
+            self.stop_worker(proc)  # a reload replaces or removes it: its last job ended
+
+    def ran_job(self, proc: WorkerProcess) -> None:
+        """A job of `proc` ran to its end (whatever its outcome): replace the process once
+        its jobs are done if it has run max_jobs, or is above max_rss now."""
+        life = proc.life
+        life.jobs_done += 1
+        if proc.state is not ProcessState.RUNNING or life.pid is None:
+            return
+        if life.recycling is None:
+            why = None
+            if life.max_jobs is not None and life.jobs_done >= life.max_jobs:
+                why = f"max_jobs: ran {life.jobs_done} jobs"
+            elif proc.spec.max_rss is not None:
+                rss = rss_of(life.pid)
+                if rss is not None and rss > proc.spec.max_rss:
+                    why = f"max_rss: RSS {size_text(rss)} above {size_text(proc.spec.max_rss)}"
+            if why is None:
+                return
+            self._recycle(proc, why)
+        if not self.jobs.busy(proc):
+            self.stop_worker(proc)  # its last job is done: its replacement comes at its exit
+
+    def _recycle(self, proc: WorkerProcess, why: str) -> None:
+        proc.life.recycling = why
+        self.recycles += 1
+        self.observer.worker_recycled(proc.group, why.partition(":")[0])
+        self.planner.close_slots(proc.life.generation)  # no more work: its jobs end first
+        running = len(self.jobs.on(proc))
+        then = ("" if not running else "; it finishes its running job first" if running == 1
+                else f"; it finishes its {running} running jobs first")
+        log.info("worker %s is recycled (%s)%s", proc.name, why, then,
+                 extra=fields(event="worker_recycled", worker=proc.name, group=proc.group,
+                              reason=why))
+
+    def check_rss_limits(self) -> None:
+        """Kill at once every worker above its group's rss_limit: its jobs fail this attempt,
+        their last_error naming the limit (a leak that would otherwise grow until the OOM
+        killer takes it, or the whole host)."""
+        for proc in self.procs:
+            limit, life = proc.spec.rss_limit, proc.life
+            if limit is None or life.pid is None or life.over_limit:
+                continue
+            rss = rss_of(life.pid)
+            if rss is None or rss <= limit:
+                continue
+            life.over_limit = True
+            life.kill_reason = f"RSS {size_text(rss)} above rss_limit {size_text(limit)}"
+            log.warning("worker %s uses %s, above its rss_limit of %s; killing it", proc.name,
+                        size_text(rss), size_text(limit),
+                        extra=fields(event="worker_over_limit", worker=proc.name,
+                                     group=proc.group, rss=rss, rss_limit=limit))
+            self.observer.worker_recycled(proc.group, "rss_limit")
+            self.planner.close_slots(life.generation)
+            self.kill_worker(proc, signal.SIGKILL)
 
     def stop_for_job(self, proc: WorkerProcess, why: str, kill_reason: str | None = None) -> None:
         """Stop `proc` for what one of its jobs did (`why`: its job timed out, or did not stop
@@ -209,7 +284,7 @@ class Workers:
         self.spawn_worker(proc, cold=True)
 
     def spawn_worker(self, proc: WorkerProcess, *, cold: bool = False) -> None:
-        if self.run.shutting_down:
+        if self.run.shutting_down or proc.removed:
             return
         proc.restart_timer = None
         if not cold and self.templates.warming(proc.group):
@@ -220,7 +295,7 @@ class Workers:
         generation = self._next_generation
         self._next_generation += 1
         proc.life = Incarnation(name=f"{proc.name}.{generation}.{secrets.token_hex(4)}",
-                                generation=generation)
+                                generation=generation, max_jobs=drawn_max_jobs(proc.spec))
         spec = launch_spec(proc, self.log_dir, self.config.supervisor)
         pid = None
         try:
@@ -283,6 +358,7 @@ class Workers:
                         "set per worker, such as FAIRSCHED_WORKER?), so they start cold, each "
                         "importing it", why)
         self.planner.schedule()
+        self.rolling.step()
 
     def pipe_closed(self, proc: WorkerProcess) -> None:
         """The worker's pipe closed and it has not exited yet. Its slots take no more work at
@@ -308,6 +384,7 @@ class Workers:
                   extra=fields(event="worker_fatal", worker=proc.name, group=proc.group,
                                reason=reason))
         self.jobs.fail_unrunnable_requests()
+        self.rolling.step()
 
     def reap_workers(self) -> None:
         """Collect every exited child of the loop's thread; several SIGCHLDs fold into one call.
@@ -385,6 +462,9 @@ class Workers:
         self.cancel_timers(proc)
         proc.life.pid = None
         self._changed()
+        if proc.removed and ended.cause is not ExitCause.SHUTDOWN:
+            self._gone_for_good(proc, how)
+            return
         match ended.cause:
             case ExitCause.SHUTDOWN:
                 proc.set_state(ProcessState.STOPPED)
@@ -406,6 +486,26 @@ class Workers:
                          extra=fields(event="worker_exited", worker=proc.name, group=proc.group,
                                       exit=how, restart_in=0.0))
                 self._restart_now(proc)
+            case ExitCause.RECYCLED:
+                proc.last_exit = f"{how} (recycled: {ended.why})"
+                log.info("worker %s recycled (%s): %s; its replacement starts", proc.name,
+                         ended.why, how,
+                         extra=fields(event="worker_exited", worker=proc.name, group=proc.group,
+                                      exit=proc.last_exit, restart_in=0.0))
+                self._restart_now(proc)
+            case ExitCause.OVER_LIMIT if proc.life.jobs_done or jobs:
+                # Its jobs failed this attempt; the process is no crash (one that is above its
+                # limit before running anything is, below).
+                log.warning("worker %s %s; restarting", proc.name, how,
+                            extra=fields(event="worker_exited", worker=proc.name,
+                                         group=proc.group, exit=how, restart_in=0.0))
+                self._restart_now(proc)
+            case ExitCause.RESTARTED if proc.life.retiring:
+                proc.last_exit = f"{how} (replaced in a reload)"
+                log.info("worker %s %s; starting its replacement", proc.name, how,
+                         extra=fields(event="worker_exited", worker=proc.name, group=proc.group,
+                                      exit=proc.last_exit, restart_in=0.0))
+                self._restart_now(proc)
             case ExitCause.RESTARTED:
                 proc.last_exit = f"{how} (restarted by the operator)"
                 log.info("worker %s %s; restarting", proc.name, how,
@@ -420,7 +520,7 @@ class Workers:
                                       exit=how, restart_in=None))
             case ExitCause.INCOMPATIBLE | ExitCause.CANNOT_START:
                 self.make_fatal(proc, f"could not start: {ended.why}")
-            case ExitCause.CRASHED:
+            case ExitCause.CRASHED | ExitCause.OVER_LIMIT:
                 self._crashed(proc, how, jobs)
 
     def _restart_now(self, proc: WorkerProcess) -> None:
@@ -664,23 +764,23 @@ class Workers:
     def size(self, group: str) -> int:
         """The group's processes, those on their way up or down (restarting) included, those
         the autoscaler stopped not."""
-        return sum(1 for p in self.procs if p.group == group and not p.retiring)
+        return sum(1 for p in self.procs if p.group == group and not p.scaling_down)
 
     def leaving(self, group: str) -> bool:
         """Whether a process of the group that the autoscaler stopped has yet to exit."""
-        return any(p.group == group and p.retiring for p in self.procs)
+        return any(p.group == group and p.scaling_down for p in self.procs)
 
     def starting_slots(self, group: str) -> int:
         """Slots of the group's processes on their way up (starting, or down to be restarted):
         the jobs waiting that these will take call for no more processes."""
-        return sum(p.spec.slots for p in self.procs if p.group == group and not p.retiring
+        return sum(p.spec.slots for p in self.procs if p.group == group and not p.scaling_down
                    and p.state in (ProcessState.STARTING, ProcessState.DOWN))
 
     def idle_process(self, group: str, idle_for: float, now: float) -> WorkerProcess | None:
         """The highest numbered running process of the group that has run nothing for
         `idle_for` seconds, no slot of it reserved either; None if there is none."""
         for proc in sorted(self.procs, key=lambda p: -p.index):
-            if (proc.group == group and not proc.retiring and proc.state is ProcessState.RUNNING
+            if (proc.group == group and not proc.scaling_down and proc.state is ProcessState.RUNNING
                     and not proc.life.leaving and proc.life.slot_ids
                     and now - proc.life.active_at >= idle_for and not self.jobs.busy(proc)
                     and not self.planner.any_busy(proc.life.slot_ids)):
@@ -695,7 +795,7 @@ class Workers:
         # The assignment its group's processes have now (the same as `spec`, unless the group
         # was changed since the autoscaler was given it).
         spec = next((p.spec for p in reversed(self.procs)
-                     if p.spec.name == spec.name and not p.retiring), spec)
+                     if p.spec.name == spec.name and not p.scaling_down), spec)
         proc = WorkerProcess(spec, index)
         last = max((i for i, p in enumerate(self.procs) if p.spec.name == spec.name),
                    default=len(self.procs) - 1)
@@ -703,8 +803,103 @@ class Workers:
         self.spawn_worker(proc)
         return proc
 
-    def retire(self, proc: WorkerProcess) -> None:
+    def scale_down(self, proc: WorkerProcess) -> None:
         """Stop an idle process for good: the group shrinks. It leaves `procs` once it has
         exited (worker_exited)."""
-        proc.retiring = True
+        proc.scaling_down = True
         self.stop_worker(proc)
+    # -- a reload (fairsched reload, SIGHUP) ---------------------------------------------------
+
+    def reconfigure(self, config, change) -> None:
+        """Apply a reload's `change` (reload.ConfigChange) with `config` from now on: the
+        groups added start, those removed stop once their jobs end, those changed are resized
+        and have their processes replaced one at a time (Rolling), with the handler imported
+        afresh."""
+        self.config = config
+        since = self._next_generation  # an incarnation from this one on has the new settings
+        specs = {spec.name: spec for spec in config.workers}
+        for name in change.removed:
+            self.templates.drop_group(name)  # (before its processes: none is forked from it)
+            for proc in [p for p in self.procs if p.group == name and not p.removed]:
+                self._remove(proc)
+        starting = []
+        for name, keys in change.changed.items():
+            spec = specs[name]
+            group = sorted((p for p in self.procs if p.group == name and not p.removed),
+                           key=lambda p: p.index)
+            for proc in group:
+                proc.spec = spec  # what each process's next incarnation starts with
+            for proc in group[spec.processes:]:
+                self._remove(proc)
+            added = [WorkerProcess(spec, i) for i in range(len(group) + 1, spec.processes + 1)]
+            self.procs.extend(added)
+            starting += added
+            if set(keys) - RESIZE_ONLY:
+                if spec.handler is None:  # a command now: no template forks its processes
+                    self.templates.drop_group(name)
+                self.templates.reload(spec)  # the handler imported afresh, for the new ones
+                self.rolling.add(group[:spec.processes], since)
+        for spec in change.added:
+            added = [WorkerProcess(spec, i) for i in range(1, spec.processes + 1)]
+            self.procs.extend(added)
+            starting += added
+            self.templates.reload(spec)  # its template, if it runs a handler
+        order = {spec.name: i for i, spec in enumerate(config.workers)}
+        self.procs.sort(key=lambda p: (order.get(p.group, len(order)), p.index))
+        for proc in starting:
+            self.spawn_worker(proc)  # (waits for its template, if one is importing)
+        self.rolling.step()
+
+    def retire(self, proc: WorkerProcess) -> None:
+        """A reload replaces or removes `proc`: its slots take no more work at once; it stops
+        when its jobs have ended, or at shutdown_timeout, when they go back unspent (queued
+        ones to the queue, on-demand ones to wait for another slot). One not running now
+        is replaced (or removed) at once."""
+        if proc.life.pid is None:
+            self.cancel_timers(proc)
+            if proc.removed:
+                self._gone_for_good(proc, "not running")
+            elif proc.state in EXITED:
+                proc.crash_times.clear()
+                proc.fatal_reason = None
+                self._respawn(proc)
+            return
+        proc.life.retiring = True
+        self.planner.close_slots(proc.life.generation)
+        if proc.state is not ProcessState.RUNNING or not self.jobs.busy(proc):
+            self.stop_worker(proc)
+            return
+        timeout = self.config.supervisor.shutdown_timeout
+        if proc.removed:
+            log.info("worker %s takes no more work: it stops once its running jobs have ended "
+                     "(at most %g s: shutdown_timeout)", proc.name, timeout)
+        else:
+            log.info("worker %s takes no more work: it is replaced once its running jobs have "
+                     "ended (at most %g s: shutdown_timeout)", proc.name, timeout)
+        self.loop.call_later(timeout, self._retire_overdue, proc, proc.life.generation)
+
+    def _remove(self, proc: WorkerProcess) -> None:
+        proc.removed = True
+        self.retire(proc)
+
+    def _retire_overdue(self, proc: WorkerProcess, generation: int) -> None:
+        if (proc.life.generation != generation or proc.state is not ProcessState.RUNNING
+                or self.run.shutting_down):
+            return  # it stopped meanwhile
+        jobs = ", ".join(str(rj.job_id) for rj in self.jobs.on(proc))
+        log.warning("worker %s still runs job %s at the end of shutdown_timeout (%g s); "
+                    "stopping it, its jobs go back unspent", proc.name, jobs,
+                    self.config.supervisor.shutdown_timeout)
+        self.jobs.cancel_on(proc, "restart")
+        self.stop_worker(proc)
+
+    def _gone_for_good(self, proc: WorkerProcess, how: str) -> None:
+        """A process a reload removed has ended: it leaves the table."""
+        proc.set_state(ProcessState.STOPPED)
+        proc.last_exit = how
+        self.procs.remove(proc)
+        log.info("worker %s stopped: %s (removed from workers.toml)", proc.name, how,
+                 extra=fields(event="worker_exited", worker=proc.name, group=proc.group,
+                              exit=how, restart_in=None))
+        self.jobs.fail_unrunnable_requests()  # a retry had waited on it
+        self.rolling.step()

@@ -312,3 +312,15 @@ def returns(job: fairsched.Job):
     """Returns the JSON value written as text in payload['json']: one a payload cannot hold
     (a NUL character, a lone surrogate) reaches the handler so."""
     return json.loads(job.payload["json"])
+
+
+KEPT: list[bytes] = []  # what `leak` holds on to, for the life of its process
+
+
+def leak(job: fairsched.Job):
+    """Keeps payload['mb'] megabytes (touched, so resident) for as long as the process lives,
+    as a leaking PDF library does, then takes payload['seconds'] more; returns its pid and its
+    resident memory at the end."""
+    KEPT.append(b"\x01" * (int(job.payload["mb"]) << 20))
+    time.sleep(float(job.payload.get("seconds", 0)))  # the rest of the job's work
+    return {"pid": os.getpid(), "rss": psutil.Process().memory_info().rss}

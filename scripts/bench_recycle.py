@@ -1,0 +1,116 @@
+"""What recycling costs: the gap a recycled process leaves, and the throughput of a no-op
+workload with `max_jobs = 100` beside the same without recycling, measured in one run.
+
+    .venv/bin/python scripts/bench_recycle.py [--jobs 6000] [--processes 4] [--rounds 3]
+
+Each round runs the two setups one after the other (interleaved, so that any drift of the
+machine hits both), each on a fresh database of the same PostgreSQL server, with the same
+no-op handler (scripts/bench_throughput.py's machinery: enqueue, VACUUM ANALYZE, start the
+supervisor, poll until every job succeeded; seconds on the server's clock). The gap of each
+recycle is read from the supervisor's JSON log: from `worker_recycled` (the process took its
+last job, its slots left the pool) to `worker_ready` of its replacement, forked from the
+group's template. Its p50 and p99 are over every recycle of every round; the throughput of
+each setup is its best round. The last line is the cost: 1 - (jobs/s with max_jobs) /
+(jobs/s without), in percent; the target is at most 5. Uses FAIRSCHED_DATABASE_URL when set,
+else an embedded PostgreSQL in a temporary directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+from datetime import datetime
+from pathlib import Path
+
+from bench_throughput import (
+    Fairsched,
+    Options,
+    fresh_database,
+    measure,
+    positive_int,
+    postgres_server,
+)
+
+MAX_JOBS = 100
+
+
+class Recycling(Fairsched):
+    name = "fairsched-max-jobs"
+    worker_settings = f"max_jobs = {MAX_JOBS}\n"
+    log_args = ("--log-format", "json")
+
+
+def gaps(log: Path) -> list[float]:
+    """Seconds from each worker_recycled to its replacement's worker_ready, in the log."""
+    recycled: dict[str, datetime] = {}
+    found = []
+    for line in log.read_text().splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        event, worker = entry.get("event"), entry.get("worker")
+        when = datetime.fromisoformat(entry["time"].replace("Z", "+00:00"))
+        if event == "worker_recycled":
+            recycled[worker] = when
+        elif event == "worker_ready" and worker in recycled:
+            found.append((when - recycled.pop(worker)).total_seconds())
+    return found
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=positive_int, default=6000,
+                        help="no-op jobs per run (default 6000)")
+    parser.add_argument("--processes", type=positive_int, default=4,
+                        help="worker processes, one slot each (default 4)")
+    parser.add_argument("--rounds", type=positive_int, default=3,
+                        help="interleaved rounds of the two setups (default 3)")
+    args = parser.parse_args()
+    folder = Path(tempfile.mkdtemp(prefix="fsbr-", dir="/tmp"))
+    plain, recycling = Fairsched(), Recycling()
+    results: dict[str, list] = {plain.name: [], recycling.name: []}
+    every_gap: list[float] = []
+    try:
+        with postgres_server(folder) as (server, kind):
+            opts = Options(args.jobs, args.processes, 1, folder)
+            print(f"{args.jobs} no-op jobs, {args.processes} processes x 1 slot, PostgreSQL "
+                  f"({kind}); {args.rounds} rounds")
+            for _ in range(args.rounds):
+                for setup in (plain, recycling):
+                    with fresh_database(server, "bench_recycle") as url:
+                        results[setup.name].append(measure(setup, url, opts))
+                    if setup is recycling:
+                        every_gap += gaps(setup.log)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    best = {name: max(runs, key=lambda r: r.rate) for name, runs in results.items()}
+    print(f"{'setup':28s} {'jobs/s (best)':>14s}   jobs/s of each round")
+    for name, runs in results.items():
+        label = name if name == plain.name else f"{plain.name} max_jobs = {MAX_JOBS}"
+        print(f"{label:28s} {best[name].rate:14.0f}   "
+              + " ".join(f"{r.rate:.0f}" for r in runs))
+    expected = args.rounds * args.jobs // MAX_JOBS
+    if not every_gap:
+        print("error: no recycle seen in the log", file=sys.stderr)
+        return 1
+    print(f"recycles: {len(every_gap)} (about {expected} expected); replacement gap "
+          f"p50 {percentile(every_gap, 0.5) * 1000:.1f} ms, p99 "
+          f"{percentile(every_gap, 0.99) * 1000:.1f} ms, max {max(every_gap) * 1000:.1f} ms, "
+          f"mean {statistics.mean(every_gap) * 1000:.1f} ms")
+    cost = 1 - best[recycling.name].rate / best[plain.name].rate
+    print(f"throughput cost of max_jobs = {MAX_JOBS}: {cost * 100:.1f}%")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
