@@ -245,7 +245,8 @@ def test_every_ps_json_field_is_documented():
     for node in ast.walk(ast.parse(status.read_text())):
         if isinstance(node, ast.Dict):
             fields |= {k.value for k in node.keys if isinstance(k, ast.Constant)}
-        elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store):
+        elif (isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store)
+                and isinstance(node.slice, ast.Constant)):  # row["slot"] = ..., not groups[name]
             fields.add(node.slice.value)
     fields |= {"rss", "cpu", "suspended"}  # added by the ps command itself, with psutil
     # The counters: the jobs' (self.counters = {...}) and those the actor adds to them in
