@@ -269,3 +269,28 @@ def test_supervise_refuses_a_bad_range_with_exit_2_naming_the_key(tmp_path):
         2, f"fairsched: {path}: [[worker]] 'pdf' key 'processes' must not end below "
            f"its start (MIN..MAX, MIN <= MAX), got '4..2'\n")
     assert not (tmp_path / "state").exists()  # nothing started
+
+
+def test_a_reload_makes_a_group_autoscaled_and_keeps_a_grown_group_within_its_new_range(actor):
+    async def scenario(a):
+        # A fixed group of one made autoscaled by a reload: its process runs on, and a backlog
+        # grows it as any autoscaled group.
+        a.rewrite(autoscaled(1, 3, 30))
+        change = a.sup.reload()
+        assert change.changed == {"pdf": ("max_processes", "idle_timeout")}, change.changed
+        assert "group pdf: resized (max_processes, idle_timeout)" in change.lines()
+        first = a.proc("pdf-1").life
+        callers = [a.on_demand("pdf", {"seconds": 3}) for _ in range(3)]
+        await a.until(lambda: len(running(a)) == 3, timeout=5, what="grown to 3")
+        assert a.proc("pdf-1").life is first  # not replaced: only its group's size changed
+        # A narrower range keeps what the load gave it, within the range: 3 to at most 2.
+        a.rewrite(autoscaled(1, 2, 30))
+        a.sup.reload()
+        await a.until(lambda: a.ps()["supervisor"]["groups"]["pdf"]["processes"] == 2,
+                      what="the group down to its new max")
+        answers = [await caller.outcome() for caller in callers]
+        assert [answer["event"] for answer in answers] == ["result"] * 3, answers
+        assert a.sup.autoscaler.groups["pdf"].high == 2
+
+    actor(autoscaled(1, 1, 30).replace('processes = "1..1"\nidle_timeout = 30\n', ""),
+          scenario)

@@ -259,6 +259,7 @@ class Supervisor:
             self.planner.reconfigure(new)  # first: ids for the new types
             self.queue.reconfigure(new)
             self.workers.reconfigure(new, change)
+            self.autoscaler.reconfigure(new)
             self.jobs.reconfigure(new)
             if change.scoring:
                 self.planner.forget_queued()  # fetched in the old order: fetch afresh

@@ -63,6 +63,23 @@ class Autoscaler:
     def connect(self, workers, planner, queue) -> None:
         self.workers, self.planner, self.queue = workers, planner, queue
 
+    def reconfigure(self, config) -> None:
+        """A reload: the autoscaled groups as the new file has them; what a group that stays
+        autoscaled has done (when it last grew and shrank) is kept."""
+        self.config = config
+        groups = {}
+        for spec in config.workers:
+            if spec.autoscaled:
+                low, high = spec.process_range
+                kept = self.groups.get(spec.name)
+                if kept is None:
+                    groups[spec.name] = GroupScale(spec, low, high)
+                else:
+                    kept.spec, kept.low, kept.high = spec, low, high
+                    groups[spec.name] = kept
+        self.groups = groups
+        self.start()
+
     def start(self) -> None:
         if any(g.high > g.low for g in self.groups.values()) and self._timer is None:
             self._timer = self.loop.call_later(TICK, self._tick)

@@ -21,7 +21,9 @@ APPLIED_KEYS = ("shutdown_timeout", "poll_interval")
 SCORING_KEYS = {"priority": "priority_weight", "age": "age_weight", "rarity": "rarity_weight",
                 "on_demand": "on_demand_bonus", "on_demand_age": "on_demand_age_weight"}
 # [[worker]] keys whose change needs no new process: the group only grows or shrinks.
-RESIZE_ONLY = frozenset({"processes"})
+# Keys whose change takes no new process: the group is resized (to `processes`, or, for an
+# autoscaled group, its current size kept within the new range), the others run on.
+RESIZE_ONLY = frozenset({"processes", "max_processes", "idle_timeout"})
 
 
 @dataclass(frozen=True)

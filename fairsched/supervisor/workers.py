@@ -829,9 +829,12 @@ class Workers:
                            key=lambda p: p.index)
             for proc in group:
                 proc.spec = spec  # what each process's next incarnation starts with
-            for proc in group[spec.processes:]:
+            low, high = spec.process_range
+            # An autoscaled group keeps the size its load gave it, within its new range.
+            size = min(max(self.size(name), low), high) if spec.autoscaled else spec.processes
+            for proc in group[size:]:
                 self._remove(proc)
-            added = [WorkerProcess(spec, i) for i in range(len(group) + 1, spec.processes + 1)]
+            added = [WorkerProcess(spec, i) for i in range(len(group) + 1, size + 1)]
             self.procs.extend(added)
             starting += added
             if set(keys) - RESIZE_ONLY:
