@@ -272,11 +272,11 @@ def run(job):
 # Where this interpreter imports from (fairsched, psutil): a command's "python" is the base
 # interpreter, a virtualenv's symlink resolved.
 ROOT = os.pathsep.join(p for p in sys.path if p)
-QUEUED = 300  # a few hundred quick jobs: 1,000 take four times as long and show no more
+QUEUED = 1000
 
 
 def test_a_reload_during_a_run_ends_every_job_once_and_keeps_capacity(actor):
-    """Adds a group, removes one and changes a third's handler while 300 queued jobs run:
+    """Adds a group, removes one and changes a third's handler while 1,000 queued jobs run:
     each ends once (attempt 1), no on-demand caller hangs, and no type ever has more than one
     process fewer taking work than it had (sampled from ps at every report of the actor)."""
     async def scenario(a):
