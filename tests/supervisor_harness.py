@@ -216,6 +216,15 @@ def sleeping(pid: int) -> bool:
         return False
 
 
+def reading(pid: int) -> bool:
+    """Whether the process waits to read a Unix socket, all that came on it read: a command
+    that has taken every event the supervisor sent so far (Linux: /proc/PID/wchan)."""
+    try:
+        return Path(f"/proc/{pid}/wchan").read_text() == "unix_stream_read_generic"
+    except OSError:
+        return False
+
+
 def alive(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE

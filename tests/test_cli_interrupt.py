@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from tests.pg_proxy import PgProxy
-from tests.supervisor_harness import wait_until
+from tests.supervisor_harness import reading, wait_until
 
 SLOW_PDF = """
 [[worker]]
@@ -30,6 +30,9 @@ def test_ctrl_c_while_an_on_demand_job_runs_withdraws_it_in_one_line(supervisors
     sup = supervisors(SLOW_PDF).start()
     caller = sup.spawn_cli("submit", "pdf", "--on-demand", "--payload", '{"seconds": 30}')
     sup.wait_for(lambda ps: ps["slots"][0]["message"] == "started", what="the job started")
+    # The command has read the supervisor's "accepted" (sent before the job started), which
+    # names the job, once it waits on its socket for more.
+    wait_until(lambda: reading(caller.pid), what="the command waiting for the job's events")
     line = interrupted(caller)
     assert line.startswith("fairsched: interrupted"), line
     assert "od-1" in line and "withdrawn" in line, line
