@@ -182,6 +182,12 @@ def db(database_url):
     return database_url
 
 
+def jobs_in(url: str) -> int:
+    """How many jobs the table at url holds."""
+    with psycopg.connect(url) as conn:
+        return conn.execute("SELECT count(*) FROM fairsched_jobs").fetchone()[0]
+
+
 @pytest.fixture
 def queue(db):
     """A fairsched.Queue on the clean database, over an autocommit connection of its own."""
