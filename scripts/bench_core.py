@@ -6,14 +6,15 @@ compiled cycle's cost grew from the size before against n log n. Run with `make 
 with --quick for a smoke run.
 """
 
-import argparse
 import math
 import random
 import statistics
 import sys
 import time
 
-from fairsched.core import Candidates, Weights, compiled_error, implementations
+from _common import start
+
+from fairsched.core import Candidates, Weights
 
 # (candidates, slots, job types, cycles to time)
 SIZES = [(32, 16, 16, 400), (512, 256, 24, 200), (2000, 1000, 32, 100), (20000, 10000, 64, 30)]
@@ -115,13 +116,8 @@ def outlier_table(impls, size, slots, cands, now, cycles):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="few cycles, for a smoke run")
-    args = parser.parse_args(argv)
-    impls = implementations()
-    if impls["c"] is None:
-        print(f"error: the compiled core did not load ({compiled_error()}); run `make build`",
-              file=sys.stderr)
+    args, impls = start(__doc__, "few cycles, for a smoke run", argv)
+    if impls is None:
         return 1
     print(f"python {sys.version.split()[0]}; one cycle = score + plan_cycle; median of N cycles, "
           "run in alternating blocks of 5")

@@ -11,17 +11,17 @@ Both cores, side by side in one process; the last line is the ratio of the media
 2000 x 1000 with the compiled core. Run with `make bench-all`, or with --quick for a smoke run.
 """
 
-import argparse
 import asyncio
 import statistics
 import sys
 import time
 from pathlib import Path
 
+from _common import start
 from bench_core import workload
 
 from fairsched.config import Config, SupervisorSettings, WorkerSpec
-from fairsched.core import Candidates, Weights, compiled_error, implementations
+from fairsched.core import Candidates, Weights
 from fairsched.store.rows import Candidate
 from fairsched.supervisor.actor import Supervisor
 from fairsched.supervisor.in_flight import Claims
@@ -137,14 +137,8 @@ def measure(ns, size, block=5):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true",
-                        help="tiny sizes and 2000 x 1000, few cycles, for a smoke run")
-    args = parser.parse_args(argv)
-    impls = implementations()
-    if impls["c"] is None:
-        print(f"error: the compiled core did not load ({compiled_error()}); run `make build`",
-              file=sys.stderr)
+    args, impls = start(__doc__, "tiny sizes and 2000 x 1000, few cycles, for a smoke run", argv)
+    if impls is None:
         return 1
     print(f"python {sys.version.split()[0]}; e2e = the actor's _cycle() (candidate cache, "
           "plan, claims handed to the queue link); core = plan_cycle alone; median of N cycles")

@@ -208,6 +208,25 @@ def db(database_url):
     return database_url
 
 
+def jobs_in(url: str) -> int:
+    """How many jobs the table at url holds."""
+    with psycopg.connect(url) as conn:
+        return conn.execute("SELECT count(*) FROM fairsched_jobs").fetchone()[0]
+
+
+def server_now(url: str):
+    """The database server's clock now."""
+    with psycopg.connect(url) as conn:
+        return conn.execute("SELECT now()").fetchone()[0]
+
+
+def heartbeat_at(url: str, supervisor: int):
+    """The last heartbeat of supervisor `supervisor`, by the server's clock."""
+    with psycopg.connect(url) as conn:
+        return conn.execute("SELECT heartbeat_at FROM fairsched_supervisors WHERE id = %s",
+                            (supervisor,)).fetchone()[0]
+
+
 @pytest.fixture
 def queue(db):
     """A fairsched.Queue on the clean database, over an autocommit connection of its own."""

@@ -24,6 +24,7 @@ import pytest
 
 from fairsched.store.errors import OtherDatabase
 from fairsched.store.queue import Queue
+from tests.conftest import jobs_in
 from tests.supervisor_harness import alive, wait_until
 
 WORKERS_TOML = """
@@ -72,11 +73,6 @@ def fairsched(*args: str, url: str | None, cwd: Path | None = None,
 def queue(url: str):
     with psycopg.connect(url, autocommit=True) as conn:
         yield Queue(conn)
-
-
-def jobs_in(url: str) -> int:
-    with psycopg.connect(url) as conn:
-        return conn.execute("SELECT count(*) FROM fairsched_jobs").fetchone()[0]
 
 
 def one_line_error(result: subprocess.CompletedProcess, code: int) -> str:

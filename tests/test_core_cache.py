@@ -4,15 +4,7 @@ import math
 
 import pytest
 
-PDF, EXCEL, INDEX = 0, 1, 2
-
-
-def seed_pool(core):
-    p = core.SlotPool()
-    p.add_slot(1, 100, [PDF, EXCEL, INDEX])
-    p.add_slot(2, 100, [PDF, EXCEL])
-    p.add_slot(3, 200, [PDF])
-    return p
+from tests.core_pools import EXCEL, INDEX, PDF, seed_pool
 
 
 def test_rows_are_added_replaced_and_removed_by_job_id(core):

@@ -3,9 +3,9 @@
 import pytest
 
 from fairsched.core import compiled_error, implementations
+from tests.core_pools import EXCEL, INDEX, PDF, seed_pool
 
 IMPLS = implementations()
-PDF, EXCEL, INDEX = 0, 1, 2
 
 
 def plan(core, pool, now, rows, weights=None, **kw):
@@ -16,14 +16,6 @@ def plan(core, pool, now, rows, weights=None, **kw):
     idx, slots = core.plan_cycle(pool, cands, now, weights or core.Weights(), **kw)
     assert (idx.typecode, slots.typecode) == ("q", "q")
     return [(cands.job_ids[i], s) for i, s in zip(idx, slots, strict=True)]
-
-
-def seed_pool(core):
-    p = core.SlotPool()
-    p.add_slot(1, 100, [PDF, EXCEL, INDEX])
-    p.add_slot(2, 100, [PDF, EXCEL])
-    p.add_slot(3, 200, [PDF])
-    return p
 
 
 def test_pdf_job_takes_pdf_slot_over_versatile_ones(core):

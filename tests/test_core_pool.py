@@ -3,19 +3,14 @@
 import pytest
 
 from fairsched.core import implementations
+from tests.core_pools import EXCEL, INDEX, PDF, seed_pool
 
 IMPLS = implementations()
-PDF, EXCEL, INDEX = 0, 1, 2
 
 
 @pytest.fixture
 def pool(core):
-    # Slot ids run against specialisation so that only the type count can explain the choice.
-    p = core.SlotPool()
-    p.add_slot(1, 100, [PDF, EXCEL, INDEX])
-    p.add_slot(2, 100, [PDF, EXCEL])
-    p.add_slot(3, 200, [PDF])
-    return p
+    return seed_pool(core)
 
 
 def test_new_slots_are_free_and_counted_per_type(pool):

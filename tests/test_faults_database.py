@@ -9,6 +9,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from fairsched.store.queue import Queue
+from tests.conftest import heartbeat_at, server_now
 from tests.supervisor_harness import wait_until
 
 RECORD = """
@@ -39,17 +40,6 @@ def backends_of(url, pid: int, waiting_on_a_lock: bool = False) -> int:
             " AND (NOT %s OR wait_event_type = 'Lock')",
             (f"fairsched % (pid {pid})", waiting_on_a_lock)).fetchone()
     return n
-
-
-def server_now(url: str):
-    with psycopg.connect(url) as conn:
-        return conn.execute("SELECT now()").fetchone()[0]
-
-
-def heartbeat_at(url: str, supervisor: int):
-    with psycopg.connect(url) as conn:
-        return conn.execute("SELECT heartbeat_at FROM fairsched_supervisors WHERE id = %s",
-                            (supervisor,)).fetchone()[0]
 
 
 def sessions(conn) -> int:

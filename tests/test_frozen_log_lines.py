@@ -10,6 +10,7 @@ import signal
 import psycopg
 
 from fairsched.store.queue import Queue
+from tests.conftest import heartbeat_at, server_now
 from tests.supervisor_harness import wait_until
 
 SPAN = """
@@ -28,17 +29,6 @@ def holders(url: str, jobs: list[int]) -> set:
         return {row[0] for row in conn.execute(
             "SELECT claimed_by FROM fairsched_jobs WHERE id = ANY(%s) AND status = 'running'",
             (jobs,))}
-
-
-def server_now(url: str):
-    with psycopg.connect(url) as conn:
-        return conn.execute("SELECT now()").fetchone()[0]
-
-
-def heartbeat_at(url: str, supervisor: int):
-    with psycopg.connect(url) as conn:
-        return conn.execute("SELECT heartbeat_at FROM fairsched_supervisors WHERE id = %s",
-                            (supervisor,)).fetchone()[0]
 
 
 def frozen_while_taken_over(supervisors, db, tmp_path):

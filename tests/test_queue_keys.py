@@ -10,12 +10,8 @@ import pytest
 
 import fairsched
 from fairsched.store.queue import Queue
+from tests.conftest import jobs_in
 from tests.supervisor_harness import wait_until
-
-
-def count(url: str) -> int:
-    with psycopg.connect(url) as conn:
-        return conn.execute("SELECT count(*) FROM fairsched_jobs").fetchone()[0]
 
 
 def test_the_same_job_under_a_held_key_gives_its_id(queue, db):
@@ -26,7 +22,7 @@ def test_the_same_job_under_a_held_key_gives_its_id(queue, db):
     # max_attempts and delay are not what makes a job the same one.
     assert queue.enqueue("mail", {"to": "a", "n": 1e23}, priority=3, max_attempts=9, delay=60,
                          key="invoice-17") == first
-    assert count(db) == 1
+    assert jobs_in(db) == 1
 
 
 @pytest.mark.parametrize("other", [
@@ -46,7 +42,7 @@ def test_another_job_under_a_held_key_is_a_key_conflict(queue, db, other):
     assert str(err.value).startswith(f"key 'invoice-17' is held by job {held} (type mail, "
                                      "priority 0, payload {\"to\": ")
     assert str(err.value).endswith("), not this job; nothing was queued")
-    assert count(db) == 1
+    assert jobs_in(db) == 1
 
 
 def test_enqueue_many_with_two_jobs_under_one_key_queues_nothing(queue, db):
@@ -59,13 +55,13 @@ def test_enqueue_many_with_two_jobs_under_one_key_queues_nothing(queue, db):
     assert str(err.value) == ("job 2: key 'k' is held by job 1 of this call (type mail, "
                               "priority 0, payload {\"to\": \"a\"}), not this job; nothing "
                               "was queued")
-    assert count(db) == 0
+    assert jobs_in(db) == 0
     # The same job twice under one key is one job.
     ids = queue.enqueue_many([{"type": "mail", "payload": {"to": "a"}, "key": "k"},
                               {"type": "pdf"},
                               {"type": "mail", "payload": {"to": "a"}, "key": "k"}])
     assert ids[0] == ids[2] != ids[1]
-    assert count(db) == 2
+    assert jobs_in(db) == 2
 
 
 def test_enqueue_many_with_one_job_against_a_held_key_queues_nothing(queue, db):
@@ -75,7 +71,7 @@ def test_enqueue_many_with_one_job_against_a_held_key_queues_nothing(queue, db):
                             {"type": "mail", "payload": {"to": "b"}, "key": "k"}])
     assert (err.value.job_id, err.value.index) == (held, 2)
     assert str(err.value).startswith(f"job 2: key 'k' is held by job {held} (type mail")
-    assert count(db) == 1
+    assert jobs_in(db) == 1
 
 
 def test_a_key_conflict_inside_the_callers_transaction_leaves_the_rest_of_it(db):
@@ -87,7 +83,7 @@ def test_a_key_conflict_inside_the_callers_transaction_leaves_the_rest_of_it(db)
         # The transaction goes on, with what it held before the call.
         assert queue.enqueue("pdf") > kept
         conn.commit()
-    assert count(db) == 2
+    assert jobs_in(db) == 2
 
 
 def test_a_key_conflict_as_a_transactions_first_statement_leaves_none_open(db):
@@ -100,9 +96,9 @@ def test_a_key_conflict_as_a_transactions_first_statement_leaves_none_open(db):
         assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
         # Still the caller's to commit otherwise: a job exists once it does.
         job_id = queue.enqueue("pdf")
-        assert count(db) == 1
+        assert jobs_in(db) == 1
         conn.commit()
-    assert count(db) == 2 and job_id != held
+    assert jobs_in(db) == 2 and job_id != held
 
 
 def test_a_key_taken_while_the_call_waits_on_it_still_queues_nothing(db):
@@ -141,4 +137,4 @@ def test_a_key_taken_while_the_call_waits_on_it_still_queues_nothing(db):
         holder.close()
     assert len(errors) == 1 and isinstance(errors[0], fairsched.KeyConflict), errors
     assert errors[0].job_id == held
-    assert count(db) == 1
+    assert jobs_in(db) == 1

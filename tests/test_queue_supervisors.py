@@ -19,7 +19,7 @@ import pytest
 
 from fairsched.store.errors import JobStateError
 from fairsched.store.queue import Queue
-from tests.conftest import embedded_cluster, stop_servers_under
+from tests.conftest import embedded_cluster
 from tests.supervisor_harness import Supervisor, alive, wait_until
 
 RECORD = """
@@ -304,7 +304,7 @@ def test_postgres_restart_mid_run_loses_nothing_runs_nothing_twice(supervisors, 
         finally:
             sup.close()
     finally:
-        stop_servers_under(short_tmp)
+        server.stop()
 
 
 def test_an_outcome_after_the_database_came_back_is_written_without_a_warning(tmp_path,
@@ -332,7 +332,7 @@ def test_an_outcome_after_the_database_came_back_is_written_without_a_warning(tm
         finally:
             sup.close()
     finally:
-        stop_servers_under(short_tmp)
+        server.stop()
 
 
 REFUSE_SUCCESS = """

@@ -14,17 +14,13 @@ from fairsched.config import load_config
 from fairsched.errors import ConfigError
 from fairsched.store.queue import Queue
 from fairsched.type_names import MAX_TYPE_NAME, type_name_problem
+from tests.conftest import jobs_in
 
 # Each was taken by `submit` with only FAIRSCHED_DATABASE_URL set; the long one then failed
 # as "payload string too long" (pg_notify's limit), after the insert.
 BAD = [" ", "a\nb", "\x1b[31mred", "x" * 10_000, "", ".pdf", "pdf\n", "pdf job", "é",
        "t" * (MAX_TYPE_NAME + 1)]
 GOOD = ["pdf", "_x", "0", "app/render:pdf-v2.1", "t" * MAX_TYPE_NAME]
-
-
-def count(url: str) -> int:
-    with psycopg.connect(url) as conn:
-        return conn.execute("SELECT count(*) FROM fairsched_jobs").fetchone()[0]
 
 
 @pytest.mark.parametrize("name", GOOD)
@@ -52,7 +48,7 @@ def test_submit_refuses_a_bad_type_with_only_a_database_url(db, tmp_path, name):
         assert result.returncode == 2, (extra, result.stderr)
         assert result.stderr == f"fairsched: {type_name_problem(name)}\n", extra
         assert result.stdout == ""
-    assert count(db) == 0
+    assert jobs_in(db) == 0
 
 
 def test_submit_takes_a_good_type_with_only_a_database_url(db, tmp_path):
@@ -61,7 +57,7 @@ def test_submit_takes_a_good_type_with_only_a_database_url(db, tmp_path):
     result = subprocess.run([sys.executable, "-m", "fairsched", "submit", "app/render:pdf-v2.1"],
                             capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
     assert result.returncode == 0, result.stderr
-    assert count(db) == 1
+    assert jobs_in(db) == 1
 
 
 @pytest.mark.parametrize("name", BAD, ids=range(len(BAD)))
@@ -74,7 +70,7 @@ def test_queue_enqueue_refuses_a_bad_type_and_writes_nothing(db, name):
         with pytest.raises(ValueError) as err:
             queue.enqueue_many([{"type": "pdf"}, {"type": name}])
         assert str(err.value) == f"job 1: {type_name_problem(name)}"
-    assert count(db) == 0
+    assert jobs_in(db) == 0
 
 
 def test_queue_enqueue_refuses_a_type_that_is_no_string(db):

@@ -14,9 +14,10 @@ from tests.supervisor_harness import wait_until
 STAMP = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
 
 LOUD = '''
-import logging, os, sys, threading, time, warnings
+import logging, os, sys, threading, warnings
 
 print("loading the model")  # at import: no job yet
+both = threading.Barrier(2, timeout=30)  # the two "mine" jobs meet here: they run at once
 
 
 def library_call():
@@ -30,10 +31,10 @@ def run(job):
         for _ in range(p["lines"]):
             print(line)
         return {"pid": os.getpid()}
-    if "mine" in p:  # two jobs at once, each from its own thread
+    if "mine" in p:  # two jobs at once, each from its own thread, a line each in turn
         for n in range(p["mine"]):
+            both.wait()  # the other job is running too, at its line n
             print(f"mine {job.id} {n}")
-            time.sleep(0.002)
         return {"pid": os.getpid()}
     warnings.warn("frobnicate() is deprecated")
     logging.getLogger("somelib").warning("disk almost full")
