@@ -294,3 +294,27 @@ def test_a_reload_makes_a_group_autoscaled_and_keeps_a_grown_group_within_its_ne
 
     actor(autoscaled(1, 1, 30).replace('processes = "1..1"\nidle_timeout = 30\n', ""),
           scenario)
+
+
+def test_a_reload_that_changes_a_grown_groups_handler_replaces_every_process_it_has(actor):
+    async def scenario(a):
+        callers = [a.on_demand("pdf", {"seconds": 2}) for _ in range(3)]
+        await a.until(lambda: len(running(a)) == 3, timeout=5, what="grown to 3")
+        (a.dir / "version_two.py").write_text(
+            "import os\n\ndef run(job):\n    return {'version': 2, 'pid': os.getpid()}\n")
+        a.rewrite(autoscaled(1, 3, 30, handler="slow").replace("sup_handlers:slow",
+                                                                 "version_two:run"))
+        since = a.sup.workers._next_generation
+        a.sup.reload()
+        for caller in callers:  # the jobs running ran to their end on the old code
+            assert (await caller.outcome())["event"] == "result"
+        # Every process the load had grown is replaced, not only the group's MIN.
+        await a.until(lambda: len(running(a)) == 3 and all(
+            p.life.generation >= since for p in a.procs), timeout=20,
+            what="the three processes replaced")
+        names = [p.name for p in a.procs]
+        assert sorted(names) == ["pdf-1", "pdf-2", "pdf-3"], names  # each name once
+        answer = await a.on_demand("pdf", {}).outcome()
+        assert answer["result"]["version"] == 2, answer
+
+    actor(autoscaled(1, 3, 30), scenario)

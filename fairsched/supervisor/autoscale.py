@@ -78,6 +78,7 @@ class Autoscaler:
                     kept.spec, kept.low, kept.high = spec, low, high
                     groups[spec.name] = kept
         self.groups = groups
+        self._wanting = {}  # asked of the groups as they were: the next tick asks again
         self.start()
 
     def start(self) -> None:
@@ -95,9 +96,7 @@ class Autoscaler:
         self.backlog_asked = self._asking
         if self.run.shutting_down:
             return
-        now = time.monotonic()
-        for name, wanting in self._wanting.items():  # the question's: decided on its answer
-            self._grow(self.groups[name], wanting, now)
+        self._grow_wanting(time.monotonic())  # the question's: decided on its answer
 
     # -- the decisions -------------------------------------------------------------------------
 
@@ -126,8 +125,13 @@ class Autoscaler:
             self.queue.request_backlog(ask, GROW_WAIT)
         else:  # on the on-demand requests alone
             self.backlog, self.backlog_asked = {}, -math.inf
-            for name, wanting in self._wanting.items():
-                self._grow(self.groups[name], wanting, now)
+            self._grow_wanting(now)
+
+    def _grow_wanting(self, now: float) -> None:
+        for name, wanting in self._wanting.items():
+            group = self.groups.get(name)
+            if group is not None:  # (a reload may have taken it out of the autoscaled ones)
+                self._grow(group, wanting, now)
 
     def _grow(self, group: GroupScale, wanting: list[str], now: float) -> None:
         """One more process for `group` if jobs of the types it runs (`wanting`: those with no
@@ -137,7 +141,7 @@ class Autoscaler:
         then, so that a backlog the new process is draining calls for no more; nor within
         idle_timeout of its last shrink (see `_shrink`)."""
         if (now - group.shrunk_at < group.spec.idle_timeout
-                or self.workers.templates.warming(group.name)):
+                or self.workers.warming(group.name)):
             return
         settled = -math.inf
         if group.newest is not None:

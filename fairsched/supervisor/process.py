@@ -220,8 +220,6 @@ def describe_exit(status: int, sent: set | frozenset = frozenset(),
     `sent`: the signals the supervisor itself sent the process; `oom_kills`: the kernel's
     OOM kill count (oom_kill_count) when the process started and now; `started`: it had
     said hello (EXIT_CANNOT_START means "could not start" only before that)."""
-    import os
-
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         try:

@@ -33,11 +33,6 @@ class Rolling:
         queued = {id(proc) for proc, _ in self.queue}
         self.queue.extend((proc, since) for proc in procs if id(proc) not in queued)
 
-    def rolling(self, proc) -> bool:
-        """Whether `proc` waits to be replaced, or is being replaced."""
-        return any(p is proc for p, _ in self.queue) or (
-            self.current is not None and self.current[0] is proc)
-
     def step(self) -> None:
         """Go on: once the process being replaced has said hello with its new settings, retire
         the next (its group's template, reloaded, must have imported the handler first: the
@@ -68,7 +63,7 @@ class Rolling:
                     proc.life.generation >= since and proc.state is not ProcessState.DOWN):
                 self.queue.popleft()  # gone, or restarted with the new settings meanwhile
                 continue
-            if workers.templates.warming(proc.group):
+            if workers.warming(proc.group):
                 return  # the new code imports: the replacement would have to wait for it
             self.queue.popleft()
             self.current = (proc, since)

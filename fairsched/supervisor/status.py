@@ -77,7 +77,7 @@ def slot_states(sup, proc):
     the metrics count the same states."""
     if not proc.life.slot_ids:
         state = SLOT_STATE.get(proc.state, proc.state.value)
-        if proc.state is ProcessState.DOWN and sup.workers.templates.warming(proc.group):
+        if proc.state is ProcessState.DOWN and sup.workers.warming(proc.group):
             state = "starting"  # its template is still importing the handler
         for index in range(proc.spec.slots):
             yield index, state, None

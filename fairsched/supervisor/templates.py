@@ -192,19 +192,12 @@ class Templates:
         it is now, for the workers started from here on (`fairsched restart`)."""
         if spec.handler is None or self.run.shutting_down:
             return
-        timer = self.template_timers.pop(spec.name, None)
-        if timer is not None:  # a replacement was due: this one comes now
-            timer.cancel()
-        importing = self.warming_up.pop(spec.name, None)
-        if importing is not None:  # the code may have changed since it began: start over
-            importing.kill()
-        old = self.templates.pop(spec.name, None)
-        if old is not None:
-            self._drop_template(old)  # it exits; spawns it had under way start cold
+        self.drop_group(spec.name)  # one importing started over: the code may have changed
         self._warm_template(spec)
 
     def drop_group(self, group: str) -> None:
-        """A reload removed the group: its template goes (and one importing, or due)."""
+        """The group's template goes (and one importing, or due): a reload removed the group,
+        or one takes its place. Spawns it had under way start cold."""
         timer = self.template_timers.pop(group, None)
         if timer is not None:
             timer.cancel()
@@ -213,7 +206,7 @@ class Templates:
             importing.kill()
         template = self.templates.pop(group, None)
         if template is not None:
-            self._drop_template(template)  # spawns it had under way start cold, to stop
+            self._drop_template(template)
 
     async def _warm_up(self, template: Template, procs: list[WorkerProcess]) -> None:
         answered = self.loop.create_future()

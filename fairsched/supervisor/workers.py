@@ -70,7 +70,6 @@ class Workers:
         self.loop = loop
         self.run = run  # RunState: the actor's, read only
         self.restarts = 0  # of every worker, for ps
-        self.recycles = 0  # replaced after max_jobs or above max_rss, for ps
         self._limits_timer: asyncio.TimerHandle | None = None
         self.observer = observer
         self._changed = changed  # wakes a shutdown waiting for workers to exit
@@ -194,7 +193,6 @@ class Workers:
 
     def _recycle(self, proc: WorkerProcess, why: str) -> None:
         proc.life.recycling = why
-        self.recycles += 1
         self.observer.worker_recycled(proc.group, why.partition(":")[0])
         self.planner.close_slots(proc.life.generation)  # no more work: its jobs end first
         running = len(self.jobs.on(proc))
@@ -474,44 +472,29 @@ class Workers:
             case ExitCause.FENCED:
                 # This supervisor stalled or could not renew its lease: back at once, not
                 # counted as a crash, nor taken for an operator's restart.
-                log.warning("worker %s %s; restarting", proc.name, how,
-                            extra=fields(event="worker_exited", worker=proc.name,
-                                         group=proc.group, exit=how, restart_in=0.0))
-                self._restart_now(proc)
+                self._restart_now(proc, logging.WARNING, "worker %s %s; restarting", how)
             case ExitCause.STOPPED_FOR_JOB:
                 # Stopped under a job past its timeout or deaf to its cancel: the job failed
                 # or was cancelled, not the worker. Back at once, not counted as a crash.
                 proc.last_exit = f"{how} after {ended.why}"
-                log.info("worker %s %s after %s; restarting", proc.name, how, ended.why,
-                         extra=fields(event="worker_exited", worker=proc.name, group=proc.group,
-                                      exit=how, restart_in=0.0))
-                self._restart_now(proc)
+                self._restart_now(proc, logging.INFO, "worker %s %s after %s; restarting", how,
+                                  ended.why, exit=how)
             case ExitCause.RECYCLED:
                 proc.last_exit = f"{how} (recycled: {ended.why})"
-                log.info("worker %s recycled (%s): %s; its replacement starts", proc.name,
-                         ended.why, how,
-                         extra=fields(event="worker_exited", worker=proc.name, group=proc.group,
-                                      exit=proc.last_exit, restart_in=0.0))
-                self._restart_now(proc)
+                self._restart_now(proc, logging.INFO,
+                                  "worker %s recycled (%s): %s; its replacement starts",
+                                  ended.why, how)
             case ExitCause.OVER_LIMIT if proc.life.jobs_done or jobs:
                 # Its jobs failed this attempt; the process is no crash (one that is above its
                 # limit before running anything is, below).
-                log.warning("worker %s %s; restarting", proc.name, how,
-                            extra=fields(event="worker_exited", worker=proc.name,
-                                         group=proc.group, exit=how, restart_in=0.0))
-                self._restart_now(proc)
+                self._restart_now(proc, logging.WARNING, "worker %s %s; restarting", how)
             case ExitCause.RESTARTED if proc.life.retiring:
                 proc.last_exit = f"{how} (replaced in a reload)"
-                log.info("worker %s %s; starting its replacement", proc.name, how,
-                         extra=fields(event="worker_exited", worker=proc.name, group=proc.group,
-                                      exit=proc.last_exit, restart_in=0.0))
-                self._restart_now(proc)
+                self._restart_now(proc, logging.INFO, "worker %s %s; starting its replacement",
+                                  how)
             case ExitCause.RESTARTED:
                 proc.last_exit = f"{how} (restarted by the operator)"
-                log.info("worker %s %s; restarting", proc.name, how,
-                         extra=fields(event="worker_exited", worker=proc.name, group=proc.group,
-                                      exit=proc.last_exit, restart_in=0.0))
-                self._restart_now(proc)
+                self._restart_now(proc, logging.INFO, "worker %s %s; restarting", how)
             case ExitCause.SCALED_DOWN:
                 proc.set_state(ProcessState.STOPPED)
                 self.procs = [p for p in self.procs if p is not proc]  # iterations go on
@@ -523,7 +506,13 @@ class Workers:
             case ExitCause.CRASHED | ExitCause.OVER_LIMIT:
                 self._crashed(proc, how, jobs)
 
-    def _restart_now(self, proc: WorkerProcess) -> None:
+    def _restart_now(self, proc: WorkerProcess, level: int, message: str, *args,
+                     exit: str | None = None) -> None:
+        """Say how `proc` ended (`message`, its name first, then `args`; `exit`, the log's
+        structured key, is its last_exit unless given) and start it again at once: no crash."""
+        log.log(level, message, proc.name, *args,
+                extra=fields(event="worker_exited", worker=proc.name, group=proc.group,
+                             exit=proc.last_exit if exit is None else exit, restart_in=0.0))
         proc.set_state(ProcessState.DOWN)
         self._respawn(proc)
 
@@ -739,7 +728,8 @@ class Workers:
 
     def restart(self, name: str) -> list[str]:
         """Restart a group or one process, `fatal` ones included; returns the process names."""
-        procs = [p for p in self.procs if name in (p.name, p.group)]
+        # (Not one a reload removed: it is on its way out, and its group's template is gone.)
+        procs = [p for p in self.procs if name in (p.name, p.group) and not p.removed]
         for spec in {p.spec.name: p.spec for p in procs}.values():
             self.templates.reload(spec)
         for proc in procs:
@@ -761,10 +751,21 @@ class Workers:
 
     # -- autoscaling (autoscale.py decides) ----------------------------------------------------
 
+    def warming(self, group: str) -> bool:
+        """Whether the group's template is still importing its handler."""
+        return self.templates.warming(group)
+
     def size(self, group: str) -> int:
         """The group's processes, those on their way up or down (restarting) included, those
-        the autoscaler stopped not."""
-        return sum(1 for p in self.procs if p.group == group and not p.scaling_down)
+        the autoscaler stopped or a reload removed not."""
+        return sum(1 for p in self.procs
+                   if p.group == group and not p.scaling_down and not p.removed)
+
+    def free_index(self, group: str) -> int:
+        """The lowest process number no process of the group has, those on their way out
+        included: a new one never takes the name (and log) of another."""
+        taken = {p.index for p in self.procs if p.group == group}
+        return next(i for i in range(1, len(taken) + 2) if i not in taken)
 
     def leaving(self, group: str) -> bool:
         """Whether a process of the group that the autoscaler stopped has yet to exit."""
@@ -790,8 +791,7 @@ class Workers:
     def grow(self, spec) -> WorkerProcess:
         """Start one more process of the group, numbered with the lowest free index, placed
         after the group's others."""
-        taken = {p.index for p in self.procs if p.spec.name == spec.name}
-        index = next(i for i in range(1, len(taken) + 2) if i not in taken)
+        index = self.free_index(spec.name)
         # The assignment its group's processes have now (the same as `spec`, unless the group
         # was changed since the autoscaler was given it).
         spec = next((p.spec for p in reversed(self.procs)
@@ -825,7 +825,8 @@ class Workers:
         starting = []
         for name, keys in change.changed.items():
             spec = specs[name]
-            group = sorted((p for p in self.procs if p.group == name and not p.removed),
+            group = sorted((p for p in self.procs
+                            if p.group == name and not p.removed and not p.scaling_down),
                            key=lambda p: p.index)
             for proc in group:
                 proc.spec = spec  # what each process's next incarnation starts with
@@ -834,14 +835,15 @@ class Workers:
             size = min(max(self.size(name), low), high) if spec.autoscaled else spec.processes
             for proc in group[size:]:
                 self._remove(proc)
-            added = [WorkerProcess(spec, i) for i in range(len(group) + 1, size + 1)]
-            self.procs.extend(added)
-            starting += added
+            for _ in range(size - len(group)):
+                proc = WorkerProcess(spec, self.free_index(name))
+                self.procs.append(proc)
+                starting.append(proc)
             if set(keys) - RESIZE_ONLY:
                 if spec.handler is None:  # a command now: no template forks its processes
                     self.templates.drop_group(name)
                 self.templates.reload(spec)  # the handler imported afresh, for the new ones
-                self.rolling.add(group[:spec.processes], since)
+                self.rolling.add(group[:size], since)
         for spec in change.added:
             added = [WorkerProcess(spec, i) for i in range(1, spec.processes + 1)]
             self.procs.extend(added)
@@ -851,6 +853,8 @@ class Workers:
         self.procs.sort(key=lambda p: (order.get(p.group, len(order)), p.index))
         for proc in starting:
             self.spawn_worker(proc)  # (waits for its template, if one is importing)
+        if self._limits_timer is None and any(s.rss_limit is not None for s in config.workers):
+            self._limits_timer = self.loop.call_later(RSS_CHECK_EVERY, self._check_limits)
         self.rolling.step()
 
     def retire(self, proc: WorkerProcess) -> None:
@@ -858,6 +862,12 @@ class Workers:
         when its jobs have ended, or at shutdown_timeout, when they go back unspent (queued
         ones to the queue, on-demand ones to wait for another slot). One not running now
         is replaced (or removed) at once."""
+        if proc.life.pid is None and proc.state is ProcessState.STARTING:
+            # Its template is forking it: stopped as soon as its pid comes (learn_pid), its
+            # exit then ending it for good, or replacing it.
+            proc.life.retiring = True
+            proc.set_state(ProcessState.STOPPING)
+            return
         if proc.life.pid is None:
             self.cancel_timers(proc)
             if proc.removed:
@@ -900,7 +910,8 @@ class Workers:
         """A process a reload removed has ended: it leaves the table."""
         proc.set_state(ProcessState.STOPPED)
         proc.last_exit = how
-        self.procs.remove(proc)
+        # A new list: a loop over the old one (read_pending, say) goes on unharmed.
+        self.procs = [p for p in self.procs if p is not proc]
         log.info("worker %s stopped: %s (removed from workers.toml)", proc.name, how,
                  extra=fields(event="worker_exited", worker=proc.name, group=proc.group,
                               exit=how, restart_in=None))
