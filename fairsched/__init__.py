@@ -7,11 +7,11 @@ under a key another job holds a `KeyConflict`.
 """
 
 from fairsched.errors import FairschedError, PermanentError
-from fairsched.job import Job
+from fairsched.job import ClaimLost, Job
 from fairsched.store.errors import KeyConflict
 
 __version__ = "0.1.0"
-__all__ = ["FairschedError", "Job", "KeyConflict", "PermanentError", "Queue", "__version__"]
+__all__ = ["ClaimLost", "FairschedError", "Job", "KeyConflict", "PermanentError", "Queue", "__version__"]
 
 
 def __getattr__(name):

@@ -1,7 +1,9 @@
-"""The job a handler receives: its fields, progress reports and the cancel flag."""
+"""The job a handler receives: its fields, progress reports, the cancel flag and its
+transaction."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
 import operator
@@ -10,6 +12,19 @@ from decimal import Decimal
 from typing import Any
 
 MAX_MESSAGE = 4096  # characters of a progress message; longer ones are cut
+
+# In the same transaction as the handler's writes: the job succeeded, if its claim still holds.
+# Another claim (a rescue after a lost lease, then a run elsewhere) has its own number, and a
+# row given back or rescued is no longer 'running': either way no row changes.
+RECORD_SQL = ("UPDATE fairsched_jobs SET status = 'succeeded', result = NULL, finished_at = now(),"
+              " cancel_requested = false"
+              " WHERE id = %s AND claims = %s AND status = 'running' RETURNING id")
+
+
+class ClaimLost(RuntimeError):
+    """job.transaction() could not mark its job succeeded: the job is no longer this run's (its
+    supervisor's lease expired and it was rescued, maybe runs elsewhere by now). The handler's
+    writes were rolled back with it."""
 
 
 def _fixed(name: str) -> property:
@@ -28,7 +43,8 @@ class Job:
     """
 
     __slots__ = ("_id", "_type", "payload", "_priority", "_attempt", "_on_demand",
-                 "_slot", "_send", "_cancel_requested", "_done", "_stopped")
+                 "_slot", "_send", "_cancel_requested", "_done", "_stopped", "_claim",
+                 "_connection", "_recorded")
 
     id = _fixed("id")
     type = _fixed("type")
@@ -39,7 +55,8 @@ class Job:
 
     def __init__(self, id: int | str, type: str, payload: Any = None, priority: int = 0,
                  attempt: int = 1, on_demand: bool = False, *, slot: int = 0,
-                 send: Callable[[dict], None] | None = None):
+                 send: Callable[[dict], None] | None = None, claim: int = 0,
+                 connection: Callable[[], Any] | None = None):
         self._id = id
         self._type = type
         self.payload = payload
@@ -51,6 +68,9 @@ class Job:
         self._cancel_requested = False  # set by the worker's loop thread; a plain flag will do
         self._done = False
         self._stopped = False  # cancelled() said True: what the handler returns is partial
+        self._claim = claim  # a queued job's claim number, which transaction() is fenced on
+        self._connection = connection  # gives the worker's connection to the queue's database
+        self._recorded = False  # transaction() committed the job's success
 
     def progress(self, fraction: float | None = None, message: str = "") -> None:
         """Report how far the job is (0..1, or None when unknown); shows in `fairsched ps`.
@@ -87,6 +107,37 @@ class Job:
         if self._cancel_requested:
             self._stopped = True
         return self._stopped
+
+    @contextlib.contextmanager
+    def transaction(self):
+        """`with job.transaction() as conn:` a psycopg connection to the queue's database in a
+        transaction. When the block ends without an exception it commits, and for a queued
+        job the same transaction marks the job succeeded: the writes and the success happen
+        together or not at all. An exception in the block rolls everything back and goes on
+        up (the attempt fails as usual). If the job is no longer this run's (its claim was
+        lost to a rescue), nothing commits and ClaimLost is raised.
+
+        Once committed, the job has succeeded whatever the handler does next: its return
+        value is not stored (the row's result is null) and an exception it raises afterwards
+        is logged, not retried; a second transaction() raises RuntimeError. An on-demand job
+        has no row: its transaction is a plain one, and a retry may run it again.
+
+        The connection is the worker's own, opened on first use and kept for the slot's
+        next jobs; use it only inside the block.
+        """
+        if self._connection is None:
+            raise RuntimeError("job.transaction() needs the queue's database: it works in a "
+                               "worker started by `fairsched supervise`")
+        if self._recorded:
+            raise RuntimeError(f"job {self.id!r} committed its transaction already")
+        conn = self._connection()
+        with conn.transaction():
+            yield conn
+            if not self.on_demand:
+                if conn.execute(RECORD_SQL, (self.id, self._claim)).fetchone() is None:
+                    raise ClaimLost(f"job {self.id!r} is no longer this run's (claim "
+                                    f"{self._claim} lost): its transaction was rolled back")
+        self._recorded = not self.on_demand
 
     def _cancel(self) -> None:
         self._cancel_requested = True

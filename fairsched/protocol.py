@@ -96,10 +96,11 @@ def payload_json(value) -> tuple[str, int]:
 
 
 def encode_run(incarnation: str, slot: int, job_id: int | str, job_type: str, priority: int,
-               attempt: int, on_demand: bool, payload_json: str) -> bytes:
+               attempt: int, on_demand: bool, payload_json: str, claim: int = 0) -> bytes:
     """The "run" frame, its payload given as JSON text (jsonb as PostgreSQL prints it, or
     payload_json of an on-demand payload): spliced in as it is, never parsed and encoded again
-    on its way through the supervisor."""
+    on its way through the supervisor. `claim`, a queued job's claim number (its row's
+    `claims`), goes in the job object when not 0: job.transaction() fences its commit on it."""
     if len(payload_json) > 2 * MAX_DEPTH and json_depth(payload_json) > MAX_DEPTH:
         raise ProtocolError(f"payload nests deeper than {MAX_DEPTH} levels")
     if _INT_DIGITS and len(payload_json) > _INT_DIGITS:
@@ -112,6 +113,7 @@ def encode_run(incarnation: str, slot: int, job_id: int | str, job_type: str, pr
                   f'"job":{{"id":{job_id_json},"type":{_json_name(job_type)},'
                   f'"priority":{priority:d},"attempt":{attempt:d},'
                   f'"on_demand":{"true" if on_demand else "false"},'
+                  f'{f""""claim":{claim:d},""" if claim else ""}'
                   f'"payload":{payload_json}}}}}'.encode())
 
 
@@ -339,7 +341,9 @@ def _v_run(msg: dict) -> None:
             and type(job) is dict and type(job.get("type")) is str and "payload" in job
             and type(job.get("priority")) is int and type(job.get("on_demand")) is bool):
         job_id, attempt = job.get("id"), job.get("attempt")
-        if (type(job_id) is int or type(job_id) is str) and type(attempt) is int and attempt >= 1:
+        claim = job.get("claim", 1)
+        if ((type(job_id) is int or type(job_id) is str) and type(attempt) is int and attempt >= 1
+                and type(claim) is int and claim >= 1):
             return  # as every frame of a supervisor's is: checked without a call per field
     _check(isinstance(msg.get("incarnation"), str), "run", "incarnation", "a string", msg)
     slot = msg.get("slot")
@@ -353,6 +357,8 @@ def _v_run(msg: dict) -> None:
     attempt = job.get("attempt")
     _check(_is_int(attempt) and attempt >= 1, "run", "job.attempt", "an integer >= 1", job)
     _check(isinstance(job.get("on_demand"), bool), "run", "job.on_demand", "a boolean", job)
+    claim = job.get("claim", 1)
+    _check(_is_int(claim) and claim >= 1, "run", "job.claim", "an integer >= 1 when present", job)
 
 
 def _v_cancel(msg: dict) -> None:

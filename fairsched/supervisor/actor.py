@@ -209,6 +209,7 @@ class Supervisor:
                 raise
             self.up = True
             if self._stop_when_started is None:
+                self.workers.use_database(self.queue.database_url)
                 self.workers.start(templates)
                 self.autoscaler.start()
             else:  # stopped while the database started: no worker to start and stop again

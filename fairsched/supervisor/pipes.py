@@ -218,8 +218,11 @@ class Pipes:
         if kind == "progress":
             self.jobs.progress(rj, *self._progress_fields(proc, msg))
         elif kind == "result":
-            outcome = "stopped" if msg.get("stopped") is True else "succeeded"
-            self.jobs.finish_job(rj, outcome, result=msg.get("result"))
+            # "recorded": the job's transaction marked it succeeded (queued jobs only: what an
+            # on-demand job's says is a plain transaction's). That holds however it stopped.
+            recorded = msg.get("recorded") is True and rj.request is None
+            outcome = "stopped" if msg.get("stopped") is True and not recorded else "succeeded"
+            self.jobs.finish_job(rj, outcome, result=msg.get("result"), recorded=recorded)
         elif kind == "error":
             error = msg["error"].strip() or f"worker {proc.name} reported an error without a message"
             self.jobs.finish_job(rj, "failed", error=error, permanent=bool(msg.get("permanent")))

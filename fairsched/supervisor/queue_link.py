@@ -134,6 +134,11 @@ class QueueLink(Heartbeats):
     def kind(self) -> str:
         return self.database.kind if self.database is not None else "unknown"
 
+    def database_url(self) -> str | None:
+        """The URL the queue's database is reached at now (a worker's job.transaction() opens
+        its own connection with it); None before it is opened."""
+        return self.database.url if self.database is not None else None
+
     # -- called by the actor (synchronous, never blocks) -------------------------------------
 
     def wake(self) -> None:

@@ -133,7 +133,7 @@ class Jobs:
                                   on_demand=rj.on_demand))
         try:
             frame = encode_run(proc.life.name, index, rj.job_id, rj.type, rj.priority, attempt,
-                               rj.on_demand, rj.payload_json)
+                               rj.on_demand, rj.payload_json, rj.claim)
         except ProtocolError as exc:  # stored by hand (enqueue refuses it): it can never run
             self.finish_job(rj, "failed", error=f"the payload cannot be sent to a worker: {exc}",
                             permanent=True)
@@ -249,7 +249,9 @@ class Jobs:
                                     "slot": rj.slot_index, "job_id": rj.job_id})
 
     def finish_job(self, rj: RunningJob, outcome: str, *, result=None, error: str | None = None,
-                   permanent: bool = False) -> None:
+                   permanent: bool = False, recorded: bool = False) -> None:
+        """`recorded`: the worker marked the job succeeded itself, in the transaction of the
+        handler's job.transaction(); its outcome is not written again."""
         if self.running.get(rj.slot_id) is not rj:
             return
         del self.running[rj.slot_id]
@@ -283,12 +285,19 @@ class Jobs:
         if rj.request is not None:
             self._finish_on_demand(rj, outcome, result, error, permanent, duration)
         else:
-            self._finish_queued(rj, outcome, result, error, permanent, duration)
+            self._finish_queued(rj, outcome, result, error, permanent, duration, recorded)
         if outcome != "crashed":  # it ran to its end on a worker still there
             self.workers.ran_job(rj.proc)
         self.planner.schedule()
 
-    def _finish_queued(self, rj, outcome, result, error, permanent, duration) -> None:
+    def _finish_queued(self, rj, outcome, result, error, permanent, duration,
+                       recorded=False) -> None:
+        if recorded:  # the job's own transaction marked it succeeded, fenced by its claim
+            self._record(rj, "succeeded", duration)
+            if log.isEnabledFor(logging.INFO):
+                log.info("job %s succeeded: %s, %.3f s (recorded in its transaction)", rj.job_id,
+                         where(rj), duration, extra=job_fields(rj, "succeeded", duration))
+            return
         if outcome == "succeeded":
             try:
                 text = encode_result(result)

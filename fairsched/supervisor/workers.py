@@ -14,6 +14,7 @@ import signal
 import stat
 import sys
 import time
+from collections.abc import Callable
 
 from fairsched.backoff import backoff
 from fairsched.config import size_text
@@ -83,10 +84,16 @@ class Workers:
         self.templates = Templates(self, config, loop, run, self.log_dir)
         self.pipes: Pipes | None = None
         self.rolling = Rolling(self, run)  # a reload's replacements, one at a time
+        self._database_url: Callable[[], str | None] = lambda: None  # see use_database
 
     def connect(self, planner, jobs, lease) -> None:
         self.planner, self.jobs, self.lease = planner, jobs, lease
         self.pipes = Pipes(self, jobs, planner, self.loop, self.run, self.log_dir)
+
+    def use_database(self, url: Callable[[], str | None]) -> None:
+        """`url()` is the queue's database URL when a worker starts: a Python worker gets it
+        (FAIRSCHED_QUEUE_DATABASE) for job.transaction()."""
+        self._database_url = url
 
     def start_watchdog(self) -> None:
         self.watchdog = Watchdog(self.loop, self.log_dir / "watchdog.log", self.busy_pids,
@@ -295,6 +302,7 @@ class Workers:
         proc.life = Incarnation(name=f"{proc.name}.{generation}.{secrets.token_hex(4)}",
                                 generation=generation, max_jobs=drawn_max_jobs(proc.spec))
         spec = launch_spec(proc, self.log_dir, self.config.supervisor)
+        spec.database_url = self._database_url()
         pid = None
         try:
             sock = None if cold else self.templates.fork(proc, spec)

@@ -212,6 +212,8 @@ def _answer(handler: Handler, job: Job) -> bytes:
             awaitable = value
             value = run_awaitable(lambda: awaitable, job)
     except PermanentError as exc:
+        if job._recorded:
+            return _raised_after_commit(job, head, exc)
         if job._stopped:
             return _stopped_by_raising(job, head, exc)
         note(f"job {job.id} ({job.type}) failed permanently, attempt {job.attempt}:")
@@ -219,6 +221,8 @@ def _answer(handler: Handler, job: Job) -> bytes:
         return encode({"t": "error", **head, "error": describe_exception(exc),
                        "permanent": True})
     except BaseException as exc:  # SystemExit too: a handler must not end the worker
+        if job._recorded:
+            return _raised_after_commit(job, head, exc)
         if job._stopped:
             return _stopped_by_raising(job, head, exc)
         # A group (as asyncio's TaskGroup raises) holding a PermanentError would meet it again.
@@ -245,6 +249,15 @@ def _describe_failure(exc: BaseException) -> str:
     return describe_exception(exc)
 
 
+def _raised_after_commit(job: Job, head: dict, exc: BaseException) -> bytes:
+    """The handler raised after job.transaction() committed the job's success: that stands
+    (the table says so already); the error is only logged."""
+    note(f"job {job.id} ({job.type}) raised {describe_exception(exc)} after its transaction "
+         "committed; the job stays succeeded:")
+    note_traceback()
+    return encode({"t": "result", **head, "result": None, "recorded": True})
+
+
 def _stopped_by_raising(job: Job, head: dict, exc: BaseException) -> bytes:
     """The handler saw job.cancelled() and raised to stop: stopped early, as if it had
     returned (asking is what counts); the supervisor knows what that stop costs."""
@@ -258,6 +271,8 @@ class _Generator(Exception):
 
 
 def _result_frame(job: Job, head: dict, value: Any) -> bytes:
+    if job._recorded:  # the row says succeeded already, its result null: this is not stored
+        return encode({"t": "result", **head, "result": None, "recorded": True})
     if job._stopped:
         head = {**head, "stopped": True}
     try:

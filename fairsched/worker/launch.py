@@ -51,6 +51,7 @@ class LaunchSpec:
     env: dict[str, str] = field(default_factory=dict)
     log_max_bytes: int = 0  # a Python worker rotates its log past this size (0: never)
     log_backups: int = 0
+    database_url: str | None = None  # the queue's database, for job.transaction()
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,8 @@ def worker_variables(spec: LaunchSpec, incarnation: str) -> dict[str, str]:
         env["FAIRSCHED_LOG"] = str(spec.log_path)
         env["FAIRSCHED_LOG_MAX_BYTES"] = str(spec.log_max_bytes)
         env["FAIRSCHED_LOG_BACKUPS"] = str(spec.log_backups)
+        if spec.database_url:
+            env["FAIRSCHED_QUEUE_DATABASE"] = spec.database_url
     return env
 
 

@@ -61,6 +61,7 @@ class Settings:
     slots: int
     types: tuple[str, ...]
     handler: str | None
+    database_url: str | None = None  # FAIRSCHED_QUEUE_DATABASE, for job.transaction()
 
 
 def settings_from_environ(environ: Mapping[str, str]) -> Settings:
@@ -89,7 +90,8 @@ def settings_from_environ(environ: Mapping[str, str]) -> Settings:
     return Settings(fd=int(fd_text), name=name,
                     group=environ.get("FAIRSCHED_GROUP") or name.rpartition("-")[0] or name,
                     incarnation=need("FAIRSCHED_INCARNATION"), slots=int(slots_text),
-                    types=types, handler=environ.get("FAIRSCHED_HANDLER") or None)
+                    types=types, handler=environ.get("FAIRSCHED_HANDLER") or None,
+                    database_url=environ.get("FAIRSCHED_QUEUE_DATABASE") or None)
 
 
 def open_channel(fd: int) -> socket.socket:
@@ -157,6 +159,9 @@ class Worker:
         self._results: list[bytes] = []
         self._flushing = False
         self._log = keep_log()
+        # Each slot's connection to the queue's database, opened by its first job.transaction()
+        # and kept: a slot runs one job at a time, so no two transactions share one.
+        self._connections: list = [None] * settings.slots
 
     # -- output ---------------------------------------------------------------------------------
 
@@ -266,13 +271,27 @@ class Worker:
                 self.send({"t": "refused", "slot": slot, "job_id": spec["id"], "reason": reason})
                 return
             job = Job(spec["id"], spec["type"], spec["payload"], spec["priority"],
-                      spec["attempt"], spec["on_demand"], slot=slot)
+                      spec["attempt"], spec["on_demand"], slot=slot,
+                      claim=spec.get("claim", 0),
+                      connection=None if self.settings.database_url is None else
+                      functools.partial(self.connection, slot))
             job._send = functools.partial(self.send_for_job, job)
             self.jobs[slot] = job
             self._ready.append(job)
             call = self._call_thread()
         if call is not None:
             call()
+
+    def connection(self, slot: int):
+        """The slot's connection to the queue's database (job.transaction()): opened on first
+        use, again if the last one broke, else the same one."""
+        conn = self._connections[slot]
+        if conn is None or conn.closed or conn.broken:
+            from fairsched.store.database import connect  # psycopg only where it is used
+
+            conn = self._connections[slot] = connect(self.settings.database_url,
+                                                     autocommit=True)
+        return conn
 
     def _call_thread(self) -> Callable[[], None] | None:
         """Under the state lock: make sure a thread is on its way while jobs are ready. Returns

@@ -304,3 +304,22 @@ class _NoSignature:
 
 
 no_signature = _NoSignature()
+
+
+def transactional(job: fairsched.Job):
+    """Writes a row for its job in tx_rows inside job.transaction(). Payload: "wait", a FIFO
+    to read a line from inside the block (after saying so in a progress report); "fail",
+    raise inside the block; "raise_after", raise once it committed."""
+    p = job.payload or {}
+    with job.transaction() as conn:
+        conn.execute("INSERT INTO tx_rows (job_id, attempt) VALUES (%s, %s)",
+                     (str(job.id), job.attempt))
+        if p.get("wait"):
+            job.progress(0.5, "inside")
+            with open(p["wait"]) as fifo:  # until the test writes to it
+                fifo.readline()
+        if p.get("fail"):
+            raise RuntimeError("failed inside the block")
+    if p.get("raise_after"):
+        raise RuntimeError("raised after the commit")
+    return "returned"
