@@ -4,7 +4,10 @@ the job's claim. Real workers driven through their socketpair, on the test datab
 from __future__ import annotations
 
 import os
+import random
+import threading
 
+import psutil
 import psycopg
 import pytest
 from handlers.worker_peer import Peer, make_spec
@@ -12,6 +15,7 @@ from handlers.worker_peer import Peer, make_spec
 from fairsched.protocol import encode_run
 from fairsched.store.queue import Queue
 from fairsched.worker.launch import launch
+from tests.supervisor_harness import wait_until
 
 
 @pytest.fixture
@@ -130,3 +134,105 @@ def test_an_on_demand_jobs_transaction_is_a_plain_one(worker, rows_db):
 def state_rows(url: str) -> list[str]:
     with psycopg.connect(url) as conn:
         return [r[0] for r in conn.execute("SELECT job_id FROM tx_rows").fetchall()]
+
+
+# -- with real supervisors ------------------------------------------------------------------------
+
+ROWS = """
+[[worker]]
+name = "rows"
+types = ["rows"]
+handler = "sup_handlers:{handler}"
+processes = 2
+slots = 2
+max_attempts = 1000
+max_restarts = 1000
+restart_window = 0.5
+retry_backoff = 0
+"""
+
+
+def test_a_supervisors_job_commits_once_after_a_rolled_back_attempt(supervisors, rows_db,
+                                                                    tmp_path):
+    sup = supervisors(ROWS.replace("{handler}", "tx_row")).start()
+    with psycopg.connect(rows_db, autocommit=True) as conn:
+        job_id = Queue(conn).enqueue("rows", {"pids": str(tmp_path / "pids"), "fail_first": True})
+    wait_until(lambda: finished(rows_db) == 1, 30, "the job finished")
+    with psycopg.connect(rows_db) as conn:
+        row = conn.execute("SELECT status, attempts, result, last_error FROM fairsched_jobs"
+                           " WHERE id = %s", (job_id,)).fetchone()
+        rows = conn.execute("SELECT attempt FROM tx_rows").fetchall()
+    assert row == ("succeeded", 2, None, "RuntimeError: first attempt fails inside the block")
+    assert rows == [(2,)]  # the first attempt's row went with its rollback
+    sup.wait_output(rf"job {job_id} succeeded: .* \(recorded in its transaction\)")
+
+
+def finished(url: str) -> int:
+    with psycopg.connect(url) as conn:
+        return conn.execute("SELECT count(*) FROM fairsched_jobs WHERE status IN"
+                            " ('succeeded', 'failed', 'cancelled')").fetchone()[0]
+
+
+def drill(supervisors, url: str, folder, handler: str, jobs: int):
+    """`jobs` jobs of `handler` on two supervisors while a worker is killed (SIGKILL) every
+    200 ms and one supervisor is killed twice (at a fifth and at half of the jobs done), and
+    started again. Returns (statuses, rows per job id, worker kills)."""
+    pids = folder / "pids"
+    pids.touch()
+    workers = ROWS.replace("{handler}", handler)
+    sups = [supervisors(workers, supervisor="lease = 2\n").start() for _ in range(2)]
+    with psycopg.connect(url, autocommit=True) as conn:
+        Queue(conn).enqueue_many([{"type": "rows", "payload": {"pids": str(pids),
+                                                                "seconds": 0.02}}] * jobs)
+    stop = threading.Event()
+    kills = []
+    rng = random.Random(7)
+
+    def killer():
+        while not stop.wait(0.2):
+            parents = {s.proc.pid for s in sups if s.proc.poll() is None}
+            alive = []
+            for line in pids.read_text().split():
+                try:
+                    if psutil.Process(int(line)).ppid() in parents:
+                        alive.append(int(line))
+                except psutil.NoSuchProcess:
+                    pass
+            if alive:
+                victim = rng.choice(alive)
+                os.kill(victim, 9)
+                kills.append(victim)
+
+    thread = threading.Thread(target=killer)
+    thread.start()
+    try:
+        for share in (5, 2):
+            wait_until(lambda share=share: finished(url) >= jobs // share, 60,
+                       f"1/{share} of the jobs finished")
+            sups[0].proc.kill()
+            sups[0].proc.wait()
+            sups[0].start(wait=False)
+        wait_until(lambda: finished(url) >= jobs, 120, "every job finished")
+    finally:
+        stop.set()
+        thread.join()
+    with psycopg.connect(url) as conn:
+        statuses = dict(conn.execute("SELECT status, count(*) FROM fairsched_jobs"
+                                     " GROUP BY status").fetchall())
+        rows = dict(conn.execute("SELECT j.id, count(r.job_id) FROM fairsched_jobs j LEFT JOIN"
+                                 " tx_rows r ON r.job_id = j.id::text GROUP BY j.id").fetchall())
+    return statuses, rows, kills
+
+
+def test_transactional_rows_are_written_exactly_once_under_kills(supervisors, rows_db, tmp_path):
+    statuses, rows, kills = drill(supervisors, rows_db, tmp_path, "tx_row", 1000)
+    assert statuses == {"succeeded": 1000}
+    assert len(kills) >= 10
+    assert set(rows.values()) == {1}, sorted(n for n in rows.values() if n != 1)
+
+
+def test_without_transaction_the_same_kills_write_rows_twice(supervisors, rows_db, tmp_path):
+    statuses, rows, kills = drill(supervisors, rows_db, tmp_path, "plain_row", 1000)
+    assert statuses == {"succeeded": 1000}
+    assert min(rows.values()) == 1  # every job wrote its row...
+    assert max(rows.values()) >= 2  # ...and some of them again, on a run after a kill

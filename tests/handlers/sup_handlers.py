@@ -324,3 +324,50 @@ def leak(job: fairsched.Job):
     KEPT.append(b"\x01" * (int(job.payload["mb"]) << 20))
     time.sleep(float(job.payload.get("seconds", 0)))  # the rest of the job's work
     return {"pid": os.getpid(), "rss": psutil.Process().memory_info().rss}
+
+
+_pid_noted = None  # the process that wrote its pid to payload['pids'] (not the template)
+
+
+def _note_pid(path: str) -> None:
+    global _pid_noted
+    if _pid_noted != os.getpid():
+        _pid_noted = os.getpid()
+        with open(path, "a") as f:
+            f.write(f"{os.getpid()}\n")
+
+
+def tx_row(job: fairsched.Job):
+    """Inserts its job's row into tx_rows inside job.transaction(), then waits
+    payload['seconds'] there; notes its pid in payload['pids'] (one line per process). With
+    payload['fail_first'], its first attempt raises inside the block, after the insert."""
+    payload = job.payload
+    _note_pid(payload["pids"])
+    with job.transaction() as conn:
+        conn.execute("INSERT INTO tx_rows (job_id, attempt) VALUES (%s, %s)",
+                     (str(job.id), job.attempt))
+        if payload.get("fail_first") and job.attempt == 1:
+            raise RuntimeError("first attempt fails inside the block")
+        time.sleep(payload.get("seconds", 0))
+
+
+_own = None  # plain_row's connections, one per slot's thread
+
+
+def plain_row(job: fairsched.Job):
+    """tx_row without job.transaction(): the row goes in on a connection of the handler's own
+    (committed at once), and the job's success is written later by its supervisor."""
+    import threading
+
+    import psycopg
+
+    global _own
+    payload = job.payload
+    _note_pid(payload["pids"])
+    if _own is None:
+        _own = threading.local()
+    if getattr(_own, "conn", None) is None or _own.conn.closed:
+        _own.conn = psycopg.connect(os.environ["FAIRSCHED_QUEUE_DATABASE"], autocommit=True)
+    _own.conn.execute("INSERT INTO tx_rows (job_id, attempt) VALUES (%s, %s)",
+                      (str(job.id), job.attempt))
+    time.sleep(payload.get("seconds", 0))
