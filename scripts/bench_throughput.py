@@ -153,6 +153,7 @@ class Contender:
 class Fairsched(Contender):
     name = "fairsched"
     worker_settings = ""  # more lines of the [[worker]] table (scripts/bench_recycle.py)
+    handler_code = HANDLER  # bench_handlers.py, whose noop(job) the workers run
     log_args = ("--log-level", "warning")
     tables = ("fairsched_jobs",)
     done_sql = "SELECT count(*) FROM fairsched_jobs WHERE status = 'succeeded'"
@@ -174,7 +175,7 @@ class Fairsched(Contender):
 
     def start(self, url, opts):
         folder = Path(tempfile.mkdtemp(prefix="fairsched-", dir=opts.folder))
-        (folder / "bench_handlers.py").write_text(HANDLER)
+        (folder / "bench_handlers.py").write_text(self.handler_code)
         config = folder / "workers.toml"
         config.write_text(textwrap.dedent(f"""\
             [supervisor]
