@@ -112,6 +112,20 @@ def test_a_run_frame_carries_its_payload_text_as_it_is(payload_json):
     assert payload_json.encode() in data
 
 
+def test_a_queued_jobs_run_frame_carries_its_claim_and_a_bad_one_is_named():
+    (msg,) = FrameDecoder().feed(encode_run("i", 0, 5, "pdf", 0, 2, False, "null", 7))
+    assert validate(msg)["job"] == {"id": 5, "type": "pdf", "priority": 0, "attempt": 2,
+                                    "on_demand": False, "claim": 7, "payload": None}
+    (msg,) = FrameDecoder().feed(encode_run("i", 0, "od-1", "pdf", 0, 1, True, "null"))
+    assert "claim" not in validate(msg)["job"]  # an on-demand job has none
+    for bad, got in ((0, "got number 0"), (True, "got boolean true"), ("7", 'got string "7"')):
+        msg["job"]["claim"] = bad
+        with pytest.raises(ProtocolError) as caught:
+            validate(msg)
+        assert str(caught.value) == ("'run' message: field 'job.claim' must be an integer >= 1 "
+                                     f"when present, {got}")
+
+
 def test_a_run_frame_too_large_is_refused():
     with pytest.raises(ProtocolError, match="exceeds the 1048576-byte limit"):
         encode_run("i", 0, 1, "pdf", 0, 1, False, payload_json("x" * MAX_FRAME)[0])
@@ -377,7 +391,7 @@ def test_docs_protocol_examples_constants_and_environment_match_the_code():
     decoded = FrameDecoder().feed(encode_run(
         run["incarnation"], run["slot"], run["job"]["id"], run["job"]["type"],
         run["job"]["priority"], run["job"]["attempt"], run["job"]["on_demand"],
-        payload_json(run["job"]["payload"])[0]))[0]
+        payload_json(run["job"]["payload"])[0], run["job"]["claim"]))[0]
     # The example shows the job's fields in the order the supervisor writes them.
     assert list(decoded["job"]) == list(run["job"])
     assert f"# The worker pipe protocol (version {PROTOCOL_VERSION})" in text
@@ -385,7 +399,8 @@ def test_docs_protocol_examples_constants_and_environment_match_the_code():
     assert re.search(rf"nests at most\s+{MAX_DEPTH} arrays or objects deep \(`MAX_DEPTH`\)", text)
     table = re.findall(r"^\| `(FAIRSCHED_\w+)` \|", text, re.M)
     spec = LaunchSpec(name="pdf-1", group="pdf", types=("pdf",), slots=1, handler="m:f",
-                      command=None, cwd=Path("."), log_path=Path("pdf-1.log"))
+                      command=None, cwd=Path("."), log_path=Path("pdf-1.log"),
+                      database_url="postgresql://db.example/jobs")
     assert sorted(table) == sorted(worker_variables(spec, "pdf-1.1.ab"))
 
 
