@@ -167,6 +167,21 @@ def test_a_supervisors_job_commits_once_after_a_rolled_back_attempt(supervisors,
     sup.wait_output(rf"job {job_id} succeeded: .* \(recorded in its transaction\)")
 
 
+def test_a_job_that_committed_and_then_timed_out_stays_succeeded(supervisors, rows_db,
+                                                                  tmp_path):
+    sup = supervisors(ROWS.replace("{handler}", "tx_row") + "timeout = 1\n").start()
+    with psycopg.connect(rows_db, autocommit=True) as conn:
+        job_id = Queue(conn).enqueue("rows", {"pids": str(tmp_path / "pids"), "after": 60})
+    sup.wait_output(rf"job {job_id} on worker rows-\d timed out after 1 s")
+    sup.wait_output(r"the outcome of 1 job was not recorded: .*: " + str(job_id))
+    with psycopg.connect(rows_db) as conn:
+        row = conn.execute("SELECT status, attempts FROM fairsched_jobs WHERE id = %s",
+                           (job_id,)).fetchone()
+        rows = conn.execute("SELECT job_id FROM tx_rows").fetchall()
+    assert row == ("succeeded", 1)
+    assert rows == [(str(job_id),)]
+
+
 def finished(url: str) -> int:
     with psycopg.connect(url) as conn:
         return conn.execute("SELECT count(*) FROM fairsched_jobs WHERE status IN"

@@ -340,7 +340,8 @@ def _note_pid(path: str) -> None:
 def tx_row(job: fairsched.Job):
     """Inserts its job's row into tx_rows inside job.transaction(), then waits
     payload['seconds'] there; notes its pid in payload['pids'] (one line per process). With
-    payload['fail_first'], its first attempt raises inside the block, after the insert."""
+    payload['fail_first'], its first attempt raises inside the block, after the insert; with
+    payload['after'], it sleeps that long once committed."""
     payload = job.payload
     _note_pid(payload["pids"])
     with job.transaction() as conn:
@@ -349,6 +350,7 @@ def tx_row(job: fairsched.Job):
         if payload.get("fail_first") and job.attempt == 1:
             raise RuntimeError("first attempt fails inside the block")
         time.sleep(payload.get("seconds", 0))
+    time.sleep(payload.get("after", 0))
 
 
 _own = None  # plain_row's connections, one per slot's thread
