@@ -131,6 +131,22 @@ def test_an_on_demand_jobs_transaction_is_a_plain_one(worker, rows_db):
     assert state_rows(rows_db) == ["od-1"]
 
 
+def test_a_process_the_handler_forked_has_no_transaction(rows_db, tmp_path):
+    spec = make_spec(tmp_path, handler="worker_handlers:transaction_in_a_fork", types=("tx",))
+    spec.database_url = rows_db
+    peer = Peer(launch(spec, "inc-1"), "inc-1", spec)
+    try:
+        peer.hello()
+        job_id, claim = claimed(rows_db)
+        run(peer, job_id, claim)
+        assert peer.expect("result")["result"] == (
+            "RuntimeError: job.transaction() works in the worker, not in a process its handler "
+            "forked")
+        assert state(rows_db, job_id) == ("running", None, [])
+    finally:
+        peer.cleanup()
+
+
 def state_rows(url: str) -> list[str]:
     with psycopg.connect(url) as conn:
         return [r[0] for r in conn.execute("SELECT job_id FROM tx_rows").fetchall()]

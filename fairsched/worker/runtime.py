@@ -284,7 +284,11 @@ class Worker:
 
     def connection(self, slot: int):
         """The slot's connection to the queue's database (job.transaction()): opened on first
-        use, again if the last one broke, else the same one."""
+        use, again if the last one broke, else the same one. Not in a process a handler forked:
+        the worker's connection is not its own to use, nor its success to record."""
+        if os.getpid() != self.pid:
+            raise RuntimeError("job.transaction() works in the worker, not in a process its "
+                               "handler forked")
         conn = self._connections[slot]
         if conn is None or conn.closed or conn.broken:
             from fairsched.store.database import connect  # psycopg only where it is used

@@ -323,3 +323,21 @@ def transactional(job: fairsched.Job):
     if p.get("raise_after"):
         raise RuntimeError("raised after the commit")
     return "returned"
+
+
+def transaction_in_a_fork(job: fairsched.Job):
+    """What job.transaction() says in a process the handler forked."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            with job.transaction():
+                said = "it committed"
+        except Exception as exc:
+            said = f"{type(exc).__name__}: {exc}"
+        os.write(write_end, said.encode())
+        os._exit(0)
+    os.close(write_end)
+    os.waitpid(pid, 0)
+    with os.fdopen(read_end) as f:
+        return f.read()
