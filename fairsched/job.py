@@ -11,14 +11,10 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
+from fairsched.store.statements import WORKER_COMPLETE_SQL
+
 MAX_MESSAGE = 4096  # characters of a progress message; longer ones are cut
 
-# In the same transaction as the handler's writes: the job succeeded, if its claim still holds.
-# Another claim (a rescue after a lost lease, then a run elsewhere) has its own number, and a
-# row given back or rescued is no longer 'running': either way no row changes.
-RECORD_SQL = ("UPDATE fairsched_jobs SET status = 'succeeded', result = NULL, finished_at = now(),"
-              " cancel_requested = false"
-              " WHERE id = %s AND claims = %s AND status = 'running' RETURNING id")
 
 
 class ClaimLost(RuntimeError):
@@ -134,7 +130,7 @@ class Job:
         with conn.transaction():
             yield conn
             if not self.on_demand:
-                if conn.execute(RECORD_SQL, (self.id, self._claim)).fetchone() is None:
+                if conn.execute(WORKER_COMPLETE_SQL, (self.id, self._claim)).fetchone() is None:
                     raise ClaimLost(f"job {self.id!r} is no longer this run's (claim "
                                     f"{self._claim} lost): its transaction was rolled back")
         self._recorded = not self.on_demand

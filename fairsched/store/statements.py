@@ -87,6 +87,18 @@ UPDATE fairsched_jobs AS j
 RETURNING j.id
 """
 
+# job.transaction()'s, in the worker, in the same transaction as the handler's writes: the job
+# succeeded, if its claim still holds. Another claim (a rescue after a lost lease, then a run
+# elsewhere) has its own number, and a row given back or rescued is no longer 'running': either
+# way no row changes, and the worker rolls back. The worker knows no supervisor id: the claim
+# number alone names this run. The result stays null (the handler has not returned yet).
+WORKER_COMPLETE_SQL = """
+UPDATE fairsched_jobs SET status = 'succeeded', result = NULL, finished_at = now(),
+       cancel_requested = false
+ WHERE id = %s AND claims = %s AND status = 'running'
+RETURNING id
+"""
+
 # A failure after a cancel request ends the job cancelled: the user asked for it to stop.
 FAIL_SQL = f"""
 WITH failed AS (
