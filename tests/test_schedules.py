@@ -230,3 +230,33 @@ def test_schedules_without_any_says_so(tmp_path):
     assert result.returncode == 0
     assert result.stdout.splitlines() == ["NAME  TYPE  WHEN  NEXT  LAST  LAST JOB"]
     assert result.stderr.strip() == f"no [[schedule]] in {tmp_path / 'workers.toml'}"
+
+
+def test_a_reload_takes_schedules_added_changed_and_removed(supervisors, db):
+    sup = supervisors(WORKER).start()
+    header = sup.config.read_text()
+    sup.config.write_text(header + '[[schedule]]\ntype = "tick"\nevery = "1s"\n')
+    added = sup.cli("reload")
+    assert added.returncode == 0, added
+    assert added.stdout.splitlines() == [
+        "reloaded: unchanged: 1 group (tick)",
+        "reloaded: schedules: tick added (from the next check)"]
+    sup.wait_output(r"schedule tick: enqueued job \d+")
+    assert {row[1] for row in scheduled_jobs(db)} == {"tick"}
+    sup.config.write_text(header + '[[schedule]]\ntype = "tick"\nevery = "1h"\n'
+                                   '[[schedule]]\nname = "other"\ntype = "tick"\nevery = "1h"\n')
+    changed = sup.cli("reload")
+    assert changed.returncode == 0, changed
+    assert changed.stdout.splitlines()[-1] == \
+        "reloaded: schedules: tick changed, other added (from the next check)"
+    # The new schedule's first check starts its record: the lane runs the new list.
+    wait_until(lambda: "other" in last_due_names(db), 10, "the schedule 'other' checked")
+    sup.config.write_text(header)
+    removed = sup.cli("reload")
+    assert removed.stdout.splitlines()[-1] == \
+        "reloaded: schedules: tick removed, other removed (from the next check)"
+
+
+def last_due_names(url: str) -> set[str]:
+    with psycopg.connect(url) as conn:
+        return {name for (name,) in conn.execute("SELECT name FROM fairsched_schedules")}
