@@ -14,7 +14,7 @@ import pytest
 
 from fairsched.config import ScheduleSpec, load_config
 from fairsched.errors import ConfigError
-from fairsched.store.schedules import enqueue_due, latest_due, next_due
+from fairsched.store.schedules import due_times_between, enqueue_due, latest_due, next_due
 from tests.supervisor_harness import fairsched, wait_until
 
 WORKER = """
@@ -108,6 +108,10 @@ def test_due_times():
     every = ScheduleSpec("e", "tick", None, 45.0)
     assert latest_due(every, at) == datetime(2026, 3, 1, 10, 7, 30, tzinfo=UTC)
     assert next_due(every, at) == datetime(2026, 3, 1, 10, 8, 15, tzinfo=UTC)
+    assert due_times_between(hourly, at - timedelta(hours=3), at) == [
+        datetime(2026, 3, 1, h, 0, tzinfo=UTC) for h in (8, 9, 10)]
+    assert due_times_between(every, at - timedelta(seconds=90), at) == [
+        at - timedelta(seconds=45), at]
 
 
 def scheduled_jobs(url: str) -> list[tuple]:
@@ -119,7 +123,7 @@ def scheduled_jobs(url: str) -> list[tuple]:
 def test_racing_checks_enqueue_a_due_time_once(db):
     spec = ScheduleSpec("tick", "tick", None, 3600.0, {"n": 1}, 2)
     with psycopg.connect(db, autocommit=True) as conn:
-        assert enqueue_due(conn, spec) is None  # its first check: the record starts
+        assert enqueue_due(conn, spec)[1] == []  # its first check: the record starts
         # As if the last due time enqueued were the one before this hour's.
         conn.execute("UPDATE fairsched_schedules SET last_due = last_due - interval '1 hour'")
     barrier = threading.Barrier(8)
@@ -128,29 +132,43 @@ def test_racing_checks_enqueue_a_due_time_once(db):
     def check():
         with psycopg.connect(db, autocommit=True) as conn:
             barrier.wait()
-            results.append(enqueue_due(conn, spec))
+            results.append(enqueue_due(conn, spec)[1])
 
     threads = [threading.Thread(target=check) for _ in range(8)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    won = [r for r in results if r is not None]
-    assert len(results) == 8 and len(won) == 1, results
+    won = [r for r in results if r]
+    assert len(results) == 8 and len(won) == 1 and len(won[0]) == 1, results
     jobs = scheduled_jobs(db)
-    assert jobs == [(won[0].due, "tick", {"n": 1}, 2)]
-    assert won[0].folded == 1
+    assert jobs == [(won[0][0].due, "tick", {"n": 1}, 2)]
+    assert won[0][0].folded == 1
 
 
 def test_times_missed_while_none_ran_are_enqueued_once(db):
     spec = ScheduleSpec("tick", "tick", None, 60.0)
     with psycopg.connect(db, autocommit=True) as conn:
-        assert enqueue_due(conn, spec) is None
+        latest, done = enqueue_due(conn, spec)
+        assert done == []
         conn.execute("UPDATE fairsched_schedules SET last_due = last_due - interval '10 min'")
-        done = enqueue_due(conn, spec)
-        assert done is not None and done.folded == 10
-        assert enqueue_due(conn, spec) is None  # the same due time again: nothing
-    assert [row[0] for row in scheduled_jobs(db)] == [done.due]
+        again, done = enqueue_due(conn, spec)
+        assert again == latest and len(done) == 1 and done[0].folded == 10
+        assert enqueue_due(conn, spec)[1] == []  # the same due time again: nothing
+    assert [row[0] for row in scheduled_jobs(db)] == [latest]
+
+
+def test_a_check_that_comes_late_enqueues_each_due_time_since_the_last_check(db):
+    spec = ScheduleSpec("tick", "tick", None, 60.0)
+    with psycopg.connect(db, autocommit=True) as conn:
+        latest, _ = enqueue_due(conn, spec)
+        # This supervisor's previous check found the due time 3 minutes back, and a minute
+        # before that everything had been enqueued: it has run all along, only late.
+        conn.execute("UPDATE fairsched_schedules SET last_due = last_due - interval '4 min'")
+        _, done = enqueue_due(conn, spec, since=latest - timedelta(minutes=3))
+    expected = [latest - timedelta(minutes=m) for m in (3, 2, 1, 0)]
+    assert [(d.due, d.folded) for d in done] == [(t, 1) for t in expected]
+    assert [row[0] for row in scheduled_jobs(db)] == expected
 
 
 def test_a_supervisor_started_after_missed_times_enqueues_one_job(supervisors, db):

@@ -115,6 +115,7 @@ class QueueLink(Heartbeats):
         self._prune_stop = threading.Event()  # a prune in its thread stops after its batch
         self._schedule_task: asyncio.Task | None = None
         self._schedule_conn = None  # the schedule lane's connection, used in its thread
+        self._schedules_seen: dict = {}  # name: (its ScheduleSpec, latest due time at a check)
         self._next_heartbeat = 0.0
         self._in_touch_since = 0.0  # monotonic time of the claim lane's last (re)connection
         self._peer_beats: dict[int, tuple[float, float]] = {}  # id: (heartbeat_at, seen since)
@@ -538,7 +539,15 @@ class QueueLink(Heartbeats):
         if self._schedule_conn is None:
             self._schedule_conn = self.database.connect(autocommit=True)
         conn = self._schedule_conn
-        enqueued = [done for spec in schedules if (done := enqueue_due(conn, spec)) is not None]
+        enqueued = []
+        for spec in schedules:
+            seen = self._schedules_seen.get(spec.name)
+            # The due time found at this lane's last check of this very schedule: the times
+            # after it each get a job (this supervisor was running then, if late).
+            since = seen[1] if seen is not None and seen[0] == spec else None
+            latest, done = enqueue_due(conn, spec, since)
+            self._schedules_seen[spec.name] = (spec, latest)
+            enqueued += done
         clock = database_now(conn)
         soonest = min((next_due(spec, clock) - clock).total_seconds() for spec in schedules)
         # A little past the due time: the check reads the clock again, and must find it due.
