@@ -116,6 +116,7 @@ class QueueLink(Heartbeats):
         self._schedule_task: asyncio.Task | None = None
         self._schedule_conn = None  # the schedule lane's connection, used in its thread
         self._schedules_seen: dict = {}  # name: (its ScheduleSpec, latest due time at a check)
+        self._schedule_lock = threading.Lock()  # held by a check in its thread
         self._next_heartbeat = 0.0
         self._in_touch_since = 0.0  # monotonic time of the claim lane's last (re)connection
         self._peer_beats: dict[int, tuple[float, float]] = {}  # id: (heartbeat_at, seen since)
@@ -284,9 +285,13 @@ class QueueLink(Heartbeats):
             tasks = list(pending)
         if tasks:
             log.debug("database lanes still running at exit: %s", tasks)
-        if self._schedule_conn is not None:
-            with contextlib.suppress(Exception):
-                self._schedule_conn.close()
+        # A check still under way in its thread closes the connection itself, seeing `closing`:
+        # closing it from here while that thread uses it would pull it from under libpq.
+        if self._schedule_lock.acquire(blocking=False):
+            try:
+                self._drop_schedule_conn()
+            finally:
+                self._schedule_lock.release()
         if self.writer is not None:
             try:
                 await self.writer.close(deregister=False)
@@ -516,7 +521,7 @@ class QueueLink(Heartbeats):
                 enqueued, wait = await loop.run_in_executor(None, self._check_schedules,
                                                             schedules)
             except (psycopg.Error, DatabaseUnavailable) as exc:
-                self._drop_schedule_conn()
+                self._drop_schedule_conn()  # its thread is done: the answer came
                 if self.connected and not self.closing:
                     log.warning("could not enqueue scheduled jobs: %s; trying again in %g s",
                                 first_line(exc), wait)
@@ -536,6 +541,14 @@ class QueueLink(Heartbeats):
 
     def _check_schedules(self, schedules) -> tuple[list, float]:
         # In an executor thread: what was enqueued, and the seconds until the next due time.
+        with self._schedule_lock:
+            try:
+                return self._enqueue_due(schedules)
+            finally:
+                if self.closing:
+                    self._drop_schedule_conn()
+
+    def _enqueue_due(self, schedules) -> tuple[list, float]:
         if self._schedule_conn is None:
             self._schedule_conn = self.database.connect(autocommit=True)
         conn = self._schedule_conn
