@@ -25,6 +25,7 @@ from fairsched.permissions import (
     not_writable,
     who_may_read,
 )
+from fairsched.store.rows import job_row
 from fairsched.type_names import type_name_problem
 
 DEFAULT_CONFIG = "workers.toml"
@@ -161,12 +162,30 @@ class WorkerSpec:
 
 
 @dataclass(frozen=True)
+class ScheduleSpec:
+    """A [[schedule]]: a job of `type` enqueued at each due time of `cron` (5 fields, UTC) or
+    of `every` seconds (the multiples of it since the Unix epoch, so every host agrees)."""
+    name: str
+    type: str
+    cron: str | None
+    every: float | None
+    payload: Any = None
+    priority: int = 0
+
+    @property
+    def when(self) -> str:
+        """The schedule as workers.toml gives it: the cron expression, or "every 30s"."""
+        return self.cron if self.cron is not None else f"every {age_text(self.every)}"
+
+
+@dataclass(frozen=True)
 class Config:
     path: Path
     supervisor: SupervisorSettings
     scoring: Weights
     matching: str
     workers: tuple[WorkerSpec, ...]
+    schedules: tuple[ScheduleSpec, ...] = ()
 
     @property
     def types(self) -> set[str]:
@@ -298,7 +317,7 @@ class _Section:
                 self.fail(key, f"must be a table, got {_kind(value)}")
         elif kind == "list":
             if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
-                self.fail(key, "must be an array of tables ([[worker]])")
+                self.fail(key, f"must be an array of tables ([[{key}]])")
         elif kind == "strtable":
             if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
                 self.fail(key, "must be a table of strings")
@@ -502,6 +521,7 @@ def load_config(path: str | os.PathLike) -> Config:
     sc.finish()
 
     raw_workers = top.get("worker", "list", None)
+    raw_schedules = top.get("schedule", "list", [])
     top.finish()
     if raw_workers is None or not isinstance(raw_workers, list) or not raw_workers:
         raise ConfigError(f"{file}: no [[worker]] tables: define at least one worker")
@@ -515,8 +535,9 @@ def load_config(path: str | os.PathLike) -> Config:
         if w.name in names:
             raise ConfigError(f"{file}: [[worker]] {w.name!r} key 'name' is a duplicate name")
         names.add(w.name)
+    schedules = _load_schedules(file, raw_schedules)
     return Config(path=path.resolve(), supervisor=supervisor, scoring=scoring, matching=matching,
-                  workers=tuple(workers))
+                  workers=tuple(workers), schedules=schedules)
 
 
 def _load_worker(sec: _Section, base: Path) -> WorkerSpec:
@@ -608,3 +629,69 @@ def _processes(sec: _Section) -> tuple[int, int | None]:
     if high > MAX_PROCESSES:
         sec.fail("processes", f"must end at {MAX_PROCESSES} at most, got {value!r}")
     return low, high
+
+
+def _load_schedules(file: str, tables: list) -> tuple[ScheduleSpec, ...]:
+    schedules: list[ScheduleSpec] = []
+    names: set[str] = set()
+    for index, table in enumerate(tables, 1):
+        label = table.get("name", table.get("type")) if isinstance(table, dict) else None
+        where = f"[[schedule]] {label!r}" if isinstance(label, str) else f"[[schedule]] #{index}"
+        spec = _load_schedule(_Section(file, where, table))
+        if spec.name in names:
+            raise ConfigError(f"{file}: {where} key 'name' is a duplicate name (two schedules "
+                              f"of one type need a 'name' each)")
+        names.add(spec.name)
+        schedules.append(spec)
+    return tuple(schedules)
+
+
+def _load_schedule(sched: _Section) -> ScheduleSpec:
+    type_name = sched.get("type", "str", required=True)
+    problem = type_name_problem(type_name)
+    if problem is not None:
+        sched.fail("type", f"has an {problem}")
+    # The record of its last due time is kept under this name, so it must outlive a reload.
+    name = sched.get("name", "str", type_name)
+    if len(name) > 200 or not name.isprintable():
+        sched.fail("name", f"must be printable text of at most 200 characters, got {name!r}")
+    cron = sched.get("cron", "str")
+    every = sched.get("every", "age", None, minimum=1, maximum=MAX_AGE_DAYS * 86400)
+    if (cron is None) == (every is None):
+        sched.fail(None, "needs exactly one of 'cron' (such as \"0 * * * *\") or 'every' "
+                       "(such as \"30s\")")
+    if cron is not None:
+        problem = cron_problem(cron)
+        if problem is not None:
+            sched.fail("cron", problem)
+    priority = sched.get("priority", "int", 0, minimum=0, maximum=10)
+    payload = sched.get("payload", "table", None)
+    sched.finish()
+    try:  # the rules every enqueued job follows
+
+        job_row({"type": type_name, "payload": payload, "priority": priority})
+    except ValueError as exc:
+        sched.fail("payload", f"cannot be enqueued: {exc}")
+    return ScheduleSpec(name=name, type=type_name, cron=cron, every=every, payload=payload,
+                        priority=priority)
+
+
+CRON_FIELDS = ("minute", "hour", "day of month", "month", "day of week")
+
+
+def cron_problem(expression: str) -> str | None:
+    """What is wrong with a 5-field cron expression, naming the field, or None."""
+    from croniter import croniter  # imported here: only configs with schedules need it
+
+    fields = expression.split()
+    if len(fields) != len(CRON_FIELDS):
+        return (f"must have 5 fields ({', '.join(CRON_FIELDS)}), got {len(fields)} in "
+                f"{expression!r}")
+    for position, (field_name, text) in enumerate(zip(CRON_FIELDS, fields, strict=True)):
+        # Each field alone, the others '*', so the message names the one at fault.
+        alone = " ".join(text if i == position else "*" for i in range(len(CRON_FIELDS)))
+        if not croniter.is_valid(alone):
+            return f"has a bad {field_name} field (field {position + 1}): {text!r}"
+    if not croniter.is_valid(expression):
+        return f"is not a valid cron expression: {expression!r}"
+    return None

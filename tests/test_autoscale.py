@@ -16,6 +16,7 @@ import pytest
 
 from fairsched.config import load_config
 from fairsched.errors import ConfigError
+from fairsched.store.queue import Queue
 from fairsched.supervisor.states import ProcessState
 
 HEAD = """
@@ -205,11 +206,13 @@ def test_supervise_and_ps_show_the_group_growing_within_its_range(supervisors):
     sup = supervisors(autoscaled(1, 3, 1)).start()
     groups = sup.ps()["supervisor"]["groups"]
     assert groups["pdf"] == {"processes": 1, "min": 1, "max": 3, "autoscaled": True}
-    for _ in range(6):
-        sup.enqueue("pdf", payload={"seconds": 2})
+    # The backlog comes at once (six commands in a row would trickle in on a loaded machine,
+    # each job ending before the next came), and lasts past the growth.
+    with psycopg.connect(sup.env["FAIRSCHED_DATABASE_URL"], autocommit=True) as conn:
+        Queue(conn).enqueue_many([{"type": "pdf", "payload": {"seconds": 6}}] * 6)
     sup.wait_for(lambda ps: ps["supervisor"]["groups"]["pdf"]["processes"] == 3
                  and len({s["worker"] for s in ps["slots"] if s["state"] == "busy"}) == 3,
-                 what="3 processes busy", timeout=10)
+                 what="3 processes busy", timeout=20)
     shown = sup.cli("ps", "--json")
     assert shown.returncode == 0, shown.stderr
     data = json.loads(shown.stdout)

@@ -63,7 +63,8 @@ def test_every_metric_is_documented_and_every_documented_metric_exists():
     missing = sorted(n for n in names if f"`{n}`" not in text)
     assert not missing, f"metrics missing from docs/operations.md: {missing}"
     mentioned = set(re.findall(r"\b(fairsched_[a-z_]+)", text))
-    tables = {"fairsched_jobs", "fairsched_supervisors", "fairsched_schema_version",
+    tables = {"fairsched_jobs", "fairsched_supervisors", "fairsched_schedules",
+              "fairsched_schema_version",
               "fairsched_notify_jobs"}  # and the function of its trigger
     suffixes = ("_bucket", "_count", "_sum")
 
@@ -215,7 +216,8 @@ def call_keywords(path: Path, names: set[str]) -> dict[str, set]:
 def test_settings_tables_and_the_code_name_the_same_keys():
     source = Path(fairsched.config.__file__).read_text()
     text = section(operations(), "## Settings")
-    for table, reader in (("[supervisor]", "sup"), ("[scoring]", "sc"), ("[[worker]]", "sec")):
+    for table, reader in (("[supervisor]", "sup"), ("[scoring]", "sc"), ("[[worker]]", "sec"),
+                          ("[[schedule]]", "sched")):
         accepted = set(re.findall(rf'\b{reader}\.get\("(\w+)"', source))
         rows = table_after(text, f"| `{table}` |")
         documented = {k for row in rows for k in re.findall(r"`(\w+)`", row[0])}

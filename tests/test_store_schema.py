@@ -87,6 +87,7 @@ def test_a_supervisor_that_upgrades_the_schema_says_so(fresh_url):
     with psycopg.connect(fresh_url, autocommit=True) as conn:
         migrate(conn)  # then back to version 1, as a database of an older fairsched is
         conn.execute("ALTER TABLE fairsched_jobs DROP COLUMN claims")
+        conn.execute("DROP TABLE fairsched_schedules")
         conn.execute("DELETE FROM fairsched_schema_version WHERE version > 1")
     sup = Supervisor(fresh_url, "[[worker]]\nname = \"pdf\"\ntypes = [\"pdf\"]\n"
                                 "handler = \"sup_handlers:echo\"\n")

@@ -84,5 +84,6 @@ def main(ctx, debug):
 from fairsched.cli import (  # noqa: E402,F401
     queue_cmds,
     sched_cmds,
+    schedule_cmds,
     supervisor_cmds,
 )

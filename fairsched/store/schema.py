@@ -102,10 +102,22 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
     (2, "a claim counter to fence outcomes on", [
         "ALTER TABLE fairsched_jobs ADD COLUMN claims integer NOT NULL DEFAULT 0",
     ]),
+    # One row per [[schedule]] name: the last due time enqueued. Advancing it and inserting
+    # that due time's job in one transaction is what makes each due time one job, however many
+    # supervisors check the schedule at once.
+    (3, "schedules' last due times", [
+        """
+        CREATE TABLE fairsched_schedules (
+            name text PRIMARY KEY,
+            last_due timestamptz NOT NULL,
+            last_job bigint
+        )
+        """,
+    ]),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]
-TABLES = ("fairsched_jobs", "fairsched_supervisors")
+TABLES = ("fairsched_jobs", "fairsched_supervisors", "fairsched_schedules")
 
 
 def migrate(conn: psycopg.Connection) -> int:

@@ -26,6 +26,8 @@ from fairsched.store.connections import ANSWER_WITHIN
 from fairsched.store.database import open_database
 from fairsched.store.errors import DatabaseUnavailable
 from fairsched.store.queue import Queue
+from fairsched.store.schedules import enqueue_due, next_due
+from fairsched.store.schedules import now as database_now
 from fairsched.supervisor.in_flight import Claims
 from fairsched.supervisor.locked_rows import LockedRows
 from fairsched.supervisor.messages import (
@@ -55,6 +57,9 @@ OUTCOME_LINGER = 0.005
 # With prune_after set, finished jobs are deleted this often (a quarter of prune_after when that
 # is shorter), a batch of rows at a time, so the table holds about prune_after's worth of them.
 PRUNE_EVERY = 3600.0
+# Seconds at most between two checks of the schedules: the lane wakes at the next due time,
+# and at least this often, so a schedule a reload adds or changes is seen within it.
+SCHEDULE_CHECK = 1.0
 # A database that takes no writes (a standby, as a failover can leave one) is as good as lost:
 # reconnecting is how the supervisor finds the primary again, wherever the URL now leads.
 READ_ONLY = psycopg.errors.ReadOnlySqlTransaction
@@ -108,6 +113,10 @@ class QueueLink(Heartbeats):
         self._listen_task: asyncio.Task | None = None
         self._prune_task: asyncio.Task | None = None
         self._prune_stop = threading.Event()  # a prune in its thread stops after its batch
+        self._schedule_task: asyncio.Task | None = None
+        self._schedule_conn = None  # the schedule lane's connection, used in its thread
+        self._schedules_seen: dict = {}  # name: (its ScheduleSpec, latest due time at a check)
+        self._schedule_lock = threading.Lock()  # held by a check in its thread
         self._next_heartbeat = 0.0
         self._in_touch_since = 0.0  # monotonic time of the claim lane's last (re)connection
         self._peer_beats: dict[int, tuple[float, float]] = {}  # id: (heartbeat_at, seen since)
@@ -201,6 +210,8 @@ class QueueLink(Heartbeats):
         self._writer_task = asyncio.create_task(self._run_outcomes(), name="fairsched-outcomes")
         if self.settings.prune_after is not None:
             self._prune_task = asyncio.create_task(self._run_prune(), name="fairsched-prune")
+        self._schedule_task = asyncio.create_task(self._run_schedules(),
+                                                  name="fairsched-schedules")
 
     async def _connect(self) -> None:
         if self.database.kind == "embedded":
@@ -265,7 +276,8 @@ class QueueLink(Heartbeats):
         self._prune_stop.set()
         self._wake.set()  # lanes that wait see `closing`, even if a cancel should get lost
         self._outbox_wake.set()
-        tasks = [t for t in (self._task, self._writer_task, self._listen_task, self._prune_task)
+        tasks = [t for t in (self._task, self._writer_task, self._listen_task, self._prune_task,
+                             self._schedule_task)
                  if t is not None]
         for _ in range(3):
             if not tasks:
@@ -278,6 +290,13 @@ class QueueLink(Heartbeats):
             tasks = list(pending)
         if tasks:
             log.debug("database lanes still running at exit: %s", tasks)
+        # A check still under way in its thread closes the connection itself, seeing `closing`:
+        # closing it from here while that thread uses it would pull it from under libpq.
+        if self._schedule_lock.acquire(blocking=False):
+            try:
+                self._drop_schedule_conn()
+            finally:
+                self._schedule_lock.release()
         if self.writer is not None:
             try:
                 await self.writer.close(deregister=False)
@@ -491,6 +510,72 @@ class QueueLink(Heartbeats):
                     log.info("pruned %d succeeded or cancelled job%s that finished more than %s "
                              "ago (prune_after)", count, "" if count == 1 else "s", age_text(age))
             await asyncio.sleep(every)
+
+    async def _run_schedules(self) -> None:
+        """Enqueue each [[schedule]]'s due times, at each next due time (and at least every
+        SCHEDULE_CHECK), on a connection of its own in a thread. Every supervisor sharing the
+        database checks; the table lets one job through per due time (store/schedules.py)."""
+        loop = asyncio.get_running_loop()
+        while not self.closing:
+            schedules = self.config.schedules
+            if not schedules or not self.connected:  # the claim lane reconnects
+                await asyncio.sleep(SCHEDULE_CHECK)
+                continue
+            wait = SCHEDULE_CHECK
+            try:
+                enqueued, wait = await loop.run_in_executor(None, self._check_schedules,
+                                                            schedules)
+            except (psycopg.Error, DatabaseUnavailable) as exc:
+                self._drop_schedule_conn()  # its thread is done: the answer came
+                if self.connected and not self.closing:
+                    log.warning("could not enqueue scheduled jobs: %s; trying again in %g s",
+                                first_line(exc), wait)
+            except Exception:  # never expected: say so, loudly, and keep the lane alive
+                self._drop_schedule_conn()
+                log.exception("could not enqueue scheduled jobs; trying again in %g s", wait)
+            else:
+                for done in enqueued:
+                    if done.folded > 1:
+                        log.info("schedule %s: enqueued job %d for %s, once for %d due times "
+                                 "missed while no supervisor ran", done.name, done.job_id,
+                                 done.due.isoformat(), done.folded)
+                    else:
+                        log.info("schedule %s: enqueued job %d for %s", done.name, done.job_id,
+                                 done.due.isoformat())
+            await asyncio.sleep(wait)
+
+    def _check_schedules(self, schedules) -> tuple[list, float]:
+        # In an executor thread: what was enqueued, and the seconds until the next due time.
+        with self._schedule_lock:
+            try:
+                return self._enqueue_due(schedules)
+            finally:
+                if self.closing:
+                    self._drop_schedule_conn()
+
+    def _enqueue_due(self, schedules) -> tuple[list, float]:
+        if self._schedule_conn is None:
+            self._schedule_conn = self.database.connect(autocommit=True)
+        conn = self._schedule_conn
+        enqueued = []
+        for spec in schedules:
+            seen = self._schedules_seen.get(spec.name)
+            # The due time found at this lane's last check of this very schedule: the times
+            # after it each get a job (this supervisor was running then, if late).
+            since = seen[1] if seen is not None and seen[0] == spec else None
+            latest, done = enqueue_due(conn, spec, since)
+            self._schedules_seen[spec.name] = (spec, latest)
+            enqueued += done
+        clock = database_now(conn)
+        soonest = min((next_due(spec, clock) - clock).total_seconds() for spec in schedules)
+        # A little past the due time: the check reads the clock again, and must find it due.
+        return enqueued, min(SCHEDULE_CHECK, max(0.0, soonest) + 0.005)
+
+    def _drop_schedule_conn(self) -> None:
+        conn, self._schedule_conn = self._schedule_conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.close()
 
     def _prune(self, age: float) -> int:
         # In an executor thread: psycopg's synchronous connection, closed before returning.

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-from fairsched.config import Config, WorkerSpec
+from fairsched.config import Config, ScheduleSpec, WorkerSpec
 from fairsched.errors import ConfigError, path_name
 
 # [supervisor] keys a running supervisor cannot take on: where its state and database are, the
@@ -37,11 +37,12 @@ class ConfigChange:
     unchanged: tuple[str, ...] = ()
     scoring: tuple[str, ...] = ()
     supervisor: tuple[str, ...] = ()
+    schedules: tuple[str, ...] = ()  # "NAME added", "NAME removed", "NAME changed"
 
     @property
     def nothing(self) -> bool:
         return not (self.added or self.removed or self.changed or self.scoring
-                    or self.supervisor)
+                    or self.supervisor or self.schedules)
 
     def lines(self) -> list[str]:
         """What changed, one line per group (the unchanged ones in one), then scoring and
@@ -63,6 +64,8 @@ class ConfigChange:
             said.append(f"scoring changed ({', '.join(self.scoring)}): from the next cycle")
         if self.supervisor:
             said.append(f"supervisor settings changed ({', '.join(self.supervisor)})")
+        if self.schedules:
+            said.append(f"schedules: {', '.join(self.schedules)} (from the next check)")
         if self.nothing:
             said.append("nothing changed")
         return said
@@ -71,7 +74,8 @@ class ConfigChange:
         return {"added": [spec.name for spec in self.added], "removed": list(self.removed),
                 "changed": {name: list(keys) for name, keys in self.changed.items()},
                 "unchanged": list(self.unchanged), "scoring": list(self.scoring),
-                "supervisor": list(self.supervisor), "lines": self.lines()}
+                "supervisor": list(self.supervisor), "schedules": list(self.schedules),
+                "lines": self.lines()}
 
 
 def config_change(old: Config, new: Config) -> ConfigChange:
@@ -102,7 +106,19 @@ def config_change(old: Config, new: Config) -> ConfigChange:
         removed=tuple(name for name in before if name not in after),
         changed=changed, unchanged=tuple(unchanged), scoring=scoring,
         supervisor=tuple(key for key in APPLIED_KEYS
-                         if getattr(old.supervisor, key) != getattr(new.supervisor, key)))
+                         if getattr(old.supervisor, key) != getattr(new.supervisor, key)),
+        schedules=schedule_changes(old.schedules, new.schedules))
+
+
+def schedule_changes(old: tuple[ScheduleSpec, ...],
+                     new: tuple[ScheduleSpec, ...]) -> tuple[str, ...]:
+    """The [[schedule]] names added, removed or changed. A changed schedule keeps its last due
+    time (the table's row, by name): its next job is at its next due time."""
+    before = {spec.name: spec for spec in old}
+    after = {spec.name: spec for spec in new}
+    said = [f"{name} added" if name not in before else f"{name} changed"
+            for name, spec in after.items() if before.get(name) != spec]
+    return tuple(said + [f"{name} removed" for name in before if name not in after])
 
 
 def spec_changes(old: WorkerSpec, new: WorkerSpec) -> tuple[str, ...]:
