@@ -29,10 +29,10 @@ from pathlib import Path
 from bench_throughput import (
     Fairsched,
     Options,
-    fresh_database,
-    measure,
+    interleaved,
     positive_int,
     postgres_server,
+    print_best_rounds,
 )
 
 MAX_JOBS = 100
@@ -78,27 +78,23 @@ def main() -> int:
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="fsbr-", dir="/tmp"))
     plain, recycling = Fairsched(), Recycling()
-    results: dict[str, list] = {plain.name: [], recycling.name: []}
     every_gap: list[float] = []
+
+    def read_gaps(setup) -> None:
+        if setup is recycling:
+            every_gap.extend(gaps(setup.log))
+
     try:
         with postgres_server(folder) as (server, kind):
             opts = Options(args.jobs, args.processes, 1, folder)
             print(f"{args.jobs} no-op jobs, {args.processes} processes x 1 slot, PostgreSQL "
                   f"({kind}); {args.rounds} rounds")
-            for _ in range(args.rounds):
-                for setup in (plain, recycling):
-                    with fresh_database(server, "bench_recycle") as url:
-                        results[setup.name].append(measure(setup, url, opts))
-                    if setup is recycling:
-                        every_gap += gaps(setup.log)
+            results = interleaved([plain, recycling], server, "bench_recycle", opts,
+                                  args.rounds, after=read_gaps)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    best = {name: max(runs, key=lambda r: r.rate) for name, runs in results.items()}
-    print(f"{'setup':28s} {'jobs/s (best)':>14s}   jobs/s of each round")
-    for name, runs in results.items():
-        label = name if name == plain.name else f"{plain.name} max_jobs = {MAX_JOBS}"
-        print(f"{label:28s} {best[name].rate:14.0f}   "
-              + " ".join(f"{r.rate:.0f}" for r in runs))
+    best = print_best_rounds(results, {plain.name: plain.name,
+                                       recycling.name: f"{plain.name} max_jobs = {MAX_JOBS}"})
     expected = args.rounds * args.jobs // MAX_JOBS
     if not every_gap:
         print("error: no recycle seen in the log", file=sys.stderr)

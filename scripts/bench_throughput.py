@@ -470,6 +470,31 @@ def cpu_times() -> tuple[float, float] | None:
     return (total - idle) / tick, total / tick
 
 
+def interleaved(setups: list[Contender], server: str, database: str, opts: Options,
+                rounds: int, after=None) -> dict[str, list[Result]]:
+    """Measure each of `setups` in `rounds` interleaved rounds (any drift of the machine hits
+    them all), each run on a fresh `database`; `after(setup)` is called after each run."""
+    results: dict[str, list[Result]] = {setup.name: [] for setup in setups}
+    for _ in range(rounds):
+        for setup in setups:
+            with fresh_database(server, database) as url:
+                results[setup.name].append(measure(setup, url, opts))
+            if after is not None:
+                after(setup)
+    return results
+
+
+def print_best_rounds(results: dict[str, list[Result]], labels: dict[str, str]) -> dict:
+    """A line per setup (`labels` by name): its best jobs/s, then each round's; the best
+    Result by name."""
+    best = {name: max(runs, key=lambda r: r.rate) for name, runs in results.items()}
+    print(f"{'setup':28s} {'jobs/s (best)':>14s}   jobs/s of each round")
+    for name, runs in results.items():
+        print(f"{labels[name]:28s} {best[name].rate:14.0f}   "
+              + " ".join(f"{r.rate:.0f}" for r in runs))
+    return best
+
+
 def wait_done(conn, contender: Contender, procs, jobs: int, t0: float) -> float:
     """Poll until every job succeeded; the wall time it took, or BenchError."""
     seen, progressed = -1, t0

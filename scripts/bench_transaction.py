@@ -26,10 +26,10 @@ from pathlib import Path
 from bench_throughput import (
     Fairsched,
     Options,
-    fresh_database,
-    measure,
+    interleaved,
     positive_int,
     postgres_server,
+    print_best_rounds,
 )
 
 
@@ -56,24 +56,17 @@ def main() -> int:
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="fsbt-", dir="/tmp"))
     plain, transactional = Fairsched(), Transactional()
-    results: dict[str, list] = {plain.name: [], transactional.name: []}
     try:
         with postgres_server(folder) as (server, kind):
             opts = Options(args.jobs, args.processes, args.slots, folder)
             print(f"{args.jobs} no-op jobs, {args.processes} processes x {args.slots} slots, "
                   f"PostgreSQL ({kind}); {args.rounds} rounds")
-            for _ in range(args.rounds):
-                for setup in (plain, transactional):
-                    with fresh_database(server, "bench_transaction") as url:
-                        results[setup.name].append(measure(setup, url, opts))
+            results = interleaved([plain, transactional], server, "bench_transaction", opts,
+                                  args.rounds)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    best = {name: max(runs, key=lambda r: r.rate) for name, runs in results.items()}
-    print(f"{'setup':28s} {'jobs/s (best)':>14s}   jobs/s of each round")
-    for name, runs in results.items():
-        label = "fairsched" if name == plain.name else "fairsched job.transaction()"
-        print(f"{label:28s} {best[name].rate:14.0f}   "
-              + " ".join(f"{r.rate:.0f}" for r in runs))
+    best = print_best_rounds(results, {plain.name: "fairsched",
+                                       transactional.name: "fairsched job.transaction()"})
     cost = 1 - best[transactional.name].rate / best[plain.name].rate
     print(f"throughput cost of job.transaction(): {cost * 100:.1f}%")
     return 0

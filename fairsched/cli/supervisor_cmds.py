@@ -349,12 +349,16 @@ def _duration(seconds) -> str:
     return "-" if seconds is None else duration(float(seconds), tenths=True)
 
 
-def _bytes(n) -> str:
+def _bytes(n, tight: bool = False) -> str:
+    """41.3M; `tight`: a whole number without its ".0" (a limit: 400M, 1.5G)."""
     if n is None:
         return "-"
     for unit in ("B", "K", "M", "G"):
         if n < 1024 or unit == "G":
-            return f"{n:.0f}{unit}" if unit == "B" else f"{n:.1f}{unit}"
+            if unit == "B":
+                return f"{n:.0f}{unit}"
+            shown = f"{n:.1f}"
+            return (shown.removesuffix(".0") if tight else shown) + unit
         n /= 1024
     return str(n)
 
@@ -365,7 +369,7 @@ def _rss(slot: dict) -> str:
     rss = _bytes(slot.get("rss"))
     if not limit:
         return rss
-    return f"{rss}/{_bytes(limit).replace('.0', '')}"
+    return f"{rss}/{_bytes(limit, tight=True)}"
 
 
 PROGRESS_COLUMNS = 30  # a longer message is cut short, so one does not widen every row
