@@ -176,7 +176,10 @@ def test_a_changed_handler_runs_its_new_code_after_a_roll_of_one_at_a_time(actor
 
         await a.until(replaced, what="both processes replaced")
         await a.logged(r"worker v-2 replaced \(pid \d+\)")
-        assert min(seen) == 1 and seen[-1] == 2, seen  # never both out at once
+        assert min(seen) == 1, seen  # never both out at once
+        # And both back: read now (the last sample may be of a report logged before the
+        # replacement's slot was free again).
+        assert len(taking_work(a.ps())["v"]) == 2, a.ps()["slots"]
         for _ in range(3):
             answer = await a.on_demand("v").outcome()
             assert answer["result"]["version"] == 2, answer
