@@ -66,10 +66,12 @@ def frozen_while_taken_over(supervisors, db, tmp_path):
 def test_a_supervisor_woken_past_its_lease_says_which_of_its_jobs_ran_meanwhile(
         supervisors, db, tmp_path):
     frozen, jobs = frozen_while_taken_over(supervisors, db, tmp_path)
+    # Said once its heartbeat, after waking, finds its row gone: wait for that line.
+    frozen.wait_output(re.escape(
+        f"this supervisor's lease had expired while 2 of its queued jobs ran here "
+        f"({jobs[0]}, {jobs[1]}; ended here since): registered again"))
     out = frozen.output()
     assert "while no job of the queue ran here" not in out, out
-    assert (f"this supervisor's lease had expired while 2 of its queued jobs ran here "
-            f"({jobs[0]}, {jobs[1]}; ended here since): registered again") in out, out
     # Its first line on waking says why the lease was not renewed: it did not run.
     assert re.search(r"could not renew the 4 s lease \(this supervisor stalled: its timer came "
                      r"\d+ s late; stopped, or starved of CPU\?\)", out), out

@@ -593,7 +593,10 @@ def test_a_worker_that_refuses_all_work_backs_off_and_ends_fatal(supervisors):
     assert nay["restarts"] == 2, nay
     out = sup.output()
     assert out.count("worker nay-1 refuses work; restarting it") == 3, out
-    assert "from the supervisor after refusing work; restarting in 0.1 s" in out, out
+    # Backing off: the second restart waits. (How it went, SIGTERM or an exit on the stop
+    # frame that came first, is a race of no account here.)
+    assert re.search(r"worker nay-1 (killed by SIGTERM from the supervisor|exited with code 0) "
+                     r"after refusing work; restarting in 0\.1 s", out), out
     assert "crashed 3 times within" in out, out
 
 
