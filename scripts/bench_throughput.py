@@ -434,14 +434,16 @@ def server_pid(conn) -> int | None:
     return None
 
 
-def own_cpu(sessions, postmaster: int | None) -> float | None:
-    """CPU seconds used so far by the consumers (every process of their sessions: spawn gives
-    each one its own) and the server's processes: unlike /proc/stat, blind to whatever else
-    the machine runs. None off Linux or with a server on another host."""
+def own_cpu(roots, postmaster: int | None) -> float | None:
+    """CPU seconds used so far by the consumers (the processes `roots`, every process below
+    them, and the exited ones they reaped: a worker forked in a session of its own, or gone
+    since, counts) and the server's processes: unlike /proc/stat, blind to whatever else the
+    machine runs. None off Linux or with a server on another host."""
     if postmaster is None:
         return None
-    sessions, total = set(sessions), 0
     tick = os.sysconf("SC_CLK_TCK")
+    times: dict[int, int] = {}  # pid: its CPU ticks and its reaped children's
+    parent: dict[int, int] = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -451,10 +453,23 @@ def own_cpu(sessions, postmaster: int | None) -> float | None:
         except OSError:
             continue
         fields = stat[stat.rfind(")") + 2:].split()
-        if (int(name) == postmaster or int(fields[1]) == postmaster
-                or int(fields[3]) in sessions):
-            total += int(fields[11]) + int(fields[12])
-    return total / tick
+        pid, parent[int(name)] = int(name), int(fields[1])
+        own = int(fields[11]) + int(fields[12])
+        times[pid] = own if pid == postmaster or parent[pid] == postmaster else (
+            own + int(fields[13]) + int(fields[14]))
+
+    def counted(pid: int) -> bool:
+        if pid == postmaster or parent.get(pid) == postmaster:
+            return True
+        seen = 0
+        while pid > 1 and seen < 64:  # up the tree to one of the roots
+            if pid in roots:
+                return True
+            pid, seen = parent.get(pid, 0), seen + 1
+        return False
+
+    roots = set(roots)
+    return sum(t for pid, t in times.items() if counted(pid)) / tick
 
 
 def cpu_times() -> tuple[float, float] | None:
