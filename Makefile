@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 PY := $(BIN)/python
-PYX := $(wildcard fairsched/core/*.pyx fairsched/core/*.pxd)
+PYX := $(wildcard fairsched/core/*.pyx fairsched/core/*.pxd fairsched/worker/*.pyx)
 CONFIG ?= examples/workers.toml
 # setuptools warns at every editable install that a folder named like the package could be
 # imported instead of it: that folder is this checkout, which is the point.

@@ -1,4 +1,5 @@
-"""Build the compiled scheduling core; everything else is plain Python."""
+"""Build the compiled scheduling core and the worker's fork helper; everything else is plain
+Python."""
 
 import os
 import sys
@@ -22,6 +23,8 @@ compile_args = ["-O2", "-ffp-contract=off"]
 
 # The longest to compile first: with one compiler per core, the other two share the second.
 CORE_MODULES = ["_scoring_c", "_matching_c", "_pool_c", "_cache_c", "_idmap_c"]
+# Modules by path: the core's, then the template's fork_orphan (fairsched/worker/orphan.py).
+MODULES = [f"core/{name}" for name in CORE_MODULES] + ["worker/_orphan_c"]
 
 
 def extensions():
@@ -30,7 +33,7 @@ def extensions():
         return [], {}
     # A wheel without the compiled core would install and run, slower, with nothing saying
     # so: a missing source or Cython stops the build instead.
-    sources = [f"fairsched/core/{name}.pyx" for name in CORE_MODULES]
+    sources = [f"fairsched/{module}.pyx" for module in MODULES]
     missing = [path for path in sources if not os.path.exists(path)]
     if missing:
         sys.exit(f"error: the compiled core's source {', '.join(missing)} is missing; "
@@ -42,8 +45,8 @@ def extensions():
                  "set FAIRSCHED_NO_EXTENSIONS=1 to build fairsched with its pure-Python core only")
 
     exts = []
-    for name, source in zip(CORE_MODULES, sources, strict=True):
-        ext = Extension(f"fairsched.core.{name}", [source], define_macros=macros,
+    for module, source in zip(MODULES, sources, strict=True):
+        ext = Extension(f"fairsched.{module.replace('/', '.')}", [source], define_macros=macros,
                         extra_compile_args=compile_args)
         ext.cython_directives = directives
         exts.append(ext)
@@ -56,6 +59,6 @@ ext_modules, cmdclass = extensions()
 setup(
     ext_modules=ext_modules,
     cmdclass=cmdclass,
-    # Five modules, each built apart: one compiler per core makes a first build shorter.
-    options={"build_ext": {"parallel": min(len(CORE_MODULES), os.cpu_count() or 1)}},
+    # Six modules, each built apart: one compiler per core makes a first build shorter.
+    options={"build_ext": {"parallel": min(len(MODULES), os.cpu_count() or 1)}},
 )

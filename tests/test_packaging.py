@@ -84,6 +84,7 @@ def test_the_sdist_holds_the_cython_sources_and_nothing_generated(built):
     for module in CORE:
         assert f"fairsched/core/{module}.pyx" in names
         assert f"fairsched/core/{module}.pxd" in names
+    assert "fairsched/worker/_orphan_c.pyx" in names
     generated = sorted(n for n in names if n.endswith((".c", ".html", ".so", ".pyc")))
     assert generated == []
 
@@ -95,8 +96,8 @@ def test_the_wheel_from_the_sdist_carries_the_compiled_core(built):
     assert tag[:2] == [py, py], wheel.name  # not py3-none-any
     with zipfile.ZipFile(wheel) as whl:
         names = whl.namelist()
-    for module in CORE:
-        assert [n for n in names if n.startswith(f"fairsched/core/{module}.")
+    for module in [f"core/{name}" for name in CORE] + ["worker/_orphan_c"]:
+        assert [n for n in names if n.startswith(f"fairsched/{module}.")
                 and n.endswith(".so")], f"{module} is not compiled in {wheel.name}: {names}"
     assert sorted(n for n in names if n.endswith((".c", ".html"))) == []
 

@@ -22,7 +22,6 @@ import json
 import os
 import signal
 import socket
-import struct
 import sys
 import threading
 import time
@@ -33,6 +32,7 @@ from fairsched.protocol import EXIT_CANNOT_START, EXIT_SOFTWARE
 from fairsched.worker._linux import datagram_size, set_title
 from fairsched.worker.handler import Handler, StartupError, describe_exception, load_handler
 from fairsched.worker.log_streams import install as install_log_streams
+from fairsched.worker.orphan import fork_orphan
 from fairsched.worker.runtime import (
     _die_with_parent,
     cannot_start,
@@ -43,7 +43,6 @@ from fairsched.worker.runtime import (
 )
 
 CONTROL_FD = 3
-_PID = struct.Struct("=i")
 # Characters of an error a reply carries: escaped as JSON it still fits in one datagram (the
 # socket's send buffer, about 200 KiB, bounds it); the template's log has all of it.
 REPLY_ERROR = 8192
@@ -113,51 +112,22 @@ def _reply(ctrl: socket.socket, answer: dict) -> None:
 
 def fork_worker(request: dict, fds: list[int], handler: Handler, ctrl: socket.socket,
                 supervisor: int) -> int:
-    """Double-fork a worker; returns its pid. The intermediate exits at once, so the worker
-    re-parents to the nearest subreaper: the supervisor."""
+    """Fork a worker through an intermediate that exits at once (fork_orphan), so the worker
+    re-parents to the nearest subreaper: the supervisor. Returns its pid."""
     if len(fds) != 2:
         raise ValueError(f"a spawn request carries 2 descriptors, this one {len(fds)}")
     if not isinstance(request, dict) or not isinstance(request.get("env"), dict):
         raise ValueError("a spawn request is a JSON object with 'cwd' and 'env'")
-    read_end, write_end = os.pipe()
     for stream in (sys.stdout, sys.stderr):  # or the children would write our buffers again
         try:
             stream.flush()
         except Exception:  # the handler's import put in its place what cannot flush (or
             pass           # closed it): nothing of ours is buffered there
     gc.freeze()  # see the module's docstring; the worker turns collection back on
-    intermediate = os.fork()
-    if intermediate == 0:
-        code = 0
-        try:
-            os.close(read_end)
-            me = os.getpid()
-            worker = os.fork()
-            if worker == 0:
-                os.close(write_end)
-                become_worker(request, fds, handler, ctrl, supervisor, me)
-            os.write(write_end, _PID.pack(worker))
-        except BaseException:
-            traceback.print_exc()
-            code = EXIT_SOFTWARE
-        os._exit(code)
-    os.close(write_end)
-    try:
-        data = b""
-        while len(data) < _PID.size:
-            chunk = os.read(read_end, _PID.size - len(data))
-            if not chunk:
-                break
-            data += chunk
-    finally:
-        os.close(read_end)
-        try:
-            os.waitpid(intermediate, 0)
-        except ChildProcessError:  # SIGCHLD ignored by the handler's import: reaped already
-            pass
-    if len(data) != _PID.size:
-        raise OSError("the intermediate child died before reporting the worker's pid")
-    return _PID.unpack(data)[0]
+    worker, intermediate = fork_orphan()
+    if worker == 0:
+        become_worker(request, fds, handler, ctrl, supervisor, intermediate)
+    return worker
 
 
 def become_worker(request: dict, fds: list[int], handler: Handler, ctrl: socket.socket,
