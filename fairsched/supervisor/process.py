@@ -154,8 +154,11 @@ def decode_exit(proc: WorkerProcess, status: int, *, lease_ran_out: bool, shutti
     the last line of its log, asked only when that is what explains the exit."""
     life = proc.life
     before_hello = proc.state is ProcessState.STARTING
+    # The OOM count is read only for what it can explain: a SIGKILL the supervisor did not send.
+    oom_now = (oom_kill_count() if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+               and signal.SIGKILL not in life.signalled else None)
     how = ("killed by the lease watchdog" if lease_ran_out
-           else describe_exit(status, life.signalled, (life.oom_kills_at_start, oom_kill_count()),
+           else describe_exit(status, life.signalled, (life.oom_kills_at_start, oom_now),
                               started=not before_hello))
     if life.refused_work:
         how += " after refusing work"
