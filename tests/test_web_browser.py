@@ -3,6 +3,7 @@ against a real supervisor and PostgreSQL: one supervisor and one browser for the
 
 from __future__ import annotations
 
+import http.client
 import shutil
 import socket
 import urllib.error
@@ -165,3 +166,18 @@ def test_without_the_token_an_action_is_refused_and_the_page_says_so(page, sup):
     with psycopg.connect(sup.env["FAIRSCHED_DATABASE_URL"]) as conn:
         assert conn.execute("SELECT status, attempts FROM fairsched_jobs WHERE id = %s",
                             (job,)).fetchone() == ("failed", 1)
+
+
+def test_on_loopback_only_requests_addressed_to_it_are_answered(sup):
+    """A site whose name resolves to 127.0.0.1 cannot read the dashboard from a browser."""
+    port = int(sup.url.rsplit(":", 1)[1])
+    for host, status in ((f"rebound.example:{port}", 403), (f"localhost:{port}", 200),
+                         (f"127.0.0.1:{port}", 200)):
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        try:
+            conn.request("GET", "/api/ps", headers={"Host": host})
+            resp = conn.getresponse()
+            resp.read()
+            assert resp.status == status, host
+        finally:
+            conn.close()

@@ -233,8 +233,10 @@ class Dashboard:
         except OSError as exc:
             await self.runner.cleanup()
             self.runner = None
+            # asyncio words it "error while attempting to bind on address ...": the errno's.
+            reason = os.strerror(exc.errno) if exc.errno else str(exc)
             raise WebError(f"[supervisor] web: cannot listen on {self._where()}: "
-                           f"{exc.strerror or exc}") from None
+                           f"{reason}") from None
         log.info("web dashboard on http://%s/", self._where())
 
     def _where(self) -> str:
