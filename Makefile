@@ -78,6 +78,7 @@ bench-all: build
 	$(PY) scripts/bench_throughput.py
 	$(PY) scripts/bench_recycle.py
 	$(PY) scripts/bench_transaction.py
+	$(PY) scripts/bench_dashboard.py
 	$(PY) scripts/bench_sched.py
 
 lint: build

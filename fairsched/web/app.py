@@ -106,7 +106,7 @@ class SlotFeed:
         self.sup = sup
         self.figures = figures
         self.frame = b""
-        self.data: dict | None = None
+        self.text: str | None = None  # the frame's data as `ps --json` prints it
         self.made_at = -FRAME_EVERY
         self.version = 0
         self.updated = asyncio.Event()
@@ -127,16 +127,16 @@ class SlotFeed:
     def unfollow(self) -> None:
         self.followers -= 1
 
-    async def latest(self) -> dict:
+    async def latest(self) -> str:
         """The slots as `ps --json` has them: the feed's last copy if under a second old."""
-        if self.data is None or time.monotonic() - self.made_at >= FRAME_EVERY:
+        if self.text is None or time.monotonic() - self.made_at >= FRAME_EVERY:
             await self._make()
-        return self.data
+        return self.text
 
     async def _make(self) -> None:
         data = snapshot(self.sup)  # on the loop: the actor's state, one pass
         loop = asyncio.get_running_loop()
-        self.data, frame = await loop.run_in_executor(self.figures, _figured, data)
+        self.text, frame = await loop.run_in_executor(self.figures, _figured, data)
         self.made_at = time.monotonic()
         self.frame = frame
         self.version += 1
@@ -161,15 +161,24 @@ class SlotFeed:
                 pass
 
 
-def _figured(data: dict) -> tuple[dict, bytes]:
-    """In a thread: the processes' RSS and CPU read, and the SSE frame encoded."""
+def _figured(data: dict) -> tuple[str, bytes]:
+    """In a thread: the processes' RSS and CPU read, and the answer and SSE frame encoded."""
     data = add_process_figures(data)
-    text = json.dumps(data, ensure_ascii=True, separators=(",", ":"))
-    return data, b"event: ps\ndata: " + text.encode() + b"\n\n"
+    frame = json.dumps(data, ensure_ascii=True, separators=(",", ":"))
+    return json_output(data), b"event: ps\ndata: " + frame.encode() + b"\n\n"
 
 
 def _answer(value, status: int = 200) -> web.Response:
     return web.Response(text=json_output(value), status=status, content_type="application/json")
+
+
+def _json(text: str) -> web.Response:
+    """An answer encoded already (in the dashboard's thread, not on the actor's loop)."""
+    return web.Response(text=text, content_type="application/json")
+
+
+def _one_job(row: dict | None) -> str | None:
+    return None if row is None else json_output(job_json(row))
 
 
 def _error(status: int, message: str) -> web.Response:
@@ -288,7 +297,7 @@ class Dashboard:
     # -- reads ----------------------------------------------------------------------------------
 
     async def ps(self, request: web.Request) -> web.Response:
-        return _answer(await self.feed.latest())
+        return _json(await self.feed.latest())
 
     async def ps_stream(self, request: web.Request) -> web.StreamResponse:
         if len(self.streams) >= MAX_STREAMS:
@@ -316,11 +325,16 @@ class Dashboard:
 
     async def counts(self, request: web.Request) -> web.Response:
         """As `fairsched jobs --counts --json`, the types of workers.toml with none too."""
-        rows = {row["type"]: row for row in await self.store.call(lambda q: q.depth())}
-        for name in self.sup.config.types:
-            rows.setdefault(name, {"type": name, "pending": 0, "delayed": 0, "running": 0,
-                                   "failed": 0, "oldest_wait": None})
-        return _answer([rows[name] for name in sorted(rows)])
+        types = self.sup.config.types
+
+        def read(queue) -> str:
+            rows = {row["type"]: row for row in queue.depth()}
+            for name in types:
+                rows.setdefault(name, {"type": name, "pending": 0, "delayed": 0, "running": 0,
+                                       "failed": 0, "oldest_wait": None})
+            return json_output([rows[name] for name in sorted(rows)])
+
+        return _json(await self.store.call(read))
 
     async def history(self, request: web.Request) -> web.Response:
         """Per minute over the last hour: jobs submitted and finished (by status), by type."""
@@ -348,16 +362,16 @@ class Dashboard:
         if not re.fullmatch(r"[0-9]{1,7}", limit_text) or not 1 <= int(limit_text) <= MAX_LIMIT:
             return _error(400, f"limit must be an integer from 1 to {MAX_LIMIT}, got "
                                f"{limit_text[:40]!r}")
-        rows = await self.store.call(lambda q: q.list_jobs(status=status, type=type_name,
-                                                           limit=int(limit_text)))
-        return _answer([job_json(row) for row in rows])
+        limit = int(limit_text)
+        return _json(await self.store.call(lambda q: json_output(
+            [job_json(row) for row in q.list_jobs(status=status, type=type_name, limit=limit)])))
 
     async def job(self, request: web.Request) -> web.Response:
         job_id = _job_id(request)
-        row = await self.store.call(lambda q: q.get_job(job_id))
-        if row is None:
+        text = await self.store.call(lambda q: _one_job(q.get_job(job_id)))
+        if text is None:
             return _error(404, str(JobNotFound(job_id)))
-        return _answer(job_json(row))
+        return _json(text)
 
     # -- actions --------------------------------------------------------------------------------
 

@@ -198,7 +198,7 @@ async function refreshCounts() {
   $("queue").querySelector("tbody").replaceWith(body);
 }
 
-const COLOURS = ["#2f5fd0", "#1f7a3a", "#b3261e", "#9a6700", "#7b3fb0", "#00838f", "#c2185b", "#5d4037"];
+const COLOURS = ["#2f5fd0", "#1f7a3a", "#9a6700", "#7b3fb0", "#00838f", "#c2185b", "#5d4037", "#3f51b5"];
 
 async function refreshChart() {
   let h;
@@ -208,15 +208,15 @@ async function refreshChart() {
   const data = [h.minutes];
   types.forEach((t, i) => {
     const counts = h.types[t];
-    series.push({ label: t + " submitted", stroke: COLOURS[i % COLOURS.length], width: 1.5 });
+    series.push({ label: t + " submitted", stroke: COLOURS[i % COLOURS.length], width: 1.5, points: { show: false } });
     data.push(counts.submitted || h.minutes.map(() => 0));
   });
   const finished = h.minutes.map((_, i) => types.reduce((sum, t) =>
     sum + Object.entries(h.types[t]).filter(([w]) => w !== "submitted").reduce((s, [, c]) => s + c[i], 0), 0));
   const failed = h.minutes.map((_, i) => types.reduce((sum, t) => sum + ((h.types[t].failed || [])[i] || 0), 0));
-  series.push({ label: "finished", stroke: "#6b7385", width: 1.5, dash: [6, 4] });
+  series.push({ label: "finished", stroke: "#6b7385", width: 1.5, dash: [6, 4], points: { show: false } });
   data.push(finished);
-  series.push({ label: "failed", stroke: "#b3261e", width: 1.5, dash: [2, 3] });
+  series.push({ label: "failed", stroke: "#b3261e", width: 1.5, dash: [2, 3], points: { show: false } });
   data.push(failed);
   const box = $("chart");
   const width = Math.max(320, box.clientWidth || 800);
@@ -289,6 +289,7 @@ async function refreshJobs() {
 
 async function showJob() {
   const id = location.pathname.split("/")[2];
+  $("status").hidden = true; // this page reads the job once, and again after an action
   $("overview").hidden = true;
   $("detail").hidden = false;
   $("detail-title").textContent = "Job " + id;

@@ -1,0 +1,163 @@
+"""What the web dashboard costs the supervisor: the on-demand round trip with and without pages
+open, in interleaved rounds on one supervisor.
+
+    .venv/bin/python scripts/bench_dashboard.py [--requests 5000] [--pages 5] [--rounds 5]
+
+A page is what the dashboard's own page does, from a process of its own: it follows the slots
+(GET /api/ps/stream, a frame a second, read as it comes) and reads the queue's counts and the
+failed jobs every second. Each round measures `--requests` on-demand round trips (no-op
+handler, idle slot) without pages, then with `--pages` open (the order alternating between
+rounds, so that a drift of the machine hits both); prints p50/p99 of each round, of all
+rounds together, and the ratio of the p99s (the target: within 10 %). Uses
+FAIRSCHED_DATABASE_URL when set, else an embedded PostgreSQL in a temporary state_dir.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+from bench_ondemand import on_demand, pct, start_supervisor
+
+WORKERS = """
+[[worker]]
+name = "noop"
+types = ["noop"]
+handler = "bench_handlers:noop"
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# -- the pages, in a process of their own ----------------------------------------------------------
+
+def follow(port: int, frames: list[int], ready: threading.Event) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn.request("GET", "/api/ps/stream")
+    resp = conn.getresponse()
+    assert resp.status == 200, resp.status
+    while True:
+        line = resp.fp.readline()
+        if not line:
+            return
+        if line.startswith(b"event: ps"):
+            frames[0] += 1
+            ready.set()
+
+
+def poll(port: int) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    while True:
+        started = time.monotonic()
+        for path in ("/api/counts", "/api/jobs?limit=50&status=failed"):
+            conn.request("GET", path)
+            resp = conn.getresponse()
+            resp.read()
+            assert resp.status == 200, (path, resp.status)
+        time.sleep(max(0.0, 1.0 - (time.monotonic() - started)))
+
+
+def pages(port: int, n: int) -> None:
+    """Open `n` pages; say "ready" once each has had a frame; run until stdin closes."""
+    frames = [[0] for _ in range(n)]
+    readies = [threading.Event() for _ in range(n)]
+    for i in range(n):
+        threading.Thread(target=follow, args=(port, frames[i], readies[i]), daemon=True).start()
+        threading.Thread(target=poll, args=(port,), daemon=True).start()
+    for ready in readies:
+        ready.wait(30)
+    print("ready", flush=True)
+    sys.stdin.read()
+    print(" ".join(str(f[0]) for f in frames), flush=True)
+
+
+# -- the measurement -------------------------------------------------------------------------------
+
+def with_pages(port: int, n: int, measure):
+    child = subprocess.Popen([sys.executable, __file__, "--pages-of", str(port), "--pages", str(n)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        if child.stdout.readline().strip() != "ready":
+            raise SystemExit("the pages did not open")
+        result = measure()
+        child.stdin.close()
+        frames = [int(f) for f in child.stdout.readline().split()]
+        if len(frames) != n or min(frames) < 1:
+            raise SystemExit(f"a page had no frame: {frames}")
+        return result, frames
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.wait()
+
+
+def line(label: str, values: list[float]) -> str:
+    ms = [v * 1000 for v in values]
+    return f"{label:26s} p50 {pct(ms, 50):7.3f} ms   p99 {pct(ms, 99):7.3f} ms"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=5000)
+    parser.add_argument("--pages", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--pages-of", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.pages_of:
+        return pages(args.pages_of, args.pages)
+
+    folder = Path(tempfile.mkdtemp(prefix="fsb-", dir="/tmp"))
+    port = free_port()
+    proc, client = start_supervisor(
+        folder, textwrap.dedent(f"""
+            web = "127.0.0.1:{port}"
+            """) + WORKERS)
+    try:
+        on_demand(client, 200)  # warm up
+        without: list[float] = []
+        opened: list[float] = []
+        rows = []
+        for r in range(args.rounds):
+            order = ("without", "with") if r % 2 == 0 else ("with", "without")
+            got = {}
+            for which in order:
+                if which == "without":
+                    got[which] = on_demand(client, args.requests)
+                else:
+                    got[which], frames = with_pages(port, args.pages,
+                                                    lambda: on_demand(client, args.requests))
+            without += got["without"]
+            opened += got["with"]
+            rows.append((r + 1, got["without"], got["with"], frames))
+        print(f"on-demand round trip, {args.requests} requests a round, {args.pages} pages "
+              f"following the slots and polling the queue")
+        print(f"{'round':6s} {'p50 / p99 without (ms)':>24s} {'p50 / p99 with (ms)':>24s}   "
+              "frames per page")
+        for r, a, b, frames in rows:
+            print(f"{r:<6d} {pct(a, 50) * 1000:10.3f} / {pct(a, 99) * 1000:9.3f}  "
+                  f"{pct(b, 50) * 1000:10.3f} / {pct(b, 99) * 1000:9.3f}   "
+                  + " ".join(map(str, frames)))
+        print(line("all rounds, without", without))
+        print(line(f"all rounds, {args.pages} pages open", opened))
+        print(f"p99 with / without: {pct(opened, 99) / pct(without, 99):.3f} (target <= 1.10)")
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
