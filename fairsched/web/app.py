@@ -334,11 +334,11 @@ class Dashboard:
                                        "failed": 0, "oldest_wait": None})
             return json_output([rows[name] for name in sorted(rows)])
 
-        return _json(await self.store.call(read))
+        return _json(await self.store.read(("counts",), read))
 
     async def history(self, request: web.Request) -> web.Response:
         """Per minute over the last hour: jobs submitted and finished (by status), by type."""
-        rows = await self.store.call(history)
+        rows = await self.store.read(("history",), history)
         now = int(time.time()) // 60 * 60
         minutes = list(range(now - 59 * 60, now + 60, 60))
         index = {minute: i for i, minute in enumerate(minutes)}
@@ -363,12 +363,12 @@ class Dashboard:
             return _error(400, f"limit must be an integer from 1 to {MAX_LIMIT}, got "
                                f"{limit_text[:40]!r}")
         limit = int(limit_text)
-        return _json(await self.store.call(lambda q: json_output(
+        return _json(await self.store.read(("jobs", status, type_name, limit), lambda q: json_output(
             [job_json(row) for row in q.list_jobs(status=status, type=type_name, limit=limit)])))
 
     async def job(self, request: web.Request) -> web.Response:
         job_id = _job_id(request)
-        text = await self.store.call(lambda q: _one_job(q.get_job(job_id)))
+        text = await self.store.read(("job", job_id), lambda q: _one_job(q.get_job(job_id)))
         if text is None:
             return _error(404, str(JobNotFound(job_id)))
         return _json(text)
@@ -379,6 +379,7 @@ class Dashboard:
         job_id = _job_id(request)
         try:
             type_name = await self.store.call(lambda q: q.retry_job(job_id))
+            self.store.changed()
         except JobNotFound as exc:
             return _error(404, str(exc))
         except JobStateError as exc:
@@ -390,6 +391,7 @@ class Dashboard:
         job_id = _job_id(request)
         try:
             status = await self.store.call(lambda q: q.cancel_job(job_id))
+            self.store.changed()
         except JobNotFound as exc:
             return _error(404, str(exc))
         except JobStateError as exc:

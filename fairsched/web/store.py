@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
@@ -15,6 +16,8 @@ from fairsched.logs import first_line
 from fairsched.store.queue import Queue
 from fairsched.supervisor.metrics import TCP_KEEPALIVES
 
+READ_FOR = 1.0  # seconds an answer of a read is given again to whoever asks the same
+MAX_READS = 64  # answers kept for that
 ANSWER_WITHIN = 10.0  # seconds a request waits for the database before it is told 503
 MAX_WAITING = 16  # database requests queued at once; more are told 503 at once
 STATEMENT_TIMEOUT = "5s"
@@ -51,6 +54,7 @@ class WebStore:
         self.conn: psycopg.Connection | None = None
         self.conn_url: str | None = None
         self.waiting = 0
+        self.reads: dict[tuple, tuple[float, asyncio.Future]] = {}
         self.lock = threading.Lock()  # the connection is closed at shutdown from the loop
 
     async def call(self, act):
@@ -67,6 +71,30 @@ class WebStore:
             raise Unavailable(f"no answer from the database within {ANSWER_WITHIN:g} s") from None
         finally:
             self.waiting -= 1
+
+    async def read(self, key: tuple, act):
+        """act(queue) as `call`, its answer shared for READ_FOR seconds by the requests with
+        the same `key`: pages polling the same listing cost one query, not one each."""
+        now = time.monotonic()
+        kept = self.reads.get(key)
+        if kept is None or now - kept[0] >= READ_FOR:
+            if len(self.reads) >= MAX_READS:
+                self.reads = {k: v for k, v in self.reads.items() if now - v[0] < READ_FOR}
+            future = asyncio.ensure_future(self.call(act))
+            # Taken even when every request that asked has gone (hung up): no warning.
+            future.add_done_callback(lambda f: f.cancelled() or f.exception())
+            kept = (now, future)
+            self.reads[key] = kept
+        try:
+            return await asyncio.shield(kept[1])
+        except Exception:
+            if self.reads.get(key) is kept:  # a failure is not given again
+                del self.reads[key]
+            raise
+
+    def changed(self) -> None:
+        """An action changed the table: the answers kept are read again."""
+        self.reads.clear()
 
     def _run(self, act):
         with self.lock:
