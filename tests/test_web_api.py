@@ -85,10 +85,13 @@ def test_every_read_and_action_needs_the_token_off_loopback_and_get_cannot_act(s
     assert (status, jobs) == (200, json.loads(cli.stdout))
     assert jobs[0]["last_error"] == "PermanentError: bad input"
     # GET never acts: the routes of actions answer it 405, and the job stays failed.
-    assert call(sup, "GET", f"/api/jobs/{job}/retry", sup.token)[0] == 405
-    assert call(sup, "GET", "/api/workers/doomed/restart", sup.token)[0] == 405
+    assert error(*call(sup, "GET", f"/api/jobs/{job}/retry", sup.token)) == (
+        405, f"Method Not Allowed: GET /api/jobs/{job}/retry")
+    assert error(*call(sup, "GET", "/api/workers/doomed/restart", sup.token))[0] == 405
     assert call(sup, "GET", f"/api/jobs/{job}", sup.token)[1]["status"] == "failed"
-    assert call(sup, "POST", "/api/ps", sup.token)[0] == 405
+    assert error(*call(sup, "POST", "/api/ps", sup.token))[0] == 405
+    assert error(*call(sup, "GET", "/api/nothing", sup.token)) == (
+        404, "Not Found: GET /api/nothing")
 
 
 def test_bad_ids_and_values_are_one_line_errors(sup):

@@ -284,6 +284,14 @@ class Dashboard:
             return await handler(request)
         except Unavailable as exc:
             return _error(503, str(exc))
+        except web.HTTPException as exc:  # no such route, or not by this method
+            if (exc.status < 400 or not request.path.startswith("/api/")
+                    or exc.content_type == "application/json"):
+                raise
+            response = _error(exc.status, f"{exc.reason}: {request.method} {request.path[:200]}")
+            if "Allow" in exc.headers:
+                response.headers["Allow"] = exc.headers["Allow"]
+            return response
 
     async def _headers(self, request: web.Request, response: web.StreamResponse) -> None:
         for name, value in HEADERS.items():
@@ -316,7 +324,7 @@ class Dashboard:
         except TimeoutError:  # it does not read: what it has not taken is dropped
             if request.transport is not None:
                 request.transport.abort()
-        except (ConnectionError, asyncio.CancelledError):
+        except ConnectionError:  # it went away
             pass
         finally:
             self.streams.discard(task)
