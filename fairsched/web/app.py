@@ -106,7 +106,7 @@ class SlotFeed:
         self.sup = sup
         self.figures = figures
         self.frame = b""
-        self.text: str | None = None  # the frame's data as `ps --json` prints it
+        self.data: dict | None = None  # the frame's, as `ps --json` has it
         self.made_at = -FRAME_EVERY
         self.version = 0
         self.updated = asyncio.Event()
@@ -128,15 +128,16 @@ class SlotFeed:
         self.followers -= 1
 
     async def latest(self) -> str:
-        """The slots as `ps --json` has them: the feed's last copy if under a second old."""
-        if self.text is None or time.monotonic() - self.made_at >= FRAME_EVERY:
+        """The slots as `ps --json` prints them: the feed's last copy if under a second old."""
+        if self.data is None or time.monotonic() - self.made_at >= FRAME_EVERY:
             await self._make()
-        return self.text
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.figures, json_output, self.data)
 
     async def _make(self) -> None:
         data = snapshot(self.sup)  # on the loop: the actor's state, one pass
         loop = asyncio.get_running_loop()
-        self.text, frame = await loop.run_in_executor(self.figures, _figured, data)
+        self.data, frame = await loop.run_in_executor(self.figures, _figured, data)
         self.made_at = time.monotonic()
         self.frame = frame
         self.version += 1
@@ -161,11 +162,11 @@ class SlotFeed:
                 pass
 
 
-def _figured(data: dict) -> tuple[str, bytes]:
-    """In a thread: the processes' RSS and CPU read, and the answer and SSE frame encoded."""
+def _figured(data: dict) -> tuple[dict, bytes]:
+    """In a thread: the processes' RSS and CPU read, and the SSE frame encoded."""
     data = add_process_figures(data)
     frame = json.dumps(data, ensure_ascii=True, separators=(",", ":"))
-    return json_output(data), b"event: ps\ndata: " + frame.encode() + b"\n\n"
+    return data, b"event: ps\ndata: " + frame.encode() + b"\n\n"
 
 
 def _answer(value, status: int = 200) -> web.Response:

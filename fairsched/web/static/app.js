@@ -4,12 +4,16 @@
 "use strict";
 
 const TOKEN_KEY = "fairsched-web-token";
-const POLL_MS = 1000;
+const POLL_MS = 5000; // the queue and the jobs; sooner when a queued job starts or ends
+const SOONEST_MS = 1000;
 const CHART_MS = 15000;
 const $ = (id) => document.getElementById(id);
 let following = null; // AbortController of the slots' stream
 let chart = null;
 let lastJobs = "";
+let runningKey = null; // the queued jobs on the slots, as of the last frame
+let lastRefresh = 0;
+let refreshTimer = null;
 
 function el(tag, text, cls) {
   const node = document.createElement(tag);
@@ -129,6 +133,9 @@ function showSlots(ps) {
     body.append(tr);
   }
   $("slots").querySelector("tbody").replaceWith(body);
+  const key = ps.slots.filter((s) => typeof s.job_id === "number").map((s) => s.job_id).sort().join(",");
+  if (runningKey !== null && key !== runningKey) refreshSoon();
+  runningKey = key;
   $("slot-summary").textContent = busy + " of " + ps.slots.length + " busy";
   const groups = $("groups");
   const names = Object.keys(sup.groups);
@@ -180,6 +187,22 @@ async function follow() {
     setStatus("disconnected", "down");
     await new Promise((r) => setTimeout(r, 1000));
   }
+}
+
+// The queue and the jobs, read again: at once if the last reading is a second old, else
+// a second after it (a busy queue changes the slots at every frame).
+function refreshSoon() {
+  if (refreshTimer !== null) return;
+  refreshTimer = setTimeout(() => {
+    refreshTimer = null;
+    refreshQueue();
+  }, Math.max(0, lastRefresh + SOONEST_MS - Date.now()));
+}
+
+function refreshQueue() {
+  lastRefresh = Date.now();
+  refreshCounts();
+  refreshJobs();
 }
 
 // -- the queue and its last hour -----------------------------------------------------------------
@@ -331,10 +354,9 @@ function start() {
   }
   $("job-status").addEventListener("change", () => { lastJobs = ""; refreshJobs(); });
   follow();
-  refreshCounts();
-  refreshJobs();
+  refreshQueue();
   refreshChart();
-  setInterval(() => { refreshCounts(); refreshJobs(); }, POLL_MS);
+  setInterval(() => { if (Date.now() - lastRefresh >= POLL_MS - 100) refreshQueue(); }, POLL_MS);
   setInterval(refreshChart, CHART_MS);
 }
 
