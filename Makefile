@@ -12,7 +12,7 @@ PIP := PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip -q
 # [build-system] requires, for the editable install below to build without an isolated env.
 BUILD_TOOLS := pip "setuptools>=77" wheel "Cython>=3.0,<3.4"
 
-.PHONY: all venv build test run bench bench-all lint clean
+.PHONY: all venv build browser test run bench bench-all lint clean
 
 all: build
 
@@ -49,7 +49,14 @@ build: $(VENV)/.built
 # tests/test_cli_ps.py'` runs serially.
 TEST_WORKERS ?= 4
 
-test: build
+# The dashboard's tests drive a real headless Chromium: Debian's package, installed when
+# missing (as root, as CI runs); playwright drives it, and downloads no browser of its own.
+browser:
+	@command -v chromium >/dev/null || { echo "==> installing chromium for the dashboard's browser tests (apt-get)"; \
+		out=$$( (apt-get -qq update && DEBIAN_FRONTEND=noninteractive apt-get -qq install -y \
+			--no-install-recommends chromium) 2>&1) || { echo "$$out"; exit 1; }; }
+
+test: build browser
 	@echo "==> running the tests"
 	@FAIRSCHED_REQUIRE_EXTENSIONS=1 $(PY) -m pytest -n $(TEST_WORKERS) --dist load --maxschedchunk 2 $(PYTEST_ARGS)
 
@@ -71,6 +78,7 @@ bench-all: build
 	$(PY) scripts/bench_throughput.py
 	$(PY) scripts/bench_recycle.py
 	$(PY) scripts/bench_transaction.py
+	$(PY) scripts/bench_dashboard.py
 	$(PY) scripts/bench_sched.py
 
 lint: build

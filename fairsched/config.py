@@ -108,6 +108,29 @@ def metrics_address(address: str) -> tuple[str, int, bool] | None:
     return match["host"], int(match["port"]), False
 
 
+MIN_WEB_TOKEN = 16  # characters of a web_token given in workers.toml
+
+
+def _check_web(sup: _Section, supervisor: SupervisorSettings) -> None:
+    """[supervisor] web: "host:port" or "[ipv6]:port", port 1 to 65535 (the dashboard listens
+    where it is told, not on a port the system picks); web_token: long enough, printable."""
+    if supervisor.web is not None:
+        address = metrics_address(supervisor.web)
+        if address is None or not address[0] or address[1] == 0:
+            sup.fail("web", f"must look like 'host:port' or '[ipv6]:port' (a host, and a port "
+                            f"1 to 65535), got {supervisor.web!r}")
+        try:
+            address[0].encode("idna")
+        except UnicodeError:
+            sup.fail("web", f"has a host that is no host name (a label empty or over 63 "
+                            f"characters), got {supervisor.web!r}")
+    token = supervisor.web_token
+    if token is not None and (len(token) < MIN_WEB_TOKEN or not token.isascii()
+                              or not token.isprintable() or " " in token):
+        sup.fail("web_token", f"must be at least {MIN_WEB_TOKEN} printable ASCII characters "
+                              "without spaces (it goes in an HTTP header)")
+
+
 @dataclass(frozen=True)
 class SupervisorSettings:
     state_dir: Path
@@ -120,6 +143,8 @@ class SupervisorSettings:
     prune_after: float | None = None  # seconds after which finished jobs are deleted
     log_max_bytes: int = 50 << 20  # a worker log rotates past this size (0: never)
     log_backups: int = 3  # rotated worker logs kept beside each
+    web: str | None = None  # "host:port" of the web dashboard (off when None)
+    web_token: str | None = None  # the dashboard's token; else generated into state_dir
 
 
 @dataclass(frozen=True)
@@ -476,6 +501,8 @@ def load_config(path: str | os.PathLike) -> Config:
         prune_after=sup.get("prune_after", "age", minimum=1, maximum=MAX_AGE_DAYS * 86400),
         log_max_bytes=sup.get("log_max_bytes", "size", 50 << 20, minimum=0),
         log_backups=sup.get("log_backups", "int", 3, minimum=0, maximum=MAX_LOG_BACKUPS),
+        web=sup.get("web", "str"),
+        web_token=sup.get("web_token", "str"),
     )
     if 0 < supervisor.log_max_bytes < MIN_LOG_SIZE:
         sup.fail("log_max_bytes", f"must be 0 (never rotate) or at least 1KB, got "
@@ -500,6 +527,7 @@ def load_config(path: str | os.PathLike) -> Config:
         except UnicodeError:
             sup.fail("metrics", f"has a host that is no host name (a label empty or over 63 "
                                 f"characters), got {supervisor.metrics!r}")
+    _check_web(sup, supervisor)
     sup.finish()
 
     sc = _Section(file, "[scoring]", top.get("scoring", "table", {}))

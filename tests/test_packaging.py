@@ -29,9 +29,17 @@ from tests.supervisor_harness import wait_until
 ROOT = Path(__file__).resolve().parent.parent
 CORE = ["_pool_c", "_scoring_c", "_matching_c", "_cache_c", "_idmap_c"]
 # What a checkout holds besides its sources: a packager's clean clone has none of it.
-NOT_SOURCES = shutil.ignore_patterns(
+_NOT_SOURCES = shutil.ignore_patterns(
     ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", "*.so", "*.c", "*.html",
     ".fairsched", ".pytest_cache", ".hypothesis", "samples", "traces")
+
+
+def NOT_SOURCES(folder: str, names: list[str]) -> set[str]:
+    """What Cython and the builds make; the web dashboard's page is a source."""
+    ignored = _NOT_SOURCES(folder, names)
+    if Path(folder) == ROOT / "fairsched" / "web" / "static":
+        ignored.discard("index.html")
+    return ignored
 
 
 def _env(**extra):
@@ -46,6 +54,14 @@ def _env(**extra):
 def _checkout(dest: Path) -> Path:
     shutil.copytree(ROOT, dest, ignore=NOT_SOURCES)
     return dest
+
+
+# The web dashboard's page and what it loads, served from the package: no build step.
+DASHBOARD_PAGE = "fairsched/web/static/index.html"
+DASHBOARD_FILES = {DASHBOARD_PAGE, "fairsched/web/static/app.js", "fairsched/web/static/style.css",
+                   "fairsched/web/static/vendor/uPlot.iife.min.js",
+                   "fairsched/web/static/vendor/uPlot.min.css",
+                   "fairsched/web/static/vendor/LICENSE"}
 
 
 def _build(args, cwd, **env):
@@ -85,8 +101,10 @@ def test_the_sdist_holds_the_cython_sources_and_nothing_generated(built):
         assert f"fairsched/core/{module}.pyx" in names
         assert f"fairsched/core/{module}.pxd" in names
     assert "fairsched/worker/_orphan_c.pyx" in names
-    generated = sorted(n for n in names if n.endswith((".c", ".html", ".so", ".pyc")))
+    generated = sorted(n for n in names if n.endswith((".c", ".html", ".so", ".pyc"))
+                       and n != DASHBOARD_PAGE)
     assert generated == []
+    assert DASHBOARD_FILES <= names
 
 
 def test_the_wheel_from_the_sdist_carries_the_compiled_core(built):
@@ -99,7 +117,8 @@ def test_the_wheel_from_the_sdist_carries_the_compiled_core(built):
     for module in [f"core/{name}" for name in CORE] + ["worker/_orphan_c"]:
         assert [n for n in names if n.startswith(f"fairsched/{module}.")
                 and n.endswith(".so")], f"{module} is not compiled in {wheel.name}: {names}"
-    assert sorted(n for n in names if n.endswith((".c", ".html"))) == []
+    assert sorted(n for n in names if n.endswith((".c", ".html")) and n != DASHBOARD_PAGE) == []
+    assert DASHBOARD_FILES <= set(names)
 
 
 def test_the_wheel_installed_in_a_fresh_venv_runs_the_compiled_core(built, tmp_path):

@@ -104,6 +104,7 @@ class Supervisor:
         self._stop_when_started: tuple[float | None] | None = None  # (timeout,) of an early stop
         self._reload_when_started = False  # SIGHUP came while starting
         self.log_dir = config.supervisor.state_dir / "logs"
+        self.web = None  # the web dashboard ([supervisor] web), once started
 
     @property
     def shutting_down(self) -> bool:
@@ -203,6 +204,7 @@ class Supervisor:
             # The handlers import in their templates meanwhile; workers start once the
             # database is known to work, so a supervisor that cannot use it starts none.
             try:
+                await self._start_web()
                 await self.queue.start()
             except BaseException:
                 self.workers.keep_templates(templates or {})  # for shutdown to stop
@@ -235,6 +237,18 @@ class Supervisor:
                         "`make build` or `pip install .`)", core.compiled_error())
         if self._reload_when_started:
             self._reload_on_signal(signal.SIGHUP)
+
+    async def _start_web(self) -> None:
+        """The web dashboard, when [supervisor] web is set: listening before the database and
+        the workers start (WebError, one line, when it cannot)."""
+        settings = self.config.supervisor
+        if settings.web is None:
+            return
+        from fairsched.web.app import Dashboard, load_token  # aiohttp only when asked for
+
+        web = Dashboard(self, settings.web, load_token(settings))
+        await web.start()
+        self.web = web
 
     def _ignore_signal(self, sig: int) -> None:
         log.warning("ignoring %s (SIGHUP reloads workers.toml; SIGTERM stops)",
@@ -345,6 +359,8 @@ class Supervisor:
         await self.workers.stop_watchdog(self._wait_changed)
         self.workers.reap_workers()
         self.workers.close_templates()
+        if self.web is not None:
+            await self.web.close()
         await self.queue.close()
         self.observer.stop()
         if self.up:

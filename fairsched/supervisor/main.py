@@ -15,6 +15,7 @@ from fairsched.supervisor.control import ControlServer
 from fairsched.supervisor.log_rotation import LogRotation
 from fairsched.supervisor.states import IGNORED_SIGNALS, RELOAD_SIGNALS, STOP_SIGNALS
 from fairsched.supervisor.templates import start_templates
+from fairsched.web import WebError
 
 log = logging.getLogger("fairsched.supervisor")
 
@@ -67,6 +68,10 @@ def run_supervisor(config: Config) -> int:
             except StoreError:  # no database at all: stop the workers, the CLI says why
                 await sup.shutdown(0)
                 raise
+            except WebError as exc:  # the web dashboard cannot listen, or has no token
+                log.error("%s", exc)
+                await sup.shutdown(0)
+                return 1
             try:
                 await control.start(sup)
             except OSError as exc:

@@ -12,9 +12,9 @@ from fairsched.errors import ConfigError, path_name
 
 # [supervisor] keys a running supervisor cannot take on: where its state and database are, the
 # lease its database connections and the other supervisors rely on, the metrics listener,
-# the prune lane and the worker logs' rotation, all set up once at start.
+# the prune lane, the worker logs' rotation and the web dashboard, all set up once at start.
 RESTART_KEYS = ("state_dir", "database", "lease", "heartbeat_interval", "metrics",
-                "prune_after", "log_max_bytes", "log_backups")
+                "prune_after", "log_max_bytes", "log_backups", "web", "web_token")
 # [supervisor] keys a reload applies: read again at each use.
 APPLIED_KEYS = ("shutdown_timeout", "poll_interval")
 # [scoring] keys by the Weights field each sets.

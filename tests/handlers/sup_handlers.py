@@ -373,3 +373,20 @@ def plain_row(job: fairsched.Job):
     _own.conn.execute("INSERT INTO tx_rows (job_id, attempt) VALUES (%s, %s)",
                       (str(job.id), job.attempt))
     time.sleep(payload.get("seconds", 0))
+
+
+def gate(job: fairsched.Job):
+    """Runs until the file payload['open'] exists (the test creates it), or it is cancelled."""
+    path = Path(job.payload["open"])
+    while not path.exists():
+        if job.cancelled():
+            return {"cancelled": True}
+        time.sleep(0.02)
+    return {"opened": job.payload["open"]}
+
+
+def until_fixed(job: fairsched.Job):
+    """Fails for good with payload['why'] until the file payload['fixed'] exists."""
+    if not Path(job.payload["fixed"]).exists():
+        raise fairsched.PermanentError(job.payload.get("why", "not fixed yet"))
+    return {"fixed": True}
