@@ -55,6 +55,9 @@ class AsyncStore:
         # the table (created_at, run_after) less this are times of this host's clock.
         self.clock_offset = 0.0
         self._listeners: set[Notifications] = set()
+        # [scoring] usage_half_life: how fast a tenant's usage decays, as completions write
+        # it and fetches read it.
+        self.usage_half_life = 600.0
 
     @classmethod
     async def connect(cls, url: str, *, lease: float = 15.0, host: str | None = None,
@@ -136,7 +139,8 @@ class AsyncStore:
 
     async def fetch(self, free_by_type: Mapping[str, int],
                     priority_per_second: float) -> list[Candidate]:
-        """Up to 2 x free slots candidates per type, best score first across all types."""
+        """Up to 2 x free slots candidates per type and tenant, each with its tenant's usage,
+        best score first across all types (the tenant term left out)."""
         if not math.isfinite(priority_per_second) or priority_per_second < 0:
             raise ValueError(f"priority_per_second must be >= 0, got {priority_per_second!r}")
         wanted = [(t, 2 * n) for t, n in free_by_type.items() if n > 0]
@@ -144,8 +148,9 @@ class AsyncStore:
             return []
         cur = await self.conn.execute(FETCH_SQL, {
             "types": [t for t, _ in wanted], "limits": [k for _, k in wanted],
-            "pps": float(priority_per_second)})
-        return [Candidate(*row) for row in await cur.fetchall()]
+            "pps": float(priority_per_second), "half_life": self.usage_half_life})
+        return [Candidate(i, t, p, e, tenant=tenant, usage=usage)
+                for i, t, p, e, tenant, usage in await cur.fetchall()]
 
     async def backlog(self, caps: Mapping[str, int], wait: float) -> dict[str, int]:
         """Jobs of each type in `caps` eligible for `wait` seconds or more and still pending,
@@ -178,6 +183,7 @@ class AsyncStore:
             "me": self.supervisor_id, "ids": _bigint_array(job_id for job_id, _, _ in items),
             "done": _keyed_by_id((job_id, f"[{claim},{result or 'null'}]")
                                  for job_id, claim, result in items),
+            "half_life": self.usage_half_life,
         })
         return [row[0] for row in await cur.fetchall()]
 

@@ -114,10 +114,32 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
         )
         """,
     ]),
+    # Who each job is for (NULL: the default tenant), and each tenant's recent use of slots,
+    # decayed as completions add to it, in one row every supervisor sharing the database reads.
+    (4, "tenants and their usage", [
+        "ALTER TABLE fairsched_jobs ADD COLUMN tenant text CHECK (tenant <> '')",
+        # The fetch: per type, per tenant (the default one as ''), per priority level, the
+        # oldest eligible jobs first; and the tenants with pending jobs of a type, one probe
+        # each (a loose index scan). The tenant itself is included: without it the planner,
+        # which only sees the column in the expression, would read the table for it.
+        """
+        CREATE INDEX fairsched_jobs_fetch_tenant
+            ON fairsched_jobs (type, (coalesce(tenant, '')), priority, run_after, id)
+            INCLUDE (tenant) WHERE status = 'pending'
+        """,
+        """
+        CREATE TABLE fairsched_tenant_usage (
+            tenant text PRIMARY KEY,
+            usage double precision NOT NULL CHECK (usage >= 0),
+            updated_at timestamptz NOT NULL
+        )
+        """,
+    ]),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]
-TABLES = ("fairsched_jobs", "fairsched_supervisors", "fairsched_schedules")
+TABLES = ("fairsched_jobs", "fairsched_supervisors", "fairsched_schedules",
+          "fairsched_tenant_usage")
 
 
 def migrate(conn: psycopg.Connection) -> int:

@@ -138,6 +138,9 @@ class QueueLink(Heartbeats):
         self.priority_per_second = config.scoring.priority / config.scoring.age
         self.settings = config.supervisor
         self.default_max_attempts = config.max_attempts_by_type()
+        for store in (self.store, self.writer):
+            if store is not None:
+                store.usage_half_life = config.usage_half_life
 
     @property
     def kind(self) -> str:
@@ -220,6 +223,7 @@ class QueueLink(Heartbeats):
         sent_at = asyncio.get_running_loop().time()
         store = await AsyncStore.connect(self.database.url, lease=self.settings.lease,
                                          supervisor_id=self.supervisor_id)
+        store.usage_half_life = self.config.usage_half_life
         self.store = store
         self.supervisor_id = store.supervisor_id
         self.connected = True
@@ -445,6 +449,7 @@ class QueueLink(Heartbeats):
                     self.writer = await self._answer(AsyncStore.connect(
                         self.database.url, lease=self.settings.lease,
                         supervisor_id=self.supervisor_id, lane="outcomes"))
+                    self.writer.usage_half_life = self.config.usage_half_life
                     writer_since = time.monotonic()
                     if self.writer.lease_lost:  # found first here that our row was rescued
                         await self._answer(self._lease_lost(self.writer))
