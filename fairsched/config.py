@@ -42,6 +42,7 @@ MIN_INTERVAL = 0.1
 LONG_INTEGER = 10**20  # and longer: a message gives its number of digits, not the digits
 MAX_LEVEL_SECONDS = 1e12  # priority_weight / age_weight: the wait one priority level is worth
 MAX_HALF_LIFE = 10 * 365 * 24 * 3600.0  # usage_half_life: ten years
+MAX_LIMIT = 1_000_000  # [limits] N
 NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.]*")
 HANDLER_RE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 ON_TIMEOUT = ("retry", "fail")  # [[worker]] on_timeout: what becomes of a job past its timeout
@@ -189,6 +190,7 @@ class Config:
     workers: tuple[WorkerSpec, ...]
     schedules: tuple[ScheduleSpec, ...] = ()
     usage_half_life: float = 600.0  # [scoring]: seconds for a tenant's usage to halve
+    limits: dict[str, int] = field(default_factory=dict)  # [limits]: type -> at most N at once
 
     @property
     def types(self) -> set[str]:
@@ -527,6 +529,7 @@ def load_config(path: str | os.PathLike) -> Config:
 
     raw_workers = top.get("worker", "list", None)
     raw_schedules = top.get("schedule", "list", [])
+    raw_limits = top.get("limits", "table", {})
     top.finish()
     if raw_workers is None or not isinstance(raw_workers, list) or not raw_workers:
         raise ConfigError(f"{file}: no [[worker]] tables: define at least one worker")
@@ -541,8 +544,21 @@ def load_config(path: str | os.PathLike) -> Config:
             raise ConfigError(f"{file}: [[worker]] {w.name!r} key 'name' is a duplicate name")
         names.add(w.name)
     schedules = _load_schedules(file, raw_schedules)
+    limits = _load_limits(_Section(file, "[limits]", raw_limits),
+                          {t for w in workers for t in w.types})
     return Config(path=path.resolve(), supervisor=supervisor, scoring=scoring, matching=matching,
-                  workers=tuple(workers), schedules=schedules, usage_half_life=usage_half_life)
+                  workers=tuple(workers), schedules=schedules, usage_half_life=usage_half_life,
+                  limits=limits)
+
+
+def _load_limits(sec: _Section, types: set[str]) -> dict[str, int]:
+    """[limits] TYPE = N: at most N jobs of TYPE at once across every supervisor."""
+    limits = {}
+    for type_name in sorted(sec.table):
+        if type_name not in types:
+            sec.fail(type_name, "names no type a [[worker]] group here runs")
+        limits[type_name] = sec.get(type_name, "int", minimum=1, maximum=MAX_LIMIT)
+    return limits
 
 
 def _load_worker(sec: _Section, base: Path) -> WorkerSpec:

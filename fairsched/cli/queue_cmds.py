@@ -292,13 +292,19 @@ def _hint_typo(config: Config | None, type_name: str | None) -> None:
 def show_depth(type_name: str | None, as_json: bool, config_path: str | None) -> None:
     """`fairsched jobs --counts`: the queue by type, the configured types with none too."""
     config = queue_config(config_path)
+    limits = config.limits if config else {}
     with open_queue(config) as queue:
         rows = {row["type"]: row for row in queue.depth(type_name)}
+        held = queue.limit_holds() if limits else {}
     for name in config.types if config else ():
         if type_name in (None, name):
             rows.setdefault(name, {"type": name, "pending": 0, "delayed": 0, "running": 0,
                                    "failed": 0, "oldest_wait": None})
     rows = [rows[name] for name in sorted(rows)]
+    if limits:  # [limits]: at most N at once; on-demand jobs holding a place count too
+        for row in rows:
+            row["limit"] = limits.get(row["type"])
+            row["on_demand_held"] = held.get(row["type"], 0)
     if as_json:
         output(json_output(rows))
         return
@@ -308,7 +314,12 @@ def show_depth(type_name: str | None, as_json: bool, config_path: str | None) ->
          str(row["delayed"]), str(row["running"]), str(row["failed"]),
          "-" if row["oldest_wait"] is None else duration(row["oldest_wait"]))
         for row in rows]
-    widths = [max(display_width(line[i]) for line in lines) for i in range(len(header))]
+    if limits:  # LIMIT: running (queued + on demand) / at most at once
+        lines = [lines[0] + ("LIMIT",)] + [
+            line + ("-" if row["limit"] is None else
+                    f"{row['running'] + row['on_demand_held']}/{row['limit']}",)
+            for line, row in zip(lines[1:], rows, strict=True)]
+    widths = [max(display_width(line[i]) for line in lines) for i in range(len(lines[0]))]
     output("\n".join("  ".join(pad(cell, w) for cell, w in zip(line, widths, strict=True))
                       .rstrip() for line in lines))
     if not rows:

@@ -341,6 +341,11 @@ class Queue:
         with self.conn.cursor(row_factory=dict_row) as cur:
             return cur.execute(DEPTH_SQL, {"type": type}).fetchall()
 
+    def limit_holds(self) -> dict[str, int]:
+        """[limits]: the on-demand jobs holding a place, by type."""
+        return dict(self.conn.execute(
+            "SELECT type, count(*) FROM fairsched_limit_holds GROUP BY type").fetchall())
+
     def server_time(self) -> datetime:
         """The database server's clock: the one created_at and run_after are set by, which
         the host's may be minutes or hours away from."""

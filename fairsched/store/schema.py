@@ -135,11 +135,25 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
         )
         """,
     ]),
+    # [limits]: an on-demand job of a limited type holds a place here while it runs, counted
+    # with the running rows of its type. A hold goes with its supervisor's row: a supervisor
+    # found dead, its row deleted by the rescue, frees its holds.
+    (5, "on-demand holds on limited types", [
+        """
+        CREATE TABLE fairsched_limit_holds (
+            id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            type text NOT NULL,
+            supervisor bigint NOT NULL REFERENCES fairsched_supervisors (id) ON DELETE CASCADE,
+            created_at timestamptz NOT NULL DEFAULT now()
+        )
+        """,
+        "CREATE INDEX fairsched_limit_holds_type ON fairsched_limit_holds (type)",
+    ]),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]
 TABLES = ("fairsched_jobs", "fairsched_supervisors", "fairsched_schedules",
-          "fairsched_tenant_usage")
+          "fairsched_tenant_usage", "fairsched_limit_holds")
 
 
 def migrate(conn: psycopg.Connection) -> int:

@@ -115,8 +115,12 @@ WITH done AS (
       FROM {_fence("running")}
      WHERE j.id = ANY(%(ids)s::bigint[]) AND j.status = fence.status AND j.claimed_by = %(me)s
        AND j.claims = (%(done)s::jsonb -> j.id::text ->> 0)::integer
-    RETURNING j.id, coalesce(j.tenant, '') AS tenant,
+    RETURNING j.id, j.type, coalesce(j.tenant, '') AS tenant,
               greatest(extract(epoch FROM now() - j.started_at)::float8, 0) AS seconds
+), notified AS (
+    -- [limits]: a place is free; the supervisors waiting for one look again.
+    SELECT pg_notify('fairsched_jobs', t.type)
+      FROM (SELECT DISTINCT type FROM done WHERE type = ANY(%(limited)s::text[])) AS t
 ), used AS (
     INSERT INTO fairsched_tenant_usage AS u (tenant, usage, updated_at)
     SELECT tenant, sum(seconds), now() FROM done GROUP BY tenant ORDER BY tenant
@@ -126,7 +130,7 @@ WITH done AS (
                / %(half_life)s::float8, -1000::float8)) + excluded.usage,
            updated_at = greatest(now(), u.updated_at)
 )
-SELECT id FROM done
+SELECT id FROM done WHERE (SELECT count(*) FROM notified) >= 0
 """
 
 # job.transaction()'s, in the worker, in the same transaction as the handler's writes: the job
@@ -248,4 +252,32 @@ SELECT extract(epoch FROM min(next.run_after) - now())::float8
           AND run_after > now()
         ORDER BY run_after LIMIT 1) AS next
  WHERE pending_types.type IS NOT NULL
+"""
+
+# [limits]: a claim that holds a job of a limited type counts that type's running jobs (and
+# the on-demand jobs holding a place in fairsched_limit_holds) under one transaction-level
+# advisory lock, in a statement that starts after the lock is taken: under READ COMMITTED it
+# sees every claim committed by a claimer that held the lock before, and no claimer can commit
+# a claim of a limited type between that count and this claim's commit. So the jobs running
+# never outnumber the limit, however many supervisors claim at once. Batches with no job of a
+# limited type take no lock.
+LIMIT_LOCK = 0x666169726C696D74  # the bytes of "fairlimt"
+
+LIMITED_IN_BATCH_SQL = """
+SELECT id, type FROM fairsched_jobs
+ WHERE id = ANY(%(ids)s::bigint[]) AND type = ANY(%(limited)s::text[])
+"""
+
+LIMIT_RUNNING_SQL = """
+SELECT want.type,
+       (SELECT count(*) FROM fairsched_jobs AS j WHERE j.status = 'running' AND j.type = want.type)
+       + (SELECT count(*) FROM fairsched_limit_holds AS h WHERE h.type = want.type)
+  FROM unnest(%(types)s::text[]) AS want(type)
+"""
+
+RELEASE_HOLDS_SQL = """
+WITH gone AS (
+    DELETE FROM fairsched_limit_holds WHERE id = ANY(%(ids)s::bigint[]) RETURNING type
+)
+SELECT pg_notify('fairsched_jobs', t.type) FROM (SELECT DISTINCT type FROM gone) AS t
 """

@@ -373,3 +373,11 @@ def plain_row(job: fairsched.Job):
     _own.conn.execute("INSERT INTO tx_rows (job_id, attempt) VALUES (%s, %s)",
                       (str(job.id), job.attempt))
     time.sleep(payload.get("seconds", 0))
+
+
+def interval(job: fairsched.Job):
+    """Sleeps payload['seconds'] and returns when it started and ended (epoch seconds): how
+    many ran at once can be read from the results."""
+    start = time.time()
+    time.sleep(float((job.payload or {}).get("seconds", 0.02)))
+    return {"start": start, "end": time.time(), "pid": os.getpid()}
