@@ -515,7 +515,7 @@ def load_config(path: str | os.PathLike) -> Config:
         rarity=sc.get("rarity_weight", "number", 500.0, minimum=0, maximum=big),
         on_demand=sc.get("on_demand_bonus", "number", 4096.0, minimum=0, maximum=big),
         on_demand_age=sc.get("on_demand_age_weight", "number", 32.0, minimum=0, maximum=big),
-        tenant=sc.get("tenant_weight", "number", 2048.0, minimum=0, maximum=big),
+        tenant=sc.get("tenant_weight", "number", 16384.0, minimum=0, maximum=big),
     )
     usage_half_life = sc.get("usage_half_life", "number", 600.0, above=0, maximum=MAX_HALF_LIFE)
     if scoring.priority / scoring.age > MAX_LEVEL_SECONDS:

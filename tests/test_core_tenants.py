@@ -47,7 +47,7 @@ def test_the_term_is_bounded_by_the_weight(core):
 
 def test_a_fresh_job_of_a_light_tenant_overtakes_a_heavy_tenants_older_job(core):
     # The flood's oldest job waited 100 s; the other tenant's job is new. Within W_t / W_a
-    # seconds (128 s with the defaults) of the flood's age, the new job goes first.
+    # seconds (1024 s with the defaults) of the flood's age, the new job goes first.
     w = core.Weights()
     cands = core.Candidates.from_lists(
         [PDF, PDF], [0, 0], [0.0, 100.0], [False, False], [1, 2],
@@ -153,14 +153,14 @@ def test_cache_plans_agree_with_tenants(c_core, rows, w, shares, now):
 def test_property_1_holds_with_tenants_the_bound_grows_by_the_tenant_weight(core):
     """A priority-0 job of the heaviest tenant (share 1) against a stream of fresh priority-5
     jobs of a tenant that has used nothing, one pdf slot freed every 10 s: it starts once it
-    has waited (5 - 0) x W_p / W_a + W_t / W_a seconds (320 + 128 s with the defaults), the
+    has waited (5 - 0) x W_p / W_a + W_t / W_a seconds (320 + 1024 s with the defaults), the
     bound docs/scheduling.md states; never later."""
     w = core.Weights()
     bound = 5 * w.priority / w.age + w.tenant / w.age
     pool = core.SlotPool()
     pool.add_slot(1, 1, [PDF])
     started_at = None
-    for step in range(100):
+    for step in range(200):
         now = step * 10.0
         cache = core.CandidateCache()
         cache.add(1, PDF, 0, 0.0, False, None, tenant=0)

@@ -345,10 +345,10 @@ def test_explain_job_shows_the_tenant_term(db, tmp_path):
     b = explained.breakdown
     assert b.tenant == "heavy"
     assert b.tenant_share == pytest.approx(0.5, abs=1e-3)  # 0.75 - 0.25
-    assert b.tenant_points == pytest.approx(-1024.0, abs=2.0)
+    assert b.tenant_points == pytest.approx(-0.5 * W.tenant, abs=W.tenant / 1000)
     assert b.total == pytest.approx(b.priority_points + b.age_points + b.rarity_points
                                     + b.tenant_points)
     text = ex.job_report(explained, W)
     assert "  tenant: heavy" in text.splitlines()
-    assert any(line.startswith("  tenant        -1") and "x 0.5" in line
-               for line in text.splitlines()), text
+    assert any(line.split()[0] == "tenant" and float(line.split()[1]) < -8000
+               and f"-{W.tenant:.0f} x 0.5" in line for line in text.splitlines()), text

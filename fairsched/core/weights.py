@@ -19,7 +19,7 @@ class Weights:
     rarity: float = 500.0
     on_demand: float = 4096.0
     on_demand_age: float = 32.0
-    tenant: float = 2048.0
+    tenant: float = 16384.0
 
     def __post_init__(self):
         for f in fields(self):
