@@ -26,7 +26,7 @@ from fairsched.permissions import (
     who_may_read,
 )
 from fairsched.store.rows import job_row
-from fairsched.type_names import type_name_problem
+from fairsched.type_names import tenant_name_problem, type_name_problem
 
 DEFAULT_CONFIG = "workers.toml"
 DEFAULT_STATE_DIR = ".fairsched"  # beside workers.toml
@@ -41,6 +41,8 @@ MAX_LEASE = 86400
 MIN_INTERVAL = 0.1
 LONG_INTEGER = 10**20  # and longer: a message gives its number of digits, not the digits
 MAX_LEVEL_SECONDS = 1e12  # priority_weight / age_weight: the wait one priority level is worth
+MAX_HALF_LIFE = 10 * 365 * 24 * 3600.0  # usage_half_life: ten years
+MAX_LIMIT = 1_000_000  # [limits] N
 NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.]*")
 HANDLER_RE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 ON_TIMEOUT = ("retry", "fail")  # [[worker]] on_timeout: what becomes of a job past its timeout
@@ -196,6 +198,7 @@ class ScheduleSpec:
     every: float | None
     payload: Any = None
     priority: int = 0
+    tenant: str | None = None  # who its jobs are for (None: the default tenant)
 
     @property
     def when(self) -> str:
@@ -211,6 +214,8 @@ class Config:
     matching: str
     workers: tuple[WorkerSpec, ...]
     schedules: tuple[ScheduleSpec, ...] = ()
+    usage_half_life: float = 600.0  # [scoring]: seconds for a tenant's usage to halve
+    limits: dict[str, int] = field(default_factory=dict)  # [limits]: type -> at most N at once
 
     @property
     def types(self) -> set[str]:
@@ -538,7 +543,9 @@ def load_config(path: str | os.PathLike) -> Config:
         rarity=sc.get("rarity_weight", "number", 500.0, minimum=0, maximum=big),
         on_demand=sc.get("on_demand_bonus", "number", 4096.0, minimum=0, maximum=big),
         on_demand_age=sc.get("on_demand_age_weight", "number", 32.0, minimum=0, maximum=big),
+        tenant=sc.get("tenant_weight", "number", 16384.0, minimum=0, maximum=big),
     )
+    usage_half_life = sc.get("usage_half_life", "number", 600.0, above=0, maximum=MAX_HALF_LIFE)
     if scoring.priority / scoring.age > MAX_LEVEL_SECONDS:
         sc.fail("age_weight", f"is too small beside priority_weight: one priority level would "
                               f"take {scoring.priority / scoring.age:.3g} s of waiting (at most "
@@ -550,6 +557,7 @@ def load_config(path: str | os.PathLike) -> Config:
 
     raw_workers = top.get("worker", "list", None)
     raw_schedules = top.get("schedule", "list", [])
+    raw_limits = top.get("limits", "table", {})
     top.finish()
     if raw_workers is None or not isinstance(raw_workers, list) or not raw_workers:
         raise ConfigError(f"{file}: no [[worker]] tables: define at least one worker")
@@ -564,8 +572,21 @@ def load_config(path: str | os.PathLike) -> Config:
             raise ConfigError(f"{file}: [[worker]] {w.name!r} key 'name' is a duplicate name")
         names.add(w.name)
     schedules = _load_schedules(file, raw_schedules)
+    limits = _load_limits(_Section(file, "[limits]", raw_limits),
+                          {t for w in workers for t in w.types})
     return Config(path=path.resolve(), supervisor=supervisor, scoring=scoring, matching=matching,
-                  workers=tuple(workers), schedules=schedules)
+                  workers=tuple(workers), schedules=schedules, usage_half_life=usage_half_life,
+                  limits=limits)
+
+
+def _load_limits(sec: _Section, types: set[str]) -> dict[str, int]:
+    """[limits] TYPE = N: at most N jobs of TYPE at once across every supervisor."""
+    limits = {}
+    for type_name in sorted(sec.table):
+        if type_name not in types:
+            sec.fail(type_name, "names no type a [[worker]] group here runs")
+        limits[type_name] = sec.get(type_name, "int", minimum=1, maximum=MAX_LIMIT)
+    return limits
 
 
 def _load_worker(sec: _Section, base: Path) -> WorkerSpec:
@@ -694,6 +715,9 @@ def _load_schedule(sched: _Section) -> ScheduleSpec:
             sched.fail("cron", problem)
     priority = sched.get("priority", "int", 0, minimum=0, maximum=10)
     payload = sched.get("payload", "table", None)
+    tenant = sched.get("tenant", "str", None)
+    if tenant is not None and tenant_name_problem(tenant) is not None:
+        sched.fail("tenant", f"has an {tenant_name_problem(tenant)}")
     sched.finish()
     try:  # the rules every enqueued job follows
 
@@ -701,7 +725,7 @@ def _load_schedule(sched: _Section) -> ScheduleSpec:
     except ValueError as exc:
         sched.fail("payload", f"cannot be enqueued: {exc}")
     return ScheduleSpec(name=name, type=type_name, cron=cron, every=every, payload=payload,
-                        priority=priority)
+                        priority=priority, tenant=tenant)
 
 
 CRON_FIELDS = ("minute", "hour", "day of month", "month", "day of week")

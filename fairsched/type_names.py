@@ -36,3 +36,18 @@ def _shown(name: Any) -> str:
     if len(name) <= SHOWN:
         return repr(name)
     return f"{name[:SHOWN]!r}... ({len(name)} characters)"
+
+
+def tenant_name_problem(name: Any) -> str | None:
+    """What is wrong with `name` as a tenant, as one line; None when nothing is. A tenant
+    name follows the type name rule."""
+    if isinstance(name, str) and len(name) <= MAX_TYPE_NAME and TYPE_NAME.fullmatch(name):
+        return None
+    return f"invalid tenant {_shown(name)}: a tenant name is {RULE}"
+
+
+def check_tenant_name(name: Any) -> None:
+    """ValueError saying what is wrong with `name` as a tenant, if anything."""
+    problem = tenant_name_problem(name)
+    if problem is not None:
+        raise ValueError(problem)

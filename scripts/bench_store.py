@@ -29,7 +29,7 @@ PPS = 64.0
 
 def reset(database, jobs: int, pending_extra: int = 0) -> None:
     with database.connect() as conn:
-        conn.execute("TRUNCATE fairsched_jobs, fairsched_supervisors")
+        conn.execute("TRUNCATE fairsched_jobs, fairsched_supervisors, fairsched_limit_holds")
         queue = Queue(conn)
         for start in range(0, jobs, 1000):
             queue.enqueue_many([{"type": TYPE, "priority": i % 11}

@@ -4,7 +4,8 @@
     .venv/bin/fairsched simulate DIR/starvation.jsonl --workers DIR/starvation.workers.toml
 
 Each scenario gives NAME.jsonl (one job a line) and NAME.workers.toml (the slots it was
-designed for). Names: starvation, office_day, on_demand_burst (default: all three), and
+designed for). Names: starvation, office_day, on_demand_burst, noisy_neighbour (default: all
+four), and
 random_load (with --jobs N: N jobs at 0.95 of capacity, for benchmarks).
 """
 
@@ -20,7 +21,7 @@ from fairsched.sched import traces
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*", metavar="NAME",
-                        help="scenarios to write (default: the three classic ones)")
+                        help="scenarios to write (default: the four classic ones)")
     parser.add_argument("--out", default="traces", help="directory to write to (default: traces)")
     parser.add_argument("--seed", type=int, default=None, help="random seed for the random ones")
     parser.add_argument("--jobs", type=int, default=1_000_000,

@@ -64,7 +64,7 @@ def test_every_metric_is_documented_and_every_documented_metric_exists():
     assert not missing, f"metrics missing from docs/operations.md: {missing}"
     mentioned = set(re.findall(r"\b(fairsched_[a-z_]+)", text))
     tables = {"fairsched_jobs", "fairsched_supervisors", "fairsched_schedules",
-              "fairsched_schema_version",
+              "fairsched_schema_version", "fairsched_tenant_usage", "fairsched_limit_holds",
               "fairsched_notify_jobs"}  # and the function of its trigger
     suffixes = ("_bucket", "_count", "_sum")
 
@@ -273,7 +273,7 @@ def test_the_metrics_table_gives_each_metric_its_type_and_labels():
     observer = PrometheusObserver("127.0.0.1:0")  # not started: nothing listens
     observer.snapshot = Snapshot(types=("pdf",), in_flight={"pdf": 1},
                                  slots={("pdf", "free"): 1, ("pdf", "busy"): 1},
-                                 workers={("pdf", "running"): 1})
+                                 workers={("pdf", "running"): 1}, limits={"pdf": 2})
     observer.depth.read = lambda: ([("pdf", "pending", 3, 2.5)], 1)
     observer.job_started("pdf", 0.1)
     observer.job_finished("pdf", "succeeded", 0.2)

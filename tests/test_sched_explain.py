@@ -328,3 +328,27 @@ def test_explain_command_job_table_shows_small_and_huge_weights_points(db, tmp_p
     assert "  priority        3e+12  3 x 1e+12" in lines, lines
     assert "  rarity          1e+12  1e+12 / 1 free compatible slots" in lines, lines
     assert "  total           4e+12" in lines, lines
+
+
+def test_explain_job_shows_the_tenant_term(db, tmp_path):
+    """A job of the tenant that used the slots most loses tenant_weight x its share above the
+    lightest waiting tenant's; the total is still the core's score."""
+    from fairsched.store.queue import Queue
+
+    with psycopg.connect(db, autocommit=True) as conn:
+        heavy = Queue(conn).enqueue("pdf", tenant="heavy")
+        Queue(conn).enqueue("pdf", tenant="light")
+        conn.execute("INSERT INTO fairsched_tenant_usage VALUES ('heavy', 30, now()),"
+                     " ('light', 10, now())")
+    path = write_config(tmp_path, db)
+    explained = ex.explain_job(load_config(path), heavy)
+    b = explained.breakdown
+    assert b.tenant == "heavy"
+    assert b.tenant_share == pytest.approx(0.5, abs=1e-3)  # 0.75 - 0.25
+    assert b.tenant_points == pytest.approx(-0.5 * W.tenant, abs=W.tenant / 1000)
+    assert b.total == pytest.approx(b.priority_points + b.age_points + b.rarity_points
+                                    + b.tenant_points)
+    text = ex.job_report(explained, W)
+    assert "  tenant: heavy" in text.splitlines()
+    assert any(line.split()[0] == "tenant" and float(line.split()[1]) < -8000
+               and f"-{W.tenant:.0f} x 0.5" in line for line in text.splitlines()), text

@@ -86,7 +86,7 @@ def test_a_bad_every_is_refused(tmp_path, every, problem):
     ('type = "no spaces"', "key 'type' has an"),
     ('type = "tick"\nevery = 60\npriority = 11', "key 'priority' must be <= 10, got 11"),
     ('type = "tick"\nevery = 60\npayload = "x"', "key 'payload' must be a table, got string"),
-    ('type = "tick"\nevery = 60\ntenant = "acme"', "key 'tenant' is not a known setting"),
+    ('type = "tick"\nevery = 60\ntenant = "a b"', "key 'tenant' has an invalid tenant 'a b'"),
 ])
 def test_the_job_of_a_schedule_is_checked(tmp_path, keys, problem):
     assert problem in refused(tmp_path, f"[[schedule]]\n{keys}\n")
@@ -118,6 +118,17 @@ def scheduled_jobs(url: str) -> list[tuple]:
     with psycopg.connect(url) as conn:
         return conn.execute("SELECT run_after, type, payload, priority FROM fairsched_jobs"
                             " ORDER BY id").fetchall()
+
+
+def test_a_schedule_enqueues_its_jobs_for_its_tenant(tmp_path, db):
+    config = load(tmp_path, '[[schedule]]\ntype = "tick"\nevery = 60\ntenant = "acme"\n')
+    (spec,) = config.schedules
+    assert spec.tenant == "acme"
+    with psycopg.connect(db, autocommit=True) as conn:
+        enqueue_due(conn, spec)  # its first check: the record starts
+        conn.execute("UPDATE fairsched_schedules SET last_due = last_due - interval '1 minute'")
+        assert len(enqueue_due(conn, spec)[1]) == 1
+        assert conn.execute("SELECT tenant FROM fairsched_jobs").fetchall() == [("acme",)]
 
 
 def test_racing_checks_enqueue_a_due_time_once(db):

@@ -323,7 +323,8 @@ def test_claims_and_outcomes_find_their_rows_by_primary_key(db, plan_mode, batch
         statements = {
             "claim": (CLAIM_SQL, {"me": me, "ids": pending, "defaults": "{}", "fallback": 3}),
             "complete": (COMPLETE_SQL, {"me": me, "ids": running,
-                                        "done": _keyed_by_id((i, "[1,null]") for i in running)}),
+                                        "done": _keyed_by_id((i, "[1,null]") for i in running),
+                                        "half_life": 600.0, "limited": []}),
             "release": (RELEASE_SQL, {"me": me, "ids": running,
                                       "claims": _keyed_by_id((i, "1") for i in running)}),
             "fail": (FAIL_SQL, {"me": me, "id": running[-1], "claim": 1, "error": "boom",

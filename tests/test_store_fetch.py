@@ -98,7 +98,8 @@ def test_fetch_is_an_index_only_scan(db, plan_mode):
                      " SELECT 'pdf', i % 11, jsonb_build_object('doc', repeat('x', 3000))"
                      " FROM generate_series(1, 2000) AS i")
         conn.execute("VACUUM ANALYZE fairsched_jobs")
-        plan = explain_prepared(conn, FETCH_SQL, {"types": ["pdf"], "limits": [32], "pps": 1.0},
+        plan = explain_prepared(conn, FETCH_SQL, {"types": ["pdf"], "limits": [32], "pps": 1.0,
+                                                    "half_life": 600.0},
                                 plan_mode)
     scans = [n for n in plan_nodes(plan) if n.get("Relation Name") == "fairsched_jobs"]
     assert scans and all(n["Node Type"] == "Index Only Scan" for n in scans), scans
@@ -173,10 +174,10 @@ def big_queue(db):
 
 def test_the_fetch_uses_the_partial_index_and_no_table_scan(big_queue):
     nodes = explain(big_queue, FETCH_SQL, {"types": ["t0", "t4", "t8"], "limits": [4, 2, 8],
-                                           "pps": PPS})
+                                           "pps": PPS, "half_life": 600.0})
     scans = [(n["Node Type"], n.get("Index Name")) for n in nodes
              if n.get("Relation Name") == "fairsched_jobs"]
-    assert scans and all(index == "fairsched_jobs_fetch" for _, index in scans), scans
+    assert scans and all(index == "fairsched_jobs_fetch_tenant" for _, index in scans), scans
     assert not any(kind == "Seq Scan" for kind, _ in scans)
 
 

@@ -88,6 +88,9 @@ def test_a_supervisor_that_upgrades_the_schema_says_so(fresh_url):
         migrate(conn)  # then back to version 1, as a database of an older fairsched is
         conn.execute("ALTER TABLE fairsched_jobs DROP COLUMN claims")
         conn.execute("DROP TABLE fairsched_schedules")
+        conn.execute("ALTER TABLE fairsched_jobs DROP COLUMN tenant")
+        conn.execute("DROP TABLE fairsched_tenant_usage")
+        conn.execute("DROP TABLE fairsched_limit_holds")
         conn.execute("DELETE FROM fairsched_schema_version WHERE version > 1")
     sup = Supervisor(fresh_url, "[[worker]]\nname = \"pdf\"\ntypes = [\"pdf\"]\n"
                                 "handler = \"sup_handlers:echo\"\n")

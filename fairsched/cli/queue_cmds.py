@@ -57,7 +57,7 @@ from fairsched.store.schema import (
     STATUSES,
     UNFINISHED,
 )
-from fairsched.type_names import type_name_problem
+from fairsched.type_names import tenant_name_problem, type_name_problem
 
 if TYPE_CHECKING:
     from fairsched.store.queue import Queue
@@ -162,12 +162,13 @@ def check_type(config: Config | None, type_name: str) -> None:
 
 
 def submit_queued(config: Config | None, type_name: str, payload: Any, *, priority: int,
-                  max_attempts: int | None, delay: float, key: str | None) -> int:
+                  max_attempts: int | None, delay: float, key: str | None,
+                  tenant: str | None = None) -> int:
     """Enqueue one job and return its id (the existing job's id for a key in use, when it is
     the same job; another job under that key is KeyConflict, exit 1)."""
     with open_queue(config) as queue:
         return queue.enqueue(type_name, payload, priority=priority, max_attempts=max_attempts,
-                             delay=delay, key=key)
+                             delay=delay, key=key, tenant=tenant)
 
 
 @main.command(short_help="Enqueue a job (with --on-demand: run it now and wait).")
@@ -181,6 +182,9 @@ def submit_queued(config: Config | None, type_name: str, payload: Any, *, priori
 @click.option("--key", metavar="K",
               help="Idempotency key: while a job with this key is unfinished, print its id "
                    "(an error if it is another type, priority or payload).")
+@click.option("--tenant", metavar="NAME",
+              help="Who the job is for: slots are shared fairly between tenants "
+                   "(default: the default tenant).")
 @click.option("--on-demand", is_flag=True,
               help="Run it now on the running supervisor, wait, and print the result JSON.")
 @click.option("--timeout", metavar="S", help="With --on-demand: give up after S seconds (exit 1).")
@@ -188,7 +192,7 @@ def submit_queued(config: Config | None, type_name: str, payload: Any, *, priori
               help="With --on-demand: the supervisor's control socket.")
 @config_option
 @reports_errors
-def submit(type_name, payload, priority, max_attempts, delay, key, on_demand, timeout,
+def submit(type_name, payload, priority, max_attempts, delay, key, tenant, on_demand, timeout,
            socket_path, config_path):
     """Enqueue a job of TYPE and print its id (with --on-demand: wait for its result)."""
     problem = type_name_problem(type_name)
@@ -203,6 +207,8 @@ def submit(type_name, payload, priority, max_attempts, delay, key, on_demand, ti
         if max_attempts is not None or delay is not None or key is not None:
             raise UsageProblem("--max-attempts, --delay and --key apply to queued jobs, "
                                "not to --on-demand")
+        if tenant is not None:
+            raise UsageProblem("--tenant applies to queued jobs, not to --on-demand")
         # Bounded as --delay is: a wait past it (1e308) is no wait a socket can time.
         seconds = (parse_seconds("--timeout", timeout, positive=True, maximum=MAX_DELAY)
                    if timeout is not None else None)
@@ -214,10 +220,12 @@ def submit(type_name, payload, priority, max_attempts, delay, key, on_demand, ti
     delay = parse_seconds("--delay", delay, maximum=MAX_DELAY)
     if key is not None and not key:
         raise UsageProblem("--key must not be empty")
+    if tenant is not None and tenant_name_problem(tenant) is not None:
+        raise UsageProblem(tenant_name_problem(tenant))
     config = queue_config(config_path)
     check_type(config, type_name)
     job_id = submit_queued(config, type_name, payload, priority=priority,
-                           max_attempts=max_attempts, delay=delay, key=key)
+                           max_attempts=max_attempts, delay=delay, key=key, tenant=tenant)
     print_outcome(str(job_id), f"job {job_id} was queued, but its id could not be printed")
 
 
@@ -284,13 +292,19 @@ def _hint_typo(config: Config | None, type_name: str | None) -> None:
 def show_depth(type_name: str | None, as_json: bool, config_path: str | None) -> None:
     """`fairsched jobs --counts`: the queue by type, the configured types with none too."""
     config = queue_config(config_path)
+    limits = config.limits if config else {}
     with open_queue(config) as queue:
         rows = {row["type"]: row for row in queue.depth(type_name)}
+        held = queue.limit_holds() if limits else {}
     for name in config.types if config else ():
         if type_name in (None, name):
             rows.setdefault(name, {"type": name, "pending": 0, "delayed": 0, "running": 0,
                                    "failed": 0, "oldest_wait": None})
     rows = [rows[name] for name in sorted(rows)]
+    if limits:  # [limits]: at most N at once; on-demand jobs holding a place count too
+        for row in rows:
+            row["limit"] = limits.get(row["type"])
+            row["on_demand_held"] = held.get(row["type"], 0)
     if as_json:
         output(json_output(rows))
         return
@@ -300,7 +314,12 @@ def show_depth(type_name: str | None, as_json: bool, config_path: str | None) ->
          str(row["delayed"]), str(row["running"]), str(row["failed"]),
          "-" if row["oldest_wait"] is None else duration(row["oldest_wait"]))
         for row in rows]
-    widths = [max(display_width(line[i]) for line in lines) for i in range(len(header))]
+    if limits:  # LIMIT: running (queued + on demand) / at most at once
+        lines = [lines[0] + ("LIMIT",)] + [
+            line + ("-" if row["limit"] is None else
+                    f"{row['running'] + row['on_demand_held']}/{row['limit']}",)
+            for line, row in zip(lines[1:], rows, strict=True)]
+    widths = [max(display_width(line[i]) for line in lines) for i in range(len(lines[0]))]
     output("\n".join("  ".join(pad(cell, w) for cell, w in zip(line, widths, strict=True))
                       .rstrip() for line in lines))
     if not rows:

@@ -134,14 +134,21 @@ def simulate(trace_path, policies, config_path, tick, as_json, plot_path):
     type_ids = sim.type_ids_of(config)
     trace = traces.read_trace(trace_path, type_ids)
     slots = sim.slot_layout(config, type_ids)
-    results = [sim.simulate(trace, slots, config.scoring, name, tick, config.matching)
+    results = [sim.simulate(trace, slots, config.scoring, name, tick, config.matching,
+                            config.usage_half_life)
                for name in policies]
+    # With tenants: per-tenant waits and the fairness index, against each tenant alone.
+    alone = (dict(zip(trace.tenant_names, sim.tenant_alone(trace, slots), strict=True))
+             if len(trace.tenant_names) > 1 else None)
     if plots:
         plots.plot_waits(trace, results, plot_path)
     if as_json:
-        output(json.dumps(_finite(report.report_json(trace, len(slots), results)), indent=2))
+        output(json.dumps(_finite(report.report_json(trace, len(slots), results, alone)),
+                          indent=2))
     else:
         output(report.report_table(trace, len(slots), results))
+        if alone is not None:
+            output("\n" + report.tenant_table(trace, results, alone))
         if plot_path:
             output(f"waits drawn to {path_name(plot_path)}")
 

@@ -418,6 +418,10 @@ def render_ps(data: dict, width: int | None = None) -> str:
     # Autoscaled groups: how many processes now, in what range ("pdf 3 of 1..8 processes").
     fields += [f"{name} {g['processes']} of {g['min']}..{g['max']} processes"
                for name, g in sup.get("groups", {}).items() if g.get("autoscaled")]
+    # [limits]: "limit pdf 2/3" (running across every supervisor / at most at once).
+    fields += [f"limit {name} {'?' if lim['running'] is None else lim['running']}/{lim['limit']}"
+               + (" full" if lim.get("at_limit") else "")
+               for name, lim in sup.get("limits", {}).items()]
     if sup.get("shutting_down"):
         fields.append("SHUTTING DOWN")
     lines = wrap(fields, width, "  ")

@@ -16,6 +16,7 @@ cdef class CandidateCache:
     cdef double *eligible_at        # as given: a queued job's on the queue's clock
     cdef unsigned char *on_demand
     cdef long long *job_ids
+    cdef long long *tenants         # tenant id, -1: none (no tenant term)
     cdef Py_ssize_t *row_entry      # the entry of each row
     cdef unsigned char *row_claim   # its job's claim: 0 none, 1 on its way, 2 and cancelled
     cdef Py_ssize_t n
@@ -46,7 +47,7 @@ cdef class CandidateCache:
     cdef int reserve(self, Py_ssize_t rows, Py_ssize_t more) except -1
     cdef int reserve_type(self, long long type_id) except -1
     cdef int put(self, long long job_id, long long type_id, long long priority,
-                 double eligible_at, bint on_demand, object job) except -1
+                 double eligible_at, bint on_demand, object job, long long tenant) except -1
     cdef inline void uncount(self, Py_ssize_t r) noexcept
     cdef Py_ssize_t take_row(self, Py_ssize_t r) noexcept
     cdef inline unsigned char *claim_of(self, Py_ssize_t e) noexcept

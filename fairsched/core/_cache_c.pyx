@@ -33,6 +33,8 @@ from fairsched.core._checks import (
     check_offset,
     check_row,
     check_rows,
+    check_shares,
+    check_tenants,
 )
 
 cdef array _INT64_ARRAY = array("q")
@@ -66,6 +68,7 @@ cdef class CandidateCache:
         PyMem_Free(self.eligible_at)
         PyMem_Free(self.on_demand)
         PyMem_Free(self.job_ids)
+        PyMem_Free(self.tenants)
         PyMem_Free(self.row_entry)
         PyMem_Free(self.row_claim)
         PyMem_Free(self.shifted)
@@ -82,24 +85,29 @@ cdef class CandidateCache:
 
     # -- rows ----------------------------------------------------------------------------------
 
-    def add(self, job_id, type_id, priority, eligible_at, on_demand, job):
-        """Add a row, or replace the row of the same job id; True when it was added."""
+    def add(self, job_id, type_id, priority, eligible_at, on_demand, job, tenant=-1):
+        """Add a row, or replace the row of the same job id; True when it was added. `tenant`
+        indexes plan()'s tenant_shares (-1: no tenant term)."""
         jid, tid, prio, t = check_row(job_id, type_id, priority, eligible_at)
-        return self.put(jid, tid, prio, t, bool(on_demand), job) == 1
+        cdef array ten = check_tenants([tenant], 1)
+        return self.put(jid, tid, prio, t, bool(on_demand), job, ten.data.as_longlongs[0]) == 1
 
-    def add_many(self, job_ids, type_ids, priorities, eligible_at, jobs, on_demand=False):
+    def add_many(self, job_ids, type_ids, priorities, eligible_at, jobs, on_demand=False,
+                 tenants=None):
         """Add rows given column by column, all on demand or all queued, each replacing the
         row of its job id; how many were added."""
-        cdef array ids, types, prios, times
+        cdef array ids, types, prios, times, tens
         cdef list objs
         ids, types, prios, times, objs = check_rows(job_ids, type_ids, priorities,
                                                     eligible_at, jobs)
         cdef bint od = bool(on_demand)
         cdef Py_ssize_t i, added = 0, n = len(objs)
+        tens = check_tenants(tenants, n)
         self.reserve(self.n + n, n)
         for i in range(n):
             added += self.put(ids.data.as_longlongs[i], types.data.as_longlongs[i],
-                              prios.data.as_longlongs[i], times.data.as_doubles[i], od, objs[i])
+                              prios.data.as_longlongs[i], times.data.as_doubles[i], od, objs[i],
+                              tens.data.as_longlongs[i])
         return added
 
     def remove(self, job_id):
@@ -170,10 +178,11 @@ cdef class CandidateCache:
     # -- planning and claims ---------------------------------------------------------------
 
     def plan(self, SlotPool pool not None, now, weights, offset=0.0, queued=True,
-             matching="greedy"):
+             matching="greedy", tenant_shares=None):
         """Plan one cycle over the rows, as plan_cycle would over them as Candidates (queued
         rows' eligible_at minus `offset`, the queue's clock minus this host's; without
-        `queued`, only the on-demand rows), and take the placed rows out.
+        `queued`, only the on-demand rows; `tenant_shares` by tenant id), and take the placed
+        rows out.
 
         Returns (on-demand jobs, their slot ids, queued job ids, their slot ids), each in
         score order: the on-demand jobs as the objects given, ids and slot ids as array('q').
@@ -185,9 +194,13 @@ cdef class CandidateCache:
         cdef ScoreWeights w = weights_of(weights)
         cdef double off = check_offset(offset)
         cdef bint with_queued = bool(queued)
+        cdef array shares = check_shares(tenant_shares)
         cdef Py_ssize_t i, j, k, n = self.n, placed, n_od = 0, n_q = 0
         cdef Rows rows
         rows.n = n
+        rows.tenants = self.tenants
+        rows.n_shares = len(shares)
+        rows.shares = shares.data.as_doubles if len(shares) else NULL
         rows.priorities = self.priorities
         rows.on_demand = self.on_demand
         rows.job_ids = self.job_ids
@@ -295,6 +308,7 @@ cdef class CandidateCache:
             _grow(<void **>&self.eligible_at, cap * sizeof(double))
             _grow(<void **>&self.on_demand, cap * sizeof(unsigned char))
             _grow(<void **>&self.job_ids, cap * sizeof(long long))
+            _grow(<void **>&self.tenants, cap * sizeof(long long))
             _grow(<void **>&self.row_entry, cap * sizeof(Py_ssize_t))
             _grow(<void **>&self.row_claim, cap * sizeof(unsigned char))
             _grow(<void **>&self.shifted, cap * sizeof(double))
@@ -326,7 +340,7 @@ cdef class CandidateCache:
         return 0
 
     cdef int put(self, long long job_id, long long type_id, long long priority,
-                 double eligible_at, bint on_demand, object job) except -1:
+                 double eligible_at, bint on_demand, object job, long long tenant) except -1:
         # 1 when the row was added, 0 when it replaced job_id's row.
         cdef Py_ssize_t p = map_find(&self.by_id, job_id), e, r
         cdef bint added
@@ -368,6 +382,7 @@ cdef class CandidateCache:
         self.eligible_at[r] = eligible_at
         self.on_demand[r] = on_demand
         self.job_ids[r] = job_id
+        self.tenants[r] = tenant
         if on_demand:
             self.on_demand_rows += 1
         else:
@@ -393,6 +408,7 @@ cdef class CandidateCache:
             self.eligible_at[r] = self.eligible_at[last]
             self.on_demand[r] = self.on_demand[last]
             self.job_ids[r] = self.job_ids[last]
+            self.tenants[r] = self.tenants[last]
             self.row_entry[r] = self.row_entry[last]
             self.row_claim[r] = self.row_claim[last]
             self.entry_row[self.row_entry[r]] = r

@@ -9,6 +9,8 @@ from fairsched.core._checks import (
     check_offset,
     check_row,
     check_rows,
+    check_shares,
+    check_tenants,
     check_weights,
 )
 from fairsched.core._matching_py import plan_cycle
@@ -25,7 +27,7 @@ class CandidateCache:
     """
 
     __slots__ = ("_row", "_types", "_priorities", "_eligible_at", "_on_demand", "_job_ids",
-                 "_jobs", "_dead", "_queued", "_on_demand_rows", "_claiming")
+                 "_tenants", "_jobs", "_dead", "_queued", "_on_demand_rows", "_claiming")
 
     def __init__(self):
         # Rows 0 .. n-1, column by column, in the places _cache_c gives them: a removed
@@ -37,6 +39,7 @@ class CandidateCache:
         self._eligible_at = []  # as given: a queued job's on the queue's clock
         self._on_demand = []
         self._job_ids = []
+        self._tenants = []
         self._jobs = []
         self._dead = 0  # rows of type -1
         self._queued = {}  # type id -> queued rows
@@ -45,18 +48,23 @@ class CandidateCache:
 
     # -- rows ----------------------------------------------------------------------------------
 
-    def add(self, job_id, type_id, priority, eligible_at, on_demand, job):
-        """Add a row, or replace the row of the same job id; True when it was added."""
+    def add(self, job_id, type_id, priority, eligible_at, on_demand, job, tenant=-1):
+        """Add a row, or replace the row of the same job id; True when it was added. `tenant`
+        indexes plan()'s tenant_shares (-1: no tenant term)."""
         row = check_row(job_id, type_id, priority, eligible_at)
-        return self._put(*row, bool(on_demand), job)
+        ten = check_tenants([tenant], 1)[0]
+        return self._put(*row, bool(on_demand), job, ten)
 
-    def add_many(self, job_ids, type_ids, priorities, eligible_at, jobs, on_demand=False):
+    def add_many(self, job_ids, type_ids, priorities, eligible_at, jobs, on_demand=False,
+                 tenants=None):
         """Add rows given column by column, all on demand or all queued, each replacing the
         row of its job id; how many were added."""
         columns = check_rows(job_ids, type_ids, priorities, eligible_at, jobs)
+        tens = check_tenants(tenants, len(columns[4]))
         od = bool(on_demand)
         put = self._put
-        return sum(put(i, t, p, e, od, job) for i, t, p, e, job in zip(*columns, strict=True))
+        return sum(put(i, t, p, e, od, job, k)
+                   for i, t, p, e, job, k in zip(*columns, tens, strict=True))
 
     def remove(self, job_id):
         """Remove the row of job_id; False when there is none."""
@@ -122,10 +130,12 @@ class CandidateCache:
 
     # -- planning and claims ---------------------------------------------------------------
 
-    def plan(self, pool, now, weights, offset=0.0, queued=True, matching="greedy"):
+    def plan(self, pool, now, weights, offset=0.0, queued=True, matching="greedy",
+             tenant_shares=None):
         """Plan one cycle over the rows, as plan_cycle would over them as Candidates (queued
         rows' eligible_at minus `offset`, the queue's clock minus this host's; without
-        `queued`, only the on-demand rows), and take the placed rows out.
+        `queued`, only the on-demand rows; `tenant_shares` by tenant id), and take the placed
+        rows out.
 
         Returns (on-demand jobs, their slot ids, queued job ids, their slot ids), each in
         score order: the on-demand jobs as the objects given, ids and slot ids as array('q').
@@ -139,6 +149,7 @@ class CandidateCache:
         now = check_now(now)
         check_weights(weights)
         offset = check_offset(offset)
+        shares = check_shares(tenant_shares)
         on_demand = self._on_demand
         cands = Candidates()
         # A row being claimed is of type -1: placed nowhere.
@@ -151,6 +162,8 @@ class CandidateCache:
                                    for e, od in zip(self._eligible_at, on_demand, strict=True)])
         cands.on_demand = array("B", on_demand)
         cands.job_ids = array("q", self._job_ids)
+        cands.tenants = array("q", self._tenants)
+        cands.tenant_shares = shares
         idx, slots = plan_cycle(pool, cands, now, weights, matching)
         od_jobs, od_slots, od_rows, q_ids, q_slots = [], array("q"), [], array("q"), array("q")
         for i, slot_id in zip(idx, slots, strict=True):
@@ -205,14 +218,14 @@ class CandidateCache:
 
     # -- internals -----------------------------------------------------------------------------
 
-    def _put(self, job_id, type_id, priority, eligible_at, on_demand, job):
+    def _put(self, job_id, type_id, priority, eligible_at, on_demand, job, tenant=-1):
         r = self._row.get(job_id)
         added = r is None or self._types[r] < 0
         if r is None:
             r = len(self._jobs)
             self._row[job_id] = r
             for column in (self._types, self._priorities, self._eligible_at, self._on_demand,
-                           self._job_ids, self._jobs):
+                           self._job_ids, self._tenants, self._jobs):
                 column.append(None)
         else:
             self._uncount(r)  # a row being claimed: waiting again there
@@ -221,6 +234,7 @@ class CandidateCache:
         self._eligible_at[r] = eligible_at
         self._on_demand[r] = 1 if on_demand else 0
         self._job_ids[r] = job_id
+        self._tenants[r] = tenant
         self._jobs[r] = job
         if on_demand:
             self._on_demand_rows += 1
@@ -240,7 +254,7 @@ class CandidateCache:
         del self._row[self._job_ids[r]]
         self._uncount(r)
         columns = (self._types, self._priorities, self._eligible_at, self._on_demand,
-                   self._job_ids, self._jobs)
+                   self._job_ids, self._tenants, self._jobs)
         last = len(self._jobs) - 1
         if r != last:
             for column in columns:

@@ -20,7 +20,7 @@ def check_weights(weights):
     if not isinstance(weights, Weights):
         raise TypeError(f"weights must be a fairsched.core.Weights, got {type(weights).__name__}")
     return (weights.priority, weights.age, weights.rarity, weights.on_demand,
-            weights.on_demand_age)
+            weights.on_demand_age, weights.tenant)
 
 
 def check_candidates(cands):
@@ -28,9 +28,24 @@ def check_candidates(cands):
         raise TypeError(f"cands must be a fairsched.core.Candidates, got {type(cands).__name__}")
     n = len(cands.types)
     if not (len(cands.priorities) == len(cands.eligible_at) == len(cands.on_demand)
-            == len(cands.job_ids) == n):
+            == len(cands.job_ids) == len(cands.tenants) == n):
         raise ValueError("candidate columns have different lengths")
     return n
+
+
+def check_shares(shares):
+    """Tenant usage shares by tenant id as array('d'), each between 0 and 1."""
+    if shares is None:
+        return array("d")
+    if not (isinstance(shares, array) and shares.typecode == "d"):
+        try:
+            shares = array("d", shares)
+        except TypeError as exc:
+            raise TypeError(f"tenant shares must be numbers ({exc})") from None
+    for v in shares:
+        if not 0.0 <= v <= 1.0:  # NaN fails this too
+            raise ValueError(f"a tenant share must be between 0 and 1, got {v!r}")
+    return shares
 
 
 def check_matching(matching):
@@ -128,6 +143,16 @@ def check_rows(job_ids, type_ids, priorities, eligible_at, jobs):
         bad = next(v for v in times if not math.isfinite(v))
         raise ValueError(f"eligible_at must be finite numbers of seconds, got {bad!r}")
     return ids, types, prios, times, jobs
+
+
+def check_tenants(tenants, n):
+    """Tenant ids for n rows as array('q') (None: n times -1, no tenant)."""
+    if tenants is None:
+        return array("q", [-1]) * n
+    out = _int_column(tenants, "tenant ids")
+    if len(out) != n:
+        raise ValueError(f"tenants must have one id per row: {len(out)} for {n} rows")
+    return out
 
 
 def as_job_id(job_id):

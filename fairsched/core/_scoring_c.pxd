@@ -8,6 +8,7 @@ cdef struct ScoreWeights:
     double rarity
     double on_demand
     double on_demand_age
+    double tenant
 
 
 cdef struct Rows:
@@ -17,7 +18,12 @@ cdef struct Rows:
     const double *eligible_at
     const unsigned char *on_demand
     const long long *job_ids
+    const long long *tenants
     Py_ssize_t n
+    # Each tenant id's usage share (0 .. 1); a row whose tenant id is not below n_shares
+    # gets no tenant term.
+    const double *shares
+    Py_ssize_t n_shares
 
 
 cdef struct Entry:
@@ -41,12 +47,16 @@ cdef class Columns:
     cdef const double[::1] eligible_at
     cdef const unsigned char[::1] on_demand
     cdef const long long[::1] job_ids
+    cdef const long long[::1] tenants
+    cdef object shares  # the checked array('d') rows.shares points into
     cdef Rows rows
 
 
 cdef Columns columns_of(cands, Py_ssize_t n)
 
 cdef ScoreWeights weights_of(weights) except *
+
+cdef double tenant_floor(const Rows *rows) noexcept
 
 cdef int score_into(const Rows *rows, double now, const long long[::1] free_counts,
                     ScoreWeights w, double *scores) except -1

@@ -16,6 +16,7 @@ from fairsched.core._checks import (
     as_free_counts,
     check_candidates,
     check_now,
+    check_shares,
     check_weights,
 )
 
@@ -30,7 +31,8 @@ cdef enum:
 
 cdef ScoreWeights weights_of(weights) except *:
     cdef ScoreWeights w
-    w.priority, w.age, w.rarity, w.on_demand, w.on_demand_age = check_weights(weights)
+    (w.priority, w.age, w.rarity, w.on_demand, w.on_demand_age,
+     w.tenant) = check_weights(weights)
     return w
 
 
@@ -64,9 +66,14 @@ cdef Columns columns_of(cands, Py_ssize_t n):
     c.eligible_at = cands.eligible_at
     c.on_demand = cands.on_demand
     c.job_ids = cands.job_ids
+    c.tenants = cands.tenants
+    cdef array shares = check_shares(cands.tenant_shares)
+    c.shares = shares
     c.rows.n = n
+    c.rows.n_shares = len(shares)
+    c.rows.shares = shares.data.as_doubles if len(shares) else NULL
     if n == 0:
-        c.rows.types = c.rows.priorities = c.rows.job_ids = NULL
+        c.rows.types = c.rows.priorities = c.rows.job_ids = c.rows.tenants = NULL
         c.rows.eligible_at = NULL
         c.rows.on_demand = NULL
     else:
@@ -75,6 +82,7 @@ cdef Columns columns_of(cands, Py_ssize_t n):
         c.rows.eligible_at = &c.eligible_at[0]
         c.rows.on_demand = &c.on_demand[0]
         c.rows.job_ids = &c.job_ids[0]
+        c.rows.tenants = &c.tenants[0]
     return c
 
 
@@ -85,9 +93,26 @@ cdef int score_and_order(const Rows *rows, double now, const long long[::1] free
     return 0
 
 
+cdef double tenant_floor(const Rows *rows) noexcept:
+    # The lowest share among the rows' tenants (0.0 when none has one), as the twin's
+    # tenant_floor: the tenant term is measured from it.
+    cdef Py_ssize_t i
+    cdef long long k
+    cdef double low = 2.0
+    for i in range(rows.n):
+        k = rows.tenants[i]
+        if 0 <= k < rows.n_shares and rows.shares[k] < low:
+            low = rows.shares[k]
+    return 0.0 if low > 1.0 else low
+
+
 cdef int score_into(const Rows *rows, double now, const long long[::1] free_counts,
                     ScoreWeights w, double *scores) except -1:
-    cdef Py_ssize_t i, n = rows.n, n_free = free_counts.shape[0]
+    cdef Py_ssize_t i, n = rows.n, n_free = free_counts.shape[0], n_shares = rows.n_shares
+    cdef const long long *tenants = rows.tenants
+    cdef const double *shares = rows.shares
+    cdef double low = tenant_floor(rows)
+    cdef long long k
     cdef const long long *types = rows.types
     cdef const long long *priorities = rows.priorities
     cdef const double *eligible_at = rows.eligible_at
@@ -106,6 +131,9 @@ cdef int score_into(const Rows *rows, double now, const long long[::1] free_coun
                 s = s + w.rarity / <double>f
         if on_demand[i]:
             s = s + (w.on_demand + age * w.on_demand_age)
+        k = tenants[i]
+        if 0 <= k < n_shares:
+            s = s - w.tenant * (shares[k] - low)
         scores[i] = s
     return 0
 

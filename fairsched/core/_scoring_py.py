@@ -6,6 +6,7 @@ from fairsched.core._checks import (
     as_free_counts,
     check_candidates,
     check_now,
+    check_shares,
     check_weights,
 )
 
@@ -25,14 +26,30 @@ def score_candidates(cands, now, free_counts, weights):
     return scores, order(cands, scores, n)
 
 
+def tenant_floor(tenants, shares):
+    """The lowest share among the candidates' tenants (0.0 when none has one): the tenant
+    term is measured from it, so that with one tenant it is exactly 0 and the order is the
+    order without tenants."""
+    n_shares = len(shares)
+    low = 2.0
+    for k in tenants:
+        if 0 <= k < n_shares and shares[k] < low:
+            low = shares[k]
+    return 0.0 if low > 1.0 else low
+
+
 def score(cands, now, free_counts, weights):
-    wp, wa, wr, wod, woda = weights
+    wp, wa, wr, wod, woda, wt = weights
     n_free = len(free_counts)
+    shares = check_shares(cands.tenant_shares)
+    n_shares = len(shares)
+    low = tenant_floor(cands.tenants, shares)
     out = []
     append = out.append
     # The operations and their order match _scoring_c exactly so the doubles agree bit for bit.
-    columns = zip(cands.types, cands.priorities, cands.eligible_at, cands.on_demand, strict=True)
-    for t, p, e, od in columns:
+    columns = zip(cands.types, cands.priorities, cands.eligible_at, cands.on_demand,
+                  cands.tenants, strict=True)
+    for t, p, e, od, k in columns:
         age = now - e
         if age < 0.0:
             age = 0.0
@@ -43,6 +60,8 @@ def score(cands, now, free_counts, weights):
                 s = s + wr / f
         if od:
             s = s + (wod + age * woda)
+        if 0 <= k < n_shares:
+            s = s - wt * (shares[k] - low)
         append(s)
     return array("d", out)
 

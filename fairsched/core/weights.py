@@ -7,10 +7,11 @@ from numbers import Real
 
 @dataclass(frozen=True, slots=True)
 class Weights:
-    """The five `[scoring]` settings (docs/scheduling.md), in points.
+    """The `[scoring]` weights (docs/scheduling.md), in points.
 
     score = priority x `priority` + age x `age` + `rarity` / free compatible slots
             + (on-demand: `on_demand` + age x `on_demand_age`)
+            - `tenant` x (tenant's usage share - lowest share among the candidates)
     """
 
     priority: float = 1024.0
@@ -18,6 +19,7 @@ class Weights:
     rarity: float = 500.0
     on_demand: float = 4096.0
     on_demand_age: float = 32.0
+    tenant: float = 16384.0
 
     def __post_init__(self):
         for f in fields(self):

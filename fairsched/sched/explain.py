@@ -63,14 +63,19 @@ class Breakdown:
     rarity_points: float
     on_demand_points: float
     total: float  # the core's score_candidates for the same job
+    tenant: str | None = None  # the job's tenant (None: the default tenant)
+    tenant_share: float = 0.0  # its share of the recent usage, above the lowest share
+    tenant_points: float = 0.0  # -tenant_weight x tenant_share
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
 def score_breakdown(weights: core.Weights, *, priority: int, age: float, free_slots: int,
-                    on_demand: bool = False) -> Breakdown:
-    """Split a job's score into the four components of the formula.
+                    on_demand: bool = False, tenant: str | None = None, share: float = 0.0,
+                    lowest_share: float = 0.0) -> Breakdown:
+    """Split a job's score into the components of the formula; a queued job's tenant term
+    from its tenant's usage `share` and the lowest share among the tenants waiting.
 
     The total is what core.score_candidates gives the same job, so this breakdown and the
     supervisor cannot drift apart.
@@ -82,12 +87,18 @@ def score_breakdown(weights: core.Weights, *, priority: int, age: float, free_sl
     # Type id 0 with `free_slots` free slots; eligible `age` seconds before now. Now is 0, so
     # the age reaches the core exactly as given: the total equals the sum of its parts.
     now = 0.0
-    cands = core.Candidates.from_lists([0], [priority], [-age], [on_demand], [0])
+    # The lightest tenant waiting is a second candidate (of a type with no slot), so that the
+    # core measures the tenant term from its share as the supervisor's cycle does.
+    cands = core.Candidates.from_lists(
+        [0, 1], [priority, 0], [-age, 0.0], [on_demand, False], [0, 1],
+        tenants=[-1 if on_demand else 0, 1], tenant_shares=[share, min(share, lowest_share)])
     scores, _ = core.score_candidates(cands, now, [free_slots], weights)
+    above = 0.0 if on_demand else share - min(share, lowest_share)
     return Breakdown(
         priority=priority, age=age, free_slots=free_slots, on_demand=bool(on_demand),
         priority_points=priority * weights.priority, age_points=age * weights.age,
-        rarity_points=rarity, on_demand_points=bonus, total=scores[0])
+        rarity_points=rarity, on_demand_points=bonus, total=scores[0], tenant=tenant,
+        tenant_share=above, tenant_points=-(weights.tenant * above) if above else 0.0)
 
 
 # -- text ---------------------------------------------------------------------------------------
@@ -200,6 +211,17 @@ def free_slots(config: Config, type_name: str, timeout: float = 2.0) -> tuple[in
     return n, f"{n} that handle {type_name!r}, counted in the running supervisor"
 
 
+# Each tenant with a pending job of the type, and its usage decayed to now (0 without a row).
+TENANT_USAGE_SQL = """
+SELECT w.tenant, coalesce(u.usage * power(2::float8, greatest(
+           -extract(epoch FROM now() - u.updated_at)::float8 / %(half_life)s::float8,
+           -1000::float8)), 0)
+  FROM (SELECT DISTINCT coalesce(tenant, '') AS tenant FROM fairsched_jobs
+         WHERE status = 'pending' AND type = %(type)s) AS w
+  LEFT JOIN fairsched_tenant_usage AS u ON u.tenant = w.tenant
+"""
+
+
 def explain_job(config: Config | None, job_id: int) -> JobExplanation:
     """The current score of pending job `job_id`, read from the job table, by component.
     With no `config` (a host that only queues work), the database is FAIRSCHED_DATABASE_URL's
@@ -215,10 +237,13 @@ def explain_job(config: Config | None, job_id: int) -> JobExplanation:
     else:
         opened = Queue.open(config.supervisor.state_dir, config.supervisor.database,
                             create=True, config_file=config.path)
+    half_life = config.usage_half_life if config is not None else 600.0
     with opened as queue:
         job = queue.get_job(job_id)
         # The database clock, so the age does not depend on this host's clock.
         (now,) = queue.conn.execute("SELECT extract(epoch FROM now())::float8").fetchone()
+        usage = dict(queue.conn.execute(TENANT_USAGE_SQL, {
+            "type": job["type"] if job else "", "half_life": half_life}).fetchall())
     if job is None:
         raise JobNotFound(job_id)
     if job["status"] != "pending":
@@ -233,8 +258,15 @@ def explain_job(config: Config | None, job_id: int) -> JobExplanation:
             source = (f"no worker in {path_name(config.path)} handles {job['type']!r}: it "
                       "cannot run here")
     weights = config.scoring if config is not None else core.Weights()
+    # The shares as a supervisor fetching this type would make them: each waiting tenant's
+    # usage over theirs all, the term measured from the lowest.
+    total = sum(usage.values())
+    shares = {t: min(1.0, u / total) if total > 0 else 0.0 for t, u in usage.items()}
+    share = shares.get(job.get("tenant") or "", 0.0)
     breakdown = score_breakdown(weights, priority=job["priority"],
-                                age=now - eligible_at, free_slots=n_free)
+                                age=now - eligible_at, free_slots=n_free,
+                                tenant=job.get("tenant"), share=share,
+                                lowest_share=min(shares.values(), default=share))
     return JobExplanation(job_id=job_id, type=job["type"], status=job["status"],
                           eligible_in=max(0.0, eligible_at - now), breakdown=breakdown,
                           free_source=source)
@@ -253,6 +285,8 @@ def job_report(ex: JobExplanation, weights: core.Weights) -> str:
     b = ex.breakdown
     when = (f"eligible in {_delay(ex.eligible_in)}" if ex.eligible_in > 0
             else f"waiting {b.age:.1f} s")
+    from fairsched.cli.common import printable  # a type from the table may hold anything
+
     rarity_from = (f"{_points(weights.rarity)} / {b.free_slots} free compatible slots"
                    if b.free_slots else "no free compatible slot")
     rows = [
@@ -260,9 +294,9 @@ def job_report(ex: JobExplanation, weights: core.Weights) -> str:
         ("age", b.age_points, f"{b.age:.1f} s x {_points(weights.age)}"),
         ("rarity", b.rarity_points, rarity_from),
         ("on-demand", b.on_demand_points, "queued job"),
+        ("tenant", b.tenant_points,
+         f"-{_points(weights.tenant)} x {b.tenant_share:.3f} (usage share over the lowest)"),
     ]
-    from fairsched.cli.common import printable  # a type from the table may hold anything
-
     lines = [f"job {ex.job_id}: type {printable(ex.type)}, priority {b.priority}, {ex.status}, "
              f"{when}"]
     if ex.eligible_in > 0:
@@ -270,5 +304,7 @@ def job_report(ex: JobExplanation, weights: core.Weights) -> str:
     lines.append("  COMPONENT      POINTS  FROM")
     lines += [f"  {name:<10} {_cell(points):>10}  {source}" for name, points, source in rows]
     lines.append(f"  {'total':<10} {_cell(b.total):>10}")
+    tenant = "the default one" if b.tenant is None else printable(b.tenant)[:60]
+    lines.append(f"  tenant: {tenant}")
     lines.append(f"  free slots: {ex.free_source}")
     return "\n".join(lines)

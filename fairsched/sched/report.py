@@ -50,10 +50,61 @@ def group_stats(trace: Trace, result: PolicyResult) -> list[GroupStats]:
     return out
 
 
-def report_json(trace: Trace, n_slots: int, results: list[PolicyResult]) -> dict:
+@dataclass(frozen=True)
+class TenantStats:
+    tenant: str  # "" is the default tenant
+    count: int
+    wait_p50: float
+    wait_p99: float
+    response_mean: float  # wait + run, the mean over its jobs
+
+
+def tenant_stats(trace: Trace, result: PolicyResult) -> list[TenantStats]:
+    """Waits per tenant, in the order the trace names them (the default tenant first)."""
+    waits: list[list[float]] = [[] for _ in trace.tenant_names]
+    responses = [0.0] * len(trace.tenant_names)
+    for j in range(len(trace)):
+        g = trace.tenants[j]
+        wait = result.starts[j] - trace.at[j]
+        waits[g].append(wait)
+        responses[g] += wait + trace.durations[j]
+    out = []
+    for g, name in enumerate(trace.tenant_names):
+        if waits[g]:
+            ordered = sorted(waits[g])
+            out.append(TenantStats(name, len(ordered), percentile(ordered, 50),
+                                   percentile(ordered, 99), responses[g] / len(ordered)))
+    return out
+
+
+def jain_index(stats: list[TenantStats], alone: dict[str, float]) -> float:
+    """Jain's fairness index, (sum x)^2 / (n x sum x^2), over the tenants' x = mean response
+    with the slots to itself / mean response here: 1 when every tenant fares as well as it
+    would alone (or all of them equally worse), 1/n when one tenant alone is served as if
+    alone and the others not at all."""
+    xs = []
+    for t in stats:
+        base = alone.get(t.tenant, math.nan)
+        if t.response_mean > 0 and base == base:
+            xs.append(base / t.response_mean)
+    if not xs:
+        return math.nan
+    return sum(xs) ** 2 / (len(xs) * sum(x * x for x in xs))
+
+
+def report_json(trace: Trace, n_slots: int, results: list[PolicyResult],
+                alone: dict[str, float] | None = None) -> dict:
+    """`alone`: each tenant's mean response with the slots to itself (simulate.tenant_alone),
+    for the per-tenant report and the fairness index; None when the trace has one tenant."""
     policies = {}
     for r in results:
+        if alone is not None:
+            stats = tenant_stats(trace, r)
+            tenants = {"tenants": [vars(t) for t in stats], "jain_index": jain_index(stats, alone)}
+        else:
+            tenants = {}
         policies[r.policy] = {
+            **tenants,
             "groups": [vars(g) for g in group_stats(trace, r)],
             "stranded": sum(r.stranded),
             "makespan": r.makespan,
@@ -70,6 +121,27 @@ def _seconds(value: float) -> str:
     if value < 100:
         return f"{value:.1f}"
     return f"{value:.0f}"
+
+
+def tenant_table(trace: Trace, results: list[PolicyResult], alone: dict[str, float]) -> str:
+    """Policies side by side: per tenant, wait p50 and p99; then Jain's fairness index."""
+    stats = [{t.tenant: t for t in tenant_stats(trace, r)} for r in results]
+    head = ["TENANT", "JOBS"] + [f"{r.policy} p50/p99" for r in results]
+    rows = [head]
+    for name in stats[0]:
+        rows.append([name or "(default)", str(stats[0][name].count)]
+                    + [f"{_seconds(s[name].wait_p50)}/{_seconds(s[name].wait_p99)}"
+                       for s in stats])
+    rows.append(["Jain's index", ""] + [f"{jain_index(list(s.values()), alone):.3f}"
+                                        for s in stats])
+    widths = [max(len(row[c]) for row in rows) for c in range(len(head))]
+    lines = ["waits by tenant, in seconds; Jain's index over each tenant's mean response alone "
+             "/ here (1: as if alone)"]
+    for row in rows:
+        lines.append("  ".join(cell.rjust(w) if c > 1 else cell.ljust(w)
+                               for c, (cell, w) in enumerate(zip(row, widths, strict=True)))
+                     .rstrip())
+    return "\n".join(lines)
 
 
 def report_table(trace: Trace, n_slots: int, results: list[PolicyResult]) -> str:

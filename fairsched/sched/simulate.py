@@ -60,6 +60,7 @@ class _Policy:
 
     name = ""
     split_on_demand = False  # fairsched ranks on-demand jobs of a type on their own slope
+    split_tenants = False  # fairsched ranks each tenant's queued jobs of a type on their own
     near_ties = False  # keys are rounded scores: let the core order those within rounding
 
     def __init__(self, sim: Simulation):
@@ -81,6 +82,7 @@ class _Policy:
 class _FairschedPolicy(_Policy):
     name = "fairsched"
     split_on_demand = True
+    split_tenants = True
     near_ties = True
 
     def __init__(self, sim: Simulation):
@@ -112,7 +114,7 @@ class _FairschedPolicy(_Policy):
         # of the heap can have at `now`, each computed key by under 4 of the largest key: keys
         # further apart than this rank alike in the core. A margin of 4 on top.
         w = self.sim.weights
-        top = MAX_PRIORITY * w.priority + now * w.age + w.rarity
+        top = MAX_PRIORITY * w.priority + now * w.age + w.rarity + w.tenant
         rate = w.age
         if on_demand:
             top += now * w.on_demand_age + w.on_demand
@@ -139,6 +141,12 @@ class _FairschedPolicy(_Policy):
         cands.eligible_at = array("d", [s.at[j] for j in js])
         cands.on_demand = array("B", [s.on_demand[j] for j in js])
         cands.job_ids = array("q", js)
+        if s.n_tenants > 1:
+            # As the supervisor: each queued job's tenant, each tenant's share of the usage.
+            cands.tenants = array("q", [-1 if s.on_demand[j] else s.tenants[j] for j in js])
+            cands.tenant_shares = s.tenant_shares(now)
+        else:
+            cands.tenants = array("q", bytes(8 * len(js)))
         idx, slots = self.plan_cycle(s.pool, cands, now, s.weights)
         placed = [(js[i], sid) for i, sid in zip(idx, slots, strict=True)]
         if len(placed) == len(js):
@@ -254,7 +262,8 @@ class Simulation:
     """One policy's replay of a trace on a fresh pool built from `slots`."""
 
     def __init__(self, trace: Trace, slots: Sequence[tuple[int, ...]], weights: core.Weights,
-                 policy: str, tick: float = 0.0, matching: str = "greedy"):
+                 policy: str, tick: float = 0.0, matching: str = "greedy",
+                 usage_half_life: float = 600.0):
         if policy not in _POLICY_CLASSES:
             raise ValueError(f"unknown policy {policy!r} (known: {', '.join(POLICIES)})")
         if not (tick == 0 or MIN_TICK <= tick <= MAX_SECONDS):
@@ -267,6 +276,13 @@ class Simulation:
         self.types = trace.types
         self.priorities = trace.priorities
         self.on_demand = trace.on_demand
+        self.tenants = trace.tenants or [0] * len(trace)
+        self.n_tenants = len(trace.tenant_names)
+        # Each tenant's usage (slot-seconds) as of when it was last added to, decayed by
+        # usage_half_life, as the supervisors' fairsched_tenant_usage rows.
+        self.half_life = usage_half_life
+        self.usage = [0.0] * self.n_tenants
+        self.usage_at = [0.0] * self.n_tenants
         self.weights = weights
         self.slot_types = [frozenset(ts) for ts in slots]
         self.slot_order = {sid: (len(ts), sid) for sid, ts in enumerate(slots)}
@@ -277,6 +293,22 @@ class Simulation:
         self.free_slots = set(range(len(slots)))
         self.policy = _POLICY_CLASSES[policy](self)
 
+    def tenant_shares(self, now: float) -> array:
+        """Each tenant's share of the usage at `now` (0 .. 1)."""
+        usage = [u * 2.0 ** (-(now - t) / self.half_life) if u else 0.0
+                 for u, t in zip(self.usage, self.usage_at, strict=True)]
+        total = sum(usage)
+        return array("d", [min(1.0, u / total) if total > 0 else 0.0 for u in usage])
+
+    def _used(self, j: int, finish: float) -> None:
+        """Job j ended at `finish`: its slot-seconds are its tenant's usage."""
+        g = self.tenants[j]
+        u = self.usage[g]
+        if u:
+            u *= 2.0 ** (-(finish - self.usage_at[g]) / self.half_life)
+        self.usage[g] = u + self.trace.durations[j]
+        self.usage_at[g] = finish
+
     def run(self) -> PolicyResult:
         trace, pool, policy = self.trace, self.pool, self.policy
         n = len(trace)
@@ -284,10 +316,22 @@ class Simulation:
         key = policy.key
         split = policy.split_on_demand
         on_demand = trace.on_demand
-        # heaps[t][0]: queued (or all) jobs of type t; heaps[t][1]: its on-demand jobs.
-        heaps = [([], []) for _ in range(self.n_types)]
+        tenants = self.tenants
+        by_tenant = policy.split_tenants and self.n_tenants > 1
+        # heaps[t][0]: queued (or all) jobs of type t; heaps[t][1]: its on-demand jobs; with
+        # tenants, heaps[t][1 + g]: tenant g's queued jobs (g > 0), as the supervisor's fetch
+        # takes the best of each tenant.
+        width = 1 + self.n_tenants if by_tenant else 2
+        heaps = [tuple([] for _ in range(width)) for _ in range(self.n_types)]
         # Beside each heap: runs of jobs of one key parked behind the first (see _park).
-        parked = [({}, {}) for _ in range(self.n_types)]
+        parked = [tuple({} for _ in range(width)) for _ in range(self.n_types)]
+
+        def heap_of(j: int) -> int:
+            if split and on_demand[j]:
+                return 1
+            g = tenants[j] if by_tenant else 0
+            return g + 1 if g else 0
+
         take = _take
         waiting = [0] * self.n_types
         starts = [math.nan] * n
@@ -313,7 +357,7 @@ class Simulation:
                 now = seen if seen >= now else seen + tick
             while i < n and at[i] <= now:
                 t = types[i]
-                h = 1 if split and on_demand[i] else 0
+                h = heap_of(i)
                 entry = key(i)
                 park = parked[t][h]
                 if park and entry[:-1] in park:
@@ -323,9 +367,11 @@ class Simulation:
                 waiting[t] += 1
                 i += 1
             while running and running[0][0] <= now:
-                last_finish, sid = heappop(running)
+                last_finish, sid, j = heappop(running)
                 release(sid)
                 free_slots.add(sid)
+                if by_tenant and not on_demand[j]:
+                    self._used(j, last_finish)
             if not pool.n_free:
                 continue
             free = pool.free_counts(self.n_types)
@@ -371,10 +417,10 @@ class Simulation:
                 ran_on[j] = sid
                 waiting[types[j]] -= 1
                 free_slots.discard(sid)
-                heappush(running, (now + durations[j], sid))
+                heappush(running, (now + durations[j], sid, j))
             if unplaced:
                 for j in unplaced:
-                    heappush(heaps[types[j]][1 if split and on_demand[j] else 0], key(j))
+                    heappush(heaps[types[j]][heap_of(j)], key(j))
                 if free_slots:
                     self.count_stranded(placed, unplaced, stranded)
         wall = time.perf_counter() - began
@@ -424,7 +470,27 @@ class Simulation:
 
 
 def simulate(trace: Trace, slots: Sequence[tuple[int, ...]], weights: core.Weights,
-             policy: str, tick: float = 0.0, matching: str = "greedy") -> PolicyResult:
+             policy: str, tick: float = 0.0, matching: str = "greedy",
+             usage_half_life: float = 600.0) -> PolicyResult:
     """Replay `trace` under `policy`; with `tick` > 0, cycles run only every `tick` seconds;
     `matching` is the `fairsched` policy's (the config's [scoring] matching)."""
-    return Simulation(trace, slots, weights, policy, tick, matching).run()
+    return Simulation(trace, slots, weights, policy, tick, matching, usage_half_life).run()
+
+
+def tenant_alone(trace: Trace, slots: Sequence[tuple[int, ...]]) -> list[float]:
+    """Each tenant's mean response (wait + run) with the slots to itself, first in first out:
+    the yardstick of the fairness index (report.jain_index)."""
+    out = []
+    for g in range(len(trace.tenant_names)):
+        js = [j for j in range(len(trace)) if trace.tenants[j] == g]
+        if not js:
+            out.append(math.nan)
+            continue
+        alone = Trace(trace.path, trace.type_names, [trace.at[j] for j in js],
+                      [trace.types[j] for j in js], [trace.priorities[j] for j in js],
+                      [trace.on_demand[j] for j in js], [trace.durations[j] for j in js],
+                      [trace.line[j] for j in js], [0] * len(js), [""])
+        r = Simulation(alone, slots, core.Weights(), "fifo").run()
+        out.append(sum(r.starts[k] - alone.at[k] + alone.durations[k] for k in range(len(js)))
+                   / len(js))
+    return out

@@ -6,7 +6,8 @@ A trace is JSON lines, one job per line, in any order of arrival:
     {"at": 12.5, "type": "pdf", "priority": 0, "on_demand": false, "duration": 30.0}
 
 `at` (arrival, seconds from the start), `type` and `duration` (seconds of work) are required;
-`priority` (0..10) defaults to 0 and `on_demand` to false. Each generator returns a Scenario:
+`priority` (0..10) defaults to 0, `on_demand` to false and `tenant` (who the job is for, by
+the tenant name rule) to the default tenant. Each generator returns a Scenario:
 the jobs and the worker layout they were designed for, written as a workers.toml.
 """
 
@@ -25,8 +26,9 @@ from fairsched.errors import LongInteger, path_name, read_int
 from fairsched.logs import quoted
 from fairsched.sched import TraceError
 from fairsched.store.schema import MAX_PRIORITY
+from fairsched.type_names import tenant_name_problem
 
-TRACE_KEYS = frozenset({"at", "type", "priority", "on_demand", "duration"})
+TRACE_KEYS = frozenset({"at", "type", "priority", "on_demand", "duration", "tenant"})
 MAX_SECONDS = 1e9  # about 32 years: a trace's times and durations, and sums of them, stay exact
 MIN_TICK = 0.001
 QUOTE_MAX = 100  # characters of a trace's own words (a type name, a key) an error quotes
@@ -46,6 +48,9 @@ class Trace:
     on_demand: list[bool] = field(default_factory=list)
     durations: list[float] = field(default_factory=list)
     line: list[int] = field(default_factory=list)
+    # Each job's tenant id, indexing tenant_names ("" is the default tenant, always id 0).
+    tenants: list[int] = field(default_factory=list)
+    tenant_names: list[str] = field(default_factory=lambda: [""])
 
     def __len__(self) -> int:
         return len(self.at)
@@ -122,8 +127,11 @@ def read_trace(path: str | Path, type_ids: Mapping[str, int]) -> Trace:
         raise TraceError(f"{name}: no jobs in the trace")
     rows.sort(key=lambda row: row[0])  # stable: ties keep file order
     trace = Trace(str(path), names)
-    (trace.at, trace.types, trace.priorities, trace.on_demand, trace.durations,
+    (trace.at, trace.types, trace.priorities, trace.on_demand, trace.durations, tenants,
      trace.line) = (list(column) for column in zip(*rows, strict=True))
+    ids = {"": 0}
+    trace.tenants = [ids.setdefault(t, len(ids)) for t in tenants]
+    trace.tenant_names = list(ids)
     return trace
 
 
@@ -166,7 +174,10 @@ def _parse_line(text: str, where: str, type_ids: Mapping[str, int]) -> tuple:
     on_demand = job.get("on_demand", False)
     if not isinstance(on_demand, bool):
         raise TraceError(f"{where}: 'on_demand' must be true or false, got {_json(on_demand)}")
-    return at, type_id, priority, on_demand, duration
+    tenant = job.get("tenant")
+    if tenant is not None and tenant_name_problem(tenant) is not None:
+        raise TraceError(f"{where}: 'tenant' is an {tenant_name_problem(tenant)}")
+    return at, type_id, priority, on_demand, duration, tenant or ""
 
 
 def _no_repeated_key(pairs: list[tuple], where: str) -> dict:
@@ -189,11 +200,13 @@ class TraceJob:
     priority: int = 0
     on_demand: bool = False
     duration: float = 1.0
+    tenant: str | None = None
 
     def line(self) -> str:
+        tenant = "" if self.tenant is None else f', "tenant": {json.dumps(self.tenant)}'
         return (f'{{"at": {self.at!r}, "type": {json.dumps(self.type)}, "priority": {self.priority}, '
                 f'"on_demand": {"true" if self.on_demand else "false"}, '
-                f'"duration": {self.duration!r}}}')
+                f'"duration": {self.duration!r}{tenant}}}')
 
 
 @dataclass(frozen=True)
@@ -388,8 +401,31 @@ def random_load(n_jobs: int, load: float = 0.95, seed: int = 3,
                     list(OFFICE_WORKERS), jobs)
 
 
+def noisy_neighbour(seconds: float = 1800.0, flood_at: float = 300.0, flood_jobs: int = 3000,
+                    tenants: int = 20, seed: int = 5) -> Scenario:
+    """One tenant floods, many submit a few: `flood_jobs` pdf jobs from tenant `flood` at
+    `flood_at` (ten minutes of work for the four slots), while `tenants` other tenants each
+    submit a pdf job every minute or so all along. First in, first out, every job arriving
+    after the flood waits for all of it; fair shares keep the others' waits about one job."""
+    rng = random.Random(seed)
+    workers = [Group("pdf", ("pdf",), processes=2, slots=2)]
+    jobs = [TraceJob(flood_at, "pdf", 0, False, round(_lognormal(rng, 0.8), 3), "flood")
+            for _ in range(flood_jobs)]
+    for k in range(tenants):
+        t = rng.uniform(0.0, 60.0)
+        while t < seconds:
+            jobs.append(TraceJob(round(t, 3), "pdf", 0, False, round(_lognormal(rng, 0.8), 3),
+                                 f"t{k:02d}"))
+            t += rng.expovariate(1 / 60.0)
+    jobs.sort(key=lambda j: j.at)
+    return Scenario("noisy_neighbour", f"tenant flood enqueues {flood_jobs} pdf jobs at "
+                    f"{flood_at:g} s; {tenants} other tenants submit one a minute each",
+                    workers, jobs)
+
+
 SCENARIOS = {
     "starvation": starvation,
     "office_day": office_day,
     "on_demand_burst": on_demand_burst,
+    "noisy_neighbour": noisy_neighbour,
 }

@@ -27,8 +27,12 @@ from fairsched.store.statements import (
     COMPLETE_SQL,
     FAIL_SQL,
     FETCH_SQL,
+    LIMIT_LOCK,
+    LIMIT_RUNNING_SQL,
+    LIMITED_IN_BATCH_SQL,
     NEXT_ELIGIBLE_SQL,
     ORPHAN_AGE,
+    RELEASE_HOLDS_SQL,
     RELEASE_SQL,
     RESCUE_SQL,
 )
@@ -55,6 +59,10 @@ class AsyncStore:
         # the table (created_at, run_after) less this are times of this host's clock.
         self.clock_offset = 0.0
         self._listeners: set[Notifications] = set()
+        # [scoring] usage_half_life: how fast a tenant's usage decays, as completions write
+        # it and fetches read it.
+        self.usage_half_life = 600.0
+        self.limited_types: list[str] = []  # [limits]: completions of these notify
 
     @classmethod
     async def connect(cls, url: str, *, lease: float = 15.0, host: str | None = None,
@@ -136,7 +144,8 @@ class AsyncStore:
 
     async def fetch(self, free_by_type: Mapping[str, int],
                     priority_per_second: float) -> list[Candidate]:
-        """Up to 2 x free slots candidates per type, best score first across all types."""
+        """Up to 2 x free slots candidates per type and tenant, each with its tenant's usage,
+        best score first across all types (the tenant term left out)."""
         if not math.isfinite(priority_per_second) or priority_per_second < 0:
             raise ValueError(f"priority_per_second must be >= 0, got {priority_per_second!r}")
         wanted = [(t, 2 * n) for t, n in free_by_type.items() if n > 0]
@@ -144,8 +153,9 @@ class AsyncStore:
             return []
         cur = await self.conn.execute(FETCH_SQL, {
             "types": [t for t, _ in wanted], "limits": [k for _, k in wanted],
-            "pps": float(priority_per_second)})
-        return [Candidate(*row) for row in await cur.fetchall()]
+            "pps": float(priority_per_second), "half_life": self.usage_half_life})
+        return [Candidate(i, t, p, e, tenant=tenant, usage=usage)
+                for i, t, p, e, tenant, usage in await cur.fetchall()]
 
     async def backlog(self, caps: Mapping[str, int], wait: float) -> dict[str, int]:
         """Jobs of each type in `caps` eligible for `wait` seconds or more and still pending,
@@ -168,6 +178,59 @@ class AsyncStore:
         won = {row[0]: QueuedJob(*row) for row in await cur.fetchall()}
         return [won[i] for i in dict.fromkeys(ids) if i in won]
 
+    async def claim_within(self, ids: list[int], default_max_attempts: Mapping[str, int],
+                           limits: Mapping[str, int]) -> tuple[list[QueuedJob], dict[int, str]]:
+        """claim(), with no more jobs of a type in `limits` running at once, across every
+        supervisor, than its limit (on-demand holds counted). Returns the jobs won and the ids
+        left unclaimed because their type was at its limit, with that type."""
+        if not ids or not limits:
+            return await self.claim(ids, default_max_attempts), {}
+        cur = await self.conn.execute(LIMITED_IN_BATCH_SQL, {
+            "ids": _bigint_array(ids), "limited": list(limits)})
+        limited = dict(await cur.fetchall())
+        if not limited:
+            return await self.claim(ids, default_max_attempts), {}
+        async with self.conn.transaction():
+            await self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (_signed(LIMIT_LOCK),))
+            cur = await self.conn.execute(LIMIT_RUNNING_SQL,
+                                          {"types": sorted(set(limited.values()))})
+            room = {t: limits[t] - int(n) for t, n in await cur.fetchall()}
+            kept, refused = [], {}
+            for job_id in ids:
+                t = limited.get(job_id)
+                if t is not None:
+                    if room[t] <= 0:
+                        refused[job_id] = t
+                        continue
+                    room[t] -= 1
+                kept.append(job_id)
+            return await self.claim(kept, default_max_attempts), refused
+
+    async def limit_running(self, types: list[str]) -> dict[str, int]:
+        """[limits]: the jobs of each type running across every supervisor, on-demand holds
+        included."""
+        cur = await self.conn.execute(LIMIT_RUNNING_SQL, {"types": list(types)})
+        return {t: int(n) for t, n in await cur.fetchall()}
+
+    async def hold(self, type_name: str, limit: int) -> int | None:
+        """Take a place for an on-demand job of a limited type: the hold's id, or None when
+        the type is at its limit (counted as claim_within counts)."""
+        async with self.conn.transaction():
+            await self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (_signed(LIMIT_LOCK),))
+            cur = await self.conn.execute(LIMIT_RUNNING_SQL, {"types": [type_name]})
+            (_, n), = await cur.fetchall()
+            if n >= limit:
+                return None
+            cur = await self.conn.execute(
+                "INSERT INTO fairsched_limit_holds (type, supervisor) VALUES (%s, %s)"
+                " RETURNING id", (type_name, self.supervisor_id))
+            return (await cur.fetchone())[0]
+
+    async def release_holds(self, hold_ids: list[int]) -> None:
+        """On-demand jobs of limited types ended: their places are free, and the supervisors
+        waiting for one are told (as a completion tells them)."""
+        await self.conn.execute(RELEASE_HOLDS_SQL, {"ids": _bigint_array(hold_ids)})
+
     async def complete(self, items: list[tuple[int, int, str | None]]) -> list[int]:
         """Mark jobs succeeded, items (id, claim, result) fenced on that claim (QueuedJob.claim),
         each result as rows.encode_result gives it (JSON text, or None); return the ids that
@@ -178,6 +241,7 @@ class AsyncStore:
             "me": self.supervisor_id, "ids": _bigint_array(job_id for job_id, _, _ in items),
             "done": _keyed_by_id((job_id, f"[{claim},{result or 'null'}]")
                                  for job_id, claim, result in items),
+            "half_life": self.usage_half_life, "limited": self.limited_types,
         })
         return [row[0] for row in await cur.fetchall()]
 
@@ -319,6 +383,11 @@ class AsyncStore:
 def _stored_error(error: str) -> str:
     """An error as last_error keeps it."""
     return storable_text(str(error)[:MAX_ERROR])
+
+
+def _signed(key: int) -> int:
+    """A 64-bit key as the bigint pg_advisory_xact_lock takes."""
+    return key - (1 << 64) if key >= 1 << 63 else key
 
 
 def _bigint_array(ids: Iterable[int]) -> str:

@@ -44,7 +44,7 @@ from fairsched.store.schema import FINISHED, RETRIABLE, STATUSES, UNFINISHED
 JOB_COLUMNS = (
     "id, type, priority, payload::text AS payload, status, attempts, max_attempts, created_at,"
     " run_after, started_at, finished_at, last_error, result::text AS result, claimed_by,"
-    " idempotency_key, cancel_requested, claims"
+    " idempotency_key, cancel_requested, claims, tenant"
 )
 
 
@@ -126,8 +126,9 @@ ENQUEUE_SQL = """
 WITH input AS MATERIALIZED (
     SELECT nextval('fairsched_jobs_id_seq') AS id, u.*
       FROM unnest(%(types)s::text[], %(priorities)s::smallint[], %(payloads)s::jsonb[],
-                  %(max_attempts)s::integer[], %(delays)s::float8[], %(keys)s::text[])
-           WITH ORDINALITY AS u(type, priority, payload, max_attempts, delay, key, ord)
+                  %(max_attempts)s::integer[], %(delays)s::float8[], %(keys)s::text[],
+                  %(tenants)s::text[])
+           WITH ORDINALITY AS u(type, priority, payload, max_attempts, delay, key, tenant, ord)
 ), named AS MATERIALIZED (
     SELECT i.ord, i.first_ord, first.id AS first_id, held.id AS held_id,
            coalesce(held.type, first.type) AS type,
@@ -145,11 +146,12 @@ WITH input AS MATERIALIZED (
              ON held.idempotency_key = i.key AND held.status IN ('pending', 'running')
 ), inserted AS (
     INSERT INTO fairsched_jobs
-           (id, type, priority, payload, max_attempts, created_at, run_after, idempotency_key)
+           (id, type, priority, payload, max_attempts, created_at, run_after, idempotency_key,
+            tenant)
     OVERRIDING SYSTEM VALUE
     SELECT input.id, input.type, input.priority, input.payload, input.max_attempts,
            statement_timestamp(), statement_timestamp() + input.delay * interval '1 second',
-           input.key
+           input.key, input.tenant
       FROM input JOIN named ON named.ord = input.ord
      WHERE named.ord = named.first_ord AND named.held_id IS NULL
        AND NOT EXISTS (SELECT 1 FROM named WHERE NOT named.same)
@@ -230,11 +232,13 @@ class Queue:
 
     def enqueue(self, type: str, payload: Any = None, *, priority: int = 0,
                 max_attempts: int | None = None, delay: float = 0.0,
-                key: str | None = None) -> int:
+                key: str | None = None, tenant: str | None = None) -> int:
         """Add one job; with `key`, return the unfinished job holding that key if it is this
-        same job (type, payload, priority), and raise KeyConflict if it is another."""
+        same job (type, payload, priority), and raise KeyConflict if it is another. `tenant`
+        names who it is for (None: the default tenant), for the fair share between tenants."""
         return self.enqueue_many([{"type": type, "payload": payload, "priority": priority,
-                                   "max_attempts": max_attempts, "delay": delay, "key": key}])[0]
+                                   "max_attempts": max_attempts, "delay": delay, "key": key,
+                                   "tenant": tenant}])[0]
 
     def enqueue_many(self, jobs: Iterable[Mapping[str, Any]]) -> list[int]:
         """Add jobs in one round trip; the ids come back in input order. A key repeated in
@@ -298,7 +302,8 @@ class Queue:
 
     def _insert(self, rows: list[tuple]) -> list[tuple]:
         columns = list(zip(*rows, strict=True))
-        params = dict(zip(("types", "priorities", "payloads", "max_attempts", "delays", "keys"),
+        params = dict(zip(("types", "priorities", "payloads", "max_attempts", "delays", "keys",
+                           "tenants"),
                           (list(c) for c in columns), strict=True))
         return [row[1:] for row in self.conn.execute(ENQUEUE_SQL, params).fetchall()]
 
@@ -335,6 +340,11 @@ class Queue:
         _check_type(type)
         with self.conn.cursor(row_factory=dict_row) as cur:
             return cur.execute(DEPTH_SQL, {"type": type}).fetchall()
+
+    def limit_holds(self) -> dict[str, int]:
+        """[limits]: the on-demand jobs holding a place, by type."""
+        return dict(self.conn.execute(
+            "SELECT type, count(*) FROM fairsched_limit_holds GROUP BY type").fetchall())
 
     def server_time(self) -> datetime:
         """The database server's clock: the one created_at and run_after are set by, which

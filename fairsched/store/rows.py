@@ -8,14 +8,14 @@ import decimal
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fairsched.protocol import MAX_DEPTH, MAX_PAYLOAD, json_depth, payload_json
 from fairsched.store.schema import MAX_DELAY, MAX_PRIORITY
-from fairsched.type_names import check_type_name
+from fairsched.type_names import check_tenant_name, check_type_name
 
-JOB_FIELDS = frozenset({"type", "payload", "priority", "max_attempts", "delay", "key"})
+JOB_FIELDS = frozenset({"type", "payload", "priority", "max_attempts", "delay", "key", "tenant"})
 INT4_MAX = 2**31 - 1
 INT8_MAX = 2**63 - 1
 MAX_KEY = 1000  # bytes of an idempotency key
@@ -29,6 +29,11 @@ class Candidate:
     type: str
     priority: int
     eligible_at: float  # epoch seconds: created, or its retry's run_after
+    # The tenant (None: the default one) and its recent usage in slot-seconds, decayed to the
+    # fetch: what the tenant term of the score needs. Keyword-only, so that QueuedJob's own
+    # fields keep their places.
+    tenant: str | None = field(default=None, kw_only=True)
+    usage: float = field(default=0.0, kw_only=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +48,7 @@ class QueuedJob(Candidate):
 
 def job_row(job: Mapping[str, Any], index: int = 0, several: bool = False) -> tuple:
     """Validate one job description; return (type, priority, payload_json, max_attempts, delay,
-    key). Every error names the job by its `index` when it is one of `several`."""
+    key, tenant). Every error names the job by its `index` when it is one of `several`."""
     try:
         return _job_row(job, index)
     except ValueError as exc:
@@ -84,6 +89,9 @@ def _job_row(job: Mapping[str, Any], index: int) -> tuple:
         raise ValueError(f"key must be non-empty text (UTF-8, no NUL), got {key!r}")
     if key is not None and len(key.encode()) > MAX_KEY:  # the unique index takes no more
         raise ValueError(f"key is {len(key.encode())} bytes; at most {MAX_KEY}")
+    tenant = job.get("tenant")
+    if tenant is not None:
+        check_tenant_name(tenant)
     payload = encode_json(job.get("payload"), "payload")
     size = stored_size(payload, job.get("payload"))
     if size > MAX_PAYLOAD:
@@ -94,7 +102,7 @@ def _job_row(job: Mapping[str, Any], index: int) -> tuple:
                          " the frame that takes a job to its worker (pass a path or a URL instead)")
     if payload is not None and json_depth(payload) > MAX_DEPTH:
         raise ValueError(f"payload nests deeper than {MAX_DEPTH} levels")
-    return (type_, priority, payload, max_attempts, float(delay), key)
+    return (type_, priority, payload, max_attempts, float(delay), key, tenant)
 
 
 # A \u0000 escape in JSON text: one not itself escaped, after an even run of backslashes.

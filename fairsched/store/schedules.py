@@ -106,7 +106,8 @@ def enqueue_due(conn: psycopg.Connection, spec: ScheduleSpec,
             dues = ([since] if last < since else []) + due_times_between(
                 spec, max(last, since), latest)
         ids = Queue(conn).enqueue_many(
-            [{"type": spec.type, "payload": spec.payload, "priority": spec.priority}] * len(dues))
+            [{"type": spec.type, "payload": spec.payload, "priority": spec.priority,
+              "tenant": spec.tenant}] * len(dues))
         # A job's age counts from its due time, not from when a supervisor got to it.
         conn.execute("UPDATE fairsched_jobs j SET run_after = d.due"
                      " FROM unnest(%s::bigint[], %s::timestamptz[]) AS d(id, due)"

@@ -114,10 +114,46 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
         )
         """,
     ]),
+    # Who each job is for (NULL: the default tenant), and each tenant's recent use of slots,
+    # decayed as completions add to it, in one row every supervisor sharing the database reads.
+    (4, "tenants and their usage", [
+        "ALTER TABLE fairsched_jobs ADD COLUMN tenant text CHECK (tenant <> '')",
+        # The fetch: per type, per tenant (the default one as ''), per priority level, the
+        # oldest eligible jobs first; and the tenants with pending jobs of a type, one probe
+        # each (a loose index scan). The tenant itself is included: without it the planner,
+        # which only sees the column in the expression, would read the table for it.
+        """
+        CREATE INDEX fairsched_jobs_fetch_tenant
+            ON fairsched_jobs (type, (coalesce(tenant, '')), priority, run_after, id)
+            INCLUDE (tenant) WHERE status = 'pending'
+        """,
+        """
+        CREATE TABLE fairsched_tenant_usage (
+            tenant text PRIMARY KEY,
+            usage double precision NOT NULL CHECK (usage >= 0),
+            updated_at timestamptz NOT NULL
+        )
+        """,
+    ]),
+    # [limits]: an on-demand job of a limited type holds a place here while it runs, counted
+    # with the running rows of its type. A hold goes with its supervisor's row: a supervisor
+    # found dead, its row deleted by the rescue, frees its holds.
+    (5, "on-demand holds on limited types", [
+        """
+        CREATE TABLE fairsched_limit_holds (
+            id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            type text NOT NULL,
+            supervisor bigint NOT NULL REFERENCES fairsched_supervisors (id) ON DELETE CASCADE,
+            created_at timestamptz NOT NULL DEFAULT now()
+        )
+        """,
+        "CREATE INDEX fairsched_limit_holds_type ON fairsched_limit_holds (type)",
+    ]),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]
-TABLES = ("fairsched_jobs", "fairsched_supervisors", "fairsched_schedules")
+TABLES = ("fairsched_jobs", "fairsched_supervisors", "fairsched_schedules",
+          "fairsched_tenant_usage", "fairsched_limit_holds")
 
 
 def migrate(conn: psycopg.Connection) -> int:

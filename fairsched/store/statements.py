@@ -5,27 +5,53 @@ planner's statistics say at the time; the reasons are written beside them.
 
 from fairsched.store.schema import MAX_PRIORITY
 
-# Property 2 of the design: per type, the k best jobs by score. For queued jobs the score order
-# is the ascending order of (eligible_epoch - priority * W_p / W_a); within one priority level
-# that is run_after order, so the k best overall are among the k oldest of each of the eleven
-# levels, and each level is one short range scan of the partial index. Only what scoring needs
-# is read, all of it in that index: the payload of the jobs won comes back with the claim.
+# Property 2 of the design: per type, the k best jobs by score. For queued jobs of one tenant
+# the score order is the ascending order of (eligible_epoch - priority * W_p / W_a); within one
+# priority level that is run_after order, so a tenant's k best are among the k oldest of each of
+# the eleven levels, and each level is one short range scan of the partial index. The tenant
+# term is the same for every job of a tenant, so the k best of the type overall are among the
+# k best of each tenant with pending jobs of it: those tenants are walked through the index
+# (a loose index scan, one probe each), and each one's k best read. With one tenant this is
+# the k best of the type, as it was before tenants. Only what scoring needs is read, all of it
+# in that index but the tenant's usage (one row per tenant), decayed to now: the payload of the
+# jobs won comes back with the claim.
 FETCH_SQL = f"""
-SELECT c.id, c.type, c.priority, extract(epoch FROM c.run_after)::float8
+SELECT c.id, c.type, c.priority, c.eligible_at, c.tenant,
+       coalesce(u.usage * power(2::float8, greatest(
+           -extract(epoch FROM now() - u.updated_at)::float8 / %(half_life)s::float8,
+           -1000::float8)), 0)
   FROM unnest(%(types)s::text[], %(limits)s::integer[]) AS want(type, k)
  CROSS JOIN LATERAL (
-       SELECT j.*
-         FROM generate_series(0, {MAX_PRIORITY}) AS level(priority)
+       WITH RECURSIVE tenants(name) AS (
+           (SELECT coalesce(tenant, '') FROM fairsched_jobs
+             WHERE status = 'pending' AND type = want.type
+             ORDER BY coalesce(tenant, '') LIMIT 1)
+           UNION ALL
+           SELECT (SELECT coalesce(f.tenant, '') FROM fairsched_jobs AS f
+                    WHERE f.status = 'pending' AND f.type = want.type
+                      AND coalesce(f.tenant, '') > tenants.name
+                    ORDER BY coalesce(f.tenant, '') LIMIT 1)
+             FROM tenants WHERE tenants.name IS NOT NULL)
+       SELECT best.*, tenants.name
+         FROM tenants
         CROSS JOIN LATERAL (
-              SELECT id, type, priority, run_after
-                FROM fairsched_jobs
-               WHERE status = 'pending' AND type = want.type
-                 AND priority = level.priority AND run_after <= now()
-               ORDER BY run_after, id
-               LIMIT want.k) AS j
-        ORDER BY extract(epoch FROM j.run_after)::float8 - j.priority * %(pps)s::float8, j.id
-        LIMIT want.k) AS c
- ORDER BY extract(epoch FROM c.run_after)::float8 - c.priority * %(pps)s::float8, c.id
+              SELECT j.id, j.type, j.priority,
+                     extract(epoch FROM j.run_after)::float8 AS eligible_at, j.tenant
+                FROM generate_series(0, {MAX_PRIORITY}) AS level(priority)
+               CROSS JOIN LATERAL (
+                     SELECT id, type, priority, run_after, tenant
+                       FROM fairsched_jobs
+                      WHERE status = 'pending' AND type = want.type
+                        AND coalesce(tenant, '') = tenants.name
+                        AND priority = level.priority AND run_after <= now()
+                      ORDER BY run_after, id
+                      LIMIT want.k) AS j
+               ORDER BY extract(epoch FROM j.run_after)::float8 - j.priority * %(pps)s::float8,
+                        j.id
+               LIMIT want.k) AS best
+        WHERE tenants.name IS NOT NULL) AS c
+  LEFT JOIN fairsched_tenant_usage AS u ON u.tenant = c.name
+ ORDER BY c.eligible_at - c.priority * %(pps)s::float8, c.id
 """
 
 # Autoscaling: how many jobs of each type have been eligible for at least %(wait)s seconds and
@@ -77,14 +103,34 @@ RETURNING j.id, j.type, j.priority, extract(epoch FROM j.run_after)::float8,
           j.payload::text, j.attempts, j.max_attempts, j.claims
 """
 
+# The slot-seconds the jobs took are added to their tenants' usage (the default tenant's row
+# is ''), decayed first by the time since it was last written: every supervisor sharing the
+# database reads the same figures. The tenants' rows are written in name order, so two
+# batches that share tenants wait for each other rather than deadlock.
 COMPLETE_SQL = f"""
-UPDATE fairsched_jobs AS j
-   SET status = 'succeeded', result = nullif(%(done)s::jsonb -> j.id::text -> 1, 'null'),
-       finished_at = now(), cancel_requested = false
-  FROM {_fence("running")}
- WHERE j.id = ANY(%(ids)s::bigint[]) AND j.status = fence.status AND j.claimed_by = %(me)s
-   AND j.claims = (%(done)s::jsonb -> j.id::text ->> 0)::integer
-RETURNING j.id
+WITH done AS (
+    UPDATE fairsched_jobs AS j
+       SET status = 'succeeded', result = nullif(%(done)s::jsonb -> j.id::text -> 1, 'null'),
+           finished_at = now(), cancel_requested = false
+      FROM {_fence("running")}
+     WHERE j.id = ANY(%(ids)s::bigint[]) AND j.status = fence.status AND j.claimed_by = %(me)s
+       AND j.claims = (%(done)s::jsonb -> j.id::text ->> 0)::integer
+    RETURNING j.id, j.type, coalesce(j.tenant, '') AS tenant,
+              greatest(extract(epoch FROM now() - j.started_at)::float8, 0) AS seconds
+), notified AS (
+    -- [limits]: a place is free; the supervisors waiting for one look again.
+    SELECT pg_notify('fairsched_jobs', t.type)
+      FROM (SELECT DISTINCT type FROM done WHERE type = ANY(%(limited)s::text[])) AS t
+), used AS (
+    INSERT INTO fairsched_tenant_usage AS u (tenant, usage, updated_at)
+    SELECT tenant, sum(seconds), now() FROM done GROUP BY tenant ORDER BY tenant
+    ON CONFLICT (tenant) DO UPDATE
+       SET usage = u.usage * power(2::float8, greatest(
+               -greatest(extract(epoch FROM now() - u.updated_at)::float8, 0)
+               / %(half_life)s::float8, -1000::float8)) + excluded.usage,
+           updated_at = greatest(now(), u.updated_at)
+)
+SELECT id FROM done WHERE (SELECT count(*) FROM notified) >= 0
 """
 
 # job.transaction()'s, in the worker, in the same transaction as the handler's writes: the job
@@ -206,4 +252,32 @@ SELECT extract(epoch FROM min(next.run_after) - now())::float8
           AND run_after > now()
         ORDER BY run_after LIMIT 1) AS next
  WHERE pending_types.type IS NOT NULL
+"""
+
+# [limits]: a claim that holds a job of a limited type counts that type's running jobs (and
+# the on-demand jobs holding a place in fairsched_limit_holds) under one transaction-level
+# advisory lock, in a statement that starts after the lock is taken: under READ COMMITTED it
+# sees every claim committed by a claimer that held the lock before, and no claimer can commit
+# a claim of a limited type between that count and this claim's commit. So the jobs running
+# never outnumber the limit, however many supervisors claim at once. Batches with no job of a
+# limited type take no lock.
+LIMIT_LOCK = 0x666169726C696D74  # the bytes of "fairlimt"
+
+LIMITED_IN_BATCH_SQL = """
+SELECT id, type FROM fairsched_jobs
+ WHERE id = ANY(%(ids)s::bigint[]) AND type = ANY(%(limited)s::text[])
+"""
+
+LIMIT_RUNNING_SQL = """
+SELECT want.type,
+       (SELECT count(*) FROM fairsched_jobs AS j WHERE j.status = 'running' AND j.type = want.type)
+       + (SELECT count(*) FROM fairsched_limit_holds AS h WHERE h.type = want.type)
+  FROM unnest(%(types)s::text[]) AS want(type)
+"""
+
+RELEASE_HOLDS_SQL = """
+WITH gone AS (
+    DELETE FROM fairsched_limit_holds WHERE id = ANY(%(ids)s::bigint[]) RETURNING type
+)
+SELECT pg_notify('fairsched_jobs', t.type) FROM (SELECT DISTINCT type FROM gone) AS t
 """

@@ -40,6 +40,7 @@ from fairsched.supervisor.messages import (
     Disconnected,
     FetchBegan,
     Fetched,
+    Held,
     JobsNotified,
     LeaseExpired,
     LeaseRenewed,
@@ -122,8 +123,10 @@ class Supervisor:
         match msg:
             case Fetched(rows, wanted):
                 self.planner.fetched(rows, wanted)
-            case Claimed(claims, won, contested):
-                self.planner.claimed(claims, won, contested)
+            case Claimed(claims, won, contested, refused):
+                self.planner.claimed(claims, won, contested, refused)
+            case Held(req, slot_id, hold):
+                self.planner.held(req, slot_id, hold)
             case FetchBegan():
                 self.planner.fetch_began()
             case JobsNotified(type_name):

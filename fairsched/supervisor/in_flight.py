@@ -24,6 +24,7 @@ class Request:
     attempts: int = 0
     done: bool = False
     cancelled: bool = False
+    hold: int | None = None  # [limits]: its place in fairsched_limit_holds while it runs
 
     @property
     def job_id(self) -> str:

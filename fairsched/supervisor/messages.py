@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fairsched.supervisor.in_flight import Claims
 
@@ -56,6 +56,16 @@ class Claimed:
     claims: Claims
     won: dict  # the jobs won, by id
     contested: bool = True  # False: the claim never reached the database
+    refused: dict = field(default_factory=dict)  # [limits]: ids left at their type's limit
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """[limits]: the answer to an on-demand request's hold on a place of its type."""
+
+    request: object
+    slot_id: int
+    hold: int | None  # None: the type was at its limit
 
 
 @dataclass(frozen=True, slots=True)

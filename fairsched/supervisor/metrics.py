@@ -47,7 +47,8 @@ SLOT_STATES = ("free", "busy", "starting", "stopping", "down", "fatal")  # as `p
 # The gauges built on each scrape from the snapshot and the queue depth.
 STATE_GAUGES = ("fairsched_jobs_in_flight", "fairsched_slots", "fairsched_workers",
                 "fairsched_on_demand_waiting", "fairsched_lease_lost", "fairsched_queue_jobs",
-                "fairsched_queue_oldest_pending_seconds", "fairsched_queue_up")
+                "fairsched_queue_oldest_pending_seconds", "fairsched_queue_up",
+                "fairsched_limit", "fairsched_limit_running")
 # Waits and run times range from milliseconds (on-demand) to hours (a backlog).
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600,
            1800, 3600, 7200)
@@ -63,6 +64,8 @@ UNION ALL
 SELECT type, 'running', count(*), NULL FROM fairsched_jobs WHERE status = 'running' GROUP BY type
 UNION ALL
 SELECT type, 'failed', count(*), NULL FROM fairsched_jobs WHERE status = 'failed' GROUP BY type
+UNION ALL
+SELECT type, 'held', count(*), NULL FROM fairsched_limit_holds GROUP BY type
 """
 
 
@@ -76,6 +79,7 @@ class Snapshot:
     workers: dict[tuple[str, str], int] = field(default_factory=dict)  # (group, state) -> n
     on_demand_waiting: int = 0
     lease_lost: bool = False
+    limits: dict[str, int] = field(default_factory=dict)  # [limits]
 
 
 def take_snapshot(sup) -> Snapshot:
@@ -93,7 +97,7 @@ def take_snapshot(sup) -> Snapshot:
     workers = collections.Counter((proc.group, proc.state.value) for proc in sup.workers.procs)
     return Snapshot(types=tuple(sorted(sup.planner.type_ids)), in_flight=in_flight, slots=dict(slots),
                     workers=dict(workers), on_demand_waiting=sup.planner.n_waiting_requests,
-                    lease_lost=sup.lease.fenced)
+                    lease_lost=sup.lease.fenced, limits=dict(sup.config.limits))
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -271,7 +275,11 @@ class _StateCollector:
                                    "succeeded.")
         counts = {(t, s): 0 for t in snap.types for s in QUEUE_STATUSES} if up else {}
         ages = dict.fromkeys(snap.types, 0.0) if up else {}
+        held: dict[str, int] = {}
         for type_name, status, count, age in rows:
+            if status == "held":  # on-demand jobs holding a place of a limited type
+                held[type_name] = count
+                continue
             counts[(type_name, status)] = count
             if status == "pending":
                 ages[type_name] = float(age or 0.0)
@@ -280,7 +288,17 @@ class _StateCollector:
         for type_name, age in sorted(ages.items()):
             oldest.add_metric([type_name], age)
         health.add_metric([], up)
-        yield from (jobs, oldest, health)
+        limit = GaugeMetricFamily("fairsched_limit", "[limits]: at most this many jobs of the "
+                                  "type at once, across every supervisor.", labels=["type"])
+        limit_running = GaugeMetricFamily(
+            "fairsched_limit_running", "[limits]: jobs of a limited type running across every "
+            "supervisor, on-demand ones included.", labels=["type"])
+        for type_name, n in sorted(snap.limits.items()):
+            limit.add_metric([type_name], n)
+            if up:
+                limit_running.add_metric([type_name], counts.get((type_name, "running"), 0)
+                                         + held.get(type_name, 0))
+        yield from (jobs, oldest, health, limit, limit_running)
 
 
 def _serving_metrics_only(app):

@@ -38,6 +38,7 @@ from fairsched.supervisor.messages import (
     Disconnected,
     FetchBegan,
     Fetched,
+    Held,
     JobsNotified,
     LeaseRenewed,
     NextDue,
@@ -94,6 +95,9 @@ class QueueLink(Heartbeats):
         self.outbox = Outbox(on_unrecorded=lambda job_type, outcome: post(
             OutcomeUnrecorded(job_type, outcome)))
         self.claims = Claims()  # jobs reserved by the actor on their slots, not yet claimed
+        self.holds: list = []  # [limits]: (on-demand request, slot id) waiting for a place
+        self.hold_releases: list[int] = []  # [limits]: places to give back
+        self.limit_running: dict[str, int] = {}  # [limits]: as of the last heartbeat
         self.claiming: AsyncStore | None = None  # the connection a claim is on its way over
         self.fetch_wanted = False
         self.backlog_wanted: dict[str, int] = {}  # types to count waiting jobs of, with caps
@@ -138,6 +142,10 @@ class QueueLink(Heartbeats):
         self.priority_per_second = config.scoring.priority / config.scoring.age
         self.settings = config.supervisor
         self.default_max_attempts = config.max_attempts_by_type()
+        for store in (self.store, self.writer):
+            if store is not None:
+                store.usage_half_life = config.usage_half_life
+                store.limited_types = sorted(config.limits)
 
     @property
     def kind(self) -> str:
@@ -172,6 +180,17 @@ class QueueLink(Heartbeats):
     def claim(self, job_ids, slot_ids) -> None:
         """Claim these jobs, reserved on these slots (arrays, or sequences of ints)."""
         self.claims.extend(job_ids, slot_ids)
+        self.wake()
+
+    def hold(self, req, slot_id: int) -> None:
+        """[limits]: take a place for an on-demand request of a limited type, placed on this
+        slot; the answer comes as Held."""
+        self.holds.append((req, slot_id))
+        self.wake()
+
+    def release_hold(self, hold: int) -> None:
+        """[limits]: an on-demand job's place is free again."""
+        self.hold_releases.append(hold)
         self.wake()
 
     def complete(self, job_id: int, claim: int, text: str | None, counted=None) -> None:
@@ -220,6 +239,8 @@ class QueueLink(Heartbeats):
         sent_at = asyncio.get_running_loop().time()
         store = await AsyncStore.connect(self.database.url, lease=self.settings.lease,
                                          supervisor_id=self.supervisor_id)
+        store.usage_half_life = self.config.usage_half_life
+        store.limited_types = sorted(self.config.limits)
         self.store = store
         self.supervisor_id = store.supervisor_id
         self.connected = True
@@ -411,8 +432,8 @@ class QueueLink(Heartbeats):
             closing.add_done_callback(self._forget)
 
     def _pending(self) -> bool:
-        return bool(self.claims or self.fetch_wanted or self.backlog_wanted
-                    or time.monotonic() >= self._next_timer())
+        return bool(self.claims or self.fetch_wanted or self.backlog_wanted or self.holds
+                    or self.hold_releases or time.monotonic() >= self._next_timer())
 
     def _next_timer(self) -> float:
         return min(self._next_heartbeat, self._next_poll, self._locked.next_retry())
@@ -445,6 +466,8 @@ class QueueLink(Heartbeats):
                     self.writer = await self._answer(AsyncStore.connect(
                         self.database.url, lease=self.settings.lease,
                         supervisor_id=self.supervisor_id, lane="outcomes"))
+                    self.writer.usage_half_life = self.config.usage_half_life
+                    self.writer.limited_types = sorted(self.config.limits)
                     writer_since = time.monotonic()
                     if self.writer.lease_lost:  # found first here that our row was rescued
                         await self._answer(self._lease_lost(self.writer))
@@ -587,16 +610,28 @@ class QueueLink(Heartbeats):
         now = time.monotonic()
         if now >= self._next_heartbeat:
             await self._heartbeat(store, now)
+            if self.config.limits:  # for ps: how full each limited type is, fleet-wide
+                self.limit_running = await store.limit_running(sorted(self.config.limits))
         if now >= self._next_poll:
             # The safety net behind LISTEN/NOTIFY, and the clock for delayed jobs.
             self._stale()
             self.fetch_wanted = True
             self._next_poll = now + self.settings.poll_interval
+        if self.hold_releases:
+            # Taken off only once written: a lost connection leaves them for the next one.
+            await store.release_holds(self.hold_releases)
+            self.hold_releases = []
+        while self.holds:
+            req, slot_id = self.holds[0]
+            hold = await store.hold(req.type, self.config.limits.get(req.type, 0))
+            self.holds.pop(0)
+            self._post(Held(req, slot_id, hold))
         if self.claims:
             claims, self.claims = self.claims, Claims()
             self.claiming = store  # until the actor has the answer (close() waits for it)
             try:
-                won = await store.claim(claims.ids(), self.default_max_attempts)
+                won, refused = await store.claim_within(claims.ids(), self.default_max_attempts,
+                                                        self.config.limits)
             except BaseException:
                 if self.claiming is store:  # not a claim sent since over a new connection
                     self.claiming = None
@@ -628,7 +663,7 @@ class QueueLink(Heartbeats):
             finally:
                 if self.claiming is store:
                     self.claiming = None
-                self._post(Claimed(claims, {qj.id: qj for qj in won}))
+                self._post(Claimed(claims, {qj.id: qj for qj in won}, refused=refused))
             if fetching is not None:
                 try:
                     await fetching

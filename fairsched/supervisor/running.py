@@ -283,6 +283,9 @@ class Jobs:
                 f"stopped early: worker {rj.proc.name} stopped it unasked by this supervisor "
                 f"(a SIGTERM from elsewhere?)")
         if rj.request is not None:
+            if rj.request.hold is not None:  # [limits]: its place is free again
+                self.queue.release_hold(rj.request.hold)
+                rj.request.hold = None
             self._finish_on_demand(rj, outcome, result, error, permanent, duration)
         else:
             self._finish_queued(rj, outcome, result, error, permanent, duration, recorded)

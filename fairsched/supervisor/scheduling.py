@@ -15,6 +15,10 @@ from fairsched.supervisor.states import ProcessState
 from fairsched.supervisor.waiting import WaitingJobs
 
 LOSSES_BEFORE_REFETCH = 5
+# [limits]: a type found at its limit is planned again when a job of it ends somewhere (its
+# completion notifies) or after this many seconds, whichever comes first (a job that fails for
+# good or is cancelled frees its place without a notification).
+LIMIT_RECHECK = 1.0
 
 log = logging.getLogger("fairsched.supervisor")
 
@@ -45,6 +49,7 @@ class Planner:
         self._losses_in_row = 0
         self._schedule_pending = False
         self._wake_handle = None
+        self._at_limit: dict[str, object] = {}  # [limits]: type -> its recheck timer
 
     def connect(self, queue, lease, jobs, workers) -> None:
         self.queue, self.lease, self.jobs, self.workers = queue, lease, jobs, workers
@@ -164,8 +169,12 @@ class Planner:
             queued=not self.lease.fenced, matching=self.config.matching)
         for t in stale:
             self.waiting.forget(t)  # planned in this cycle only
+        limits = self.config.limits
         for req, slot_id in zip(reqs, req_slots, strict=True):
-            self.jobs.start_request(req, slot_id)
+            if req.type in limits:
+                self.queue.hold(req, slot_id)  # its slot stays reserved until the answer
+            else:
+                self.jobs.start_request(req, slot_id)
         if job_ids:
             self.queue.claim(job_ids, slots)
         if self._unknown_types():
@@ -184,9 +193,9 @@ class Planner:
         if self.run.shutting_down or self.lease.fenced or not self.pool.n_free:
             return {}
         counts = self.pool.free_counts(len(self.type_ids))  # type ids are 0 .. types - 1
-        exhausted = self._exhausted
+        exhausted, at_limit = self._exhausted, self._at_limit
         return {t: counts[tid] for t, tid in self.type_ids.items()
-                if counts[tid] and t not in exhausted}
+                if counts[tid] and t not in exhausted and t not in at_limit}
 
     # -- what the queue link tells -------------------------------------------------------------
 
@@ -218,15 +227,22 @@ class Planner:
         self._fetched = True
         self.schedule()
 
-    def claimed(self, claims: Claims, won: dict, contested: bool = True) -> None:
+    def claimed(self, claims: Claims, won: dict, contested: bool = True,
+                refused: dict | None = None) -> None:
         """The answer to a claim: `won` by job id. Not `contested`: the claim never reached
         the database (it was lost with the connection), which is no loss to another
-        supervisor."""
+        supervisor. `refused`: the jobs not claimed because their type was at its [limits]
+        limit (by id, their type), no loss either: the type waits for a place."""
         lost = 0
+        for t in set((refused or {}).values()):
+            self.type_at_limit(t)
         for job_id, slot_id in claims:  # in the order planned: a win ends a row of losses
             cancelled = self.waiting.end_claim(job_id)
             job = won.get(job_id)
             owner = self._slot_owner.get(slot_id)
+            if job is None and refused and job_id in refused:
+                self.pool.release(slot_id)
+                continue
             if job is None:
                 if contested:
                     lost += 1
@@ -254,7 +270,51 @@ class Planner:
         self.workers.flush_all()
         self.schedule()
 
+    def held(self, req, slot_id: int, hold: int | None) -> None:
+        """[limits]: the answer to an on-demand request's hold: run it on its slot with its
+        place taken, or, at the limit (or with its slot gone meanwhile), wait again."""
+        owner = self._slot_owner.get(slot_id)
+        proc = owner[0] if owner else None
+        usable = (proc is not None and proc.state is ProcessState.RUNNING
+                  and not self.run.shutting_down and self.pool.is_busy(slot_id))
+        if hold is not None and usable and not req.done:
+            req.hold = hold
+            self.jobs.start_request(req, slot_id)
+            self.workers.flush_all()
+            return
+        if hold is not None:
+            self.queue.release_hold(hold)
+        self.pool.release(slot_id)
+        if hold is None:
+            self.type_at_limit(req.type)
+        if not req.done:
+            self.wait(req)
+        self.schedule()
+
+    def type_at_limit(self, type_name: str) -> None:
+        """[limits]: the type has no place left across the supervisors; its jobs wait (none
+        cached, none fetched) until a job of it ends or LIMIT_RECHECK passes."""
+        handle = self._at_limit.pop(type_name, None)
+        if handle is not None:
+            handle.cancel()
+        self._at_limit[type_name] = self.loop.call_later(LIMIT_RECHECK, self._limit_recheck,
+                                                         type_name)
+        self.waiting.forget(type_name)
+
+    def _limit_recheck(self, type_name: str) -> None:
+        if self._at_limit.pop(type_name, None) is not None:
+            self._exhausted.discard(type_name)
+            self.queue.request_fetch()
+            self.schedule()
+
+    def types_at_limit(self) -> list[str]:
+        """The limited types found at their limit, waiting for a place (for ps)."""
+        return sorted(self._at_limit)
+
     def jobs_notified(self, type_name: str) -> None:
+        handle = self._at_limit.pop(type_name, None)  # a job of it ended: a place may be free
+        if handle is not None:
+            handle.cancel()
         type_id = self.type_ids.get(type_name)
         if type_id is None:  # a type only other supervisors on this database run
             return

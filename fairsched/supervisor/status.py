@@ -57,8 +57,22 @@ def snapshot(sup) -> dict:
         "waiting_on_demand": sup.planner.n_waiting_requests,
         "counters": sup.counters(),
         "groups": groups(sup),
+        "limits": limits(sup),
     }
     return {"supervisor": supervisor, "slots": slots}
+
+
+def limits(sup) -> dict:
+    """[limits]: each limited type's limit, its jobs running across every supervisor as of
+    the last heartbeat (None before the first), those running here, and whether this
+    supervisor found it full at its last claim."""
+    here: dict[str, int] = {}
+    for rj in sup.jobs.running.values():
+        here[rj.type] = here.get(rj.type, 0) + 1
+    full = set(sup.planner.types_at_limit())
+    return {t: {"limit": n, "running": sup.queue.limit_running.get(t),
+                "running_here": here.get(t, 0), "at_limit": t in full}
+            for t, n in sorted(sup.config.limits.items())}
 
 
 def groups(sup) -> dict:

@@ -4,6 +4,7 @@ jobs whose claim is on its way."""
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterable, Mapping
 
 from fairsched import core
@@ -14,6 +15,10 @@ class WaitingJobs:
     def __init__(self, type_ids: Mapping[str, int], cache=None):
         self.type_ids = type_ids
         self.cache = core.CandidateCache() if cache is None else cache
+        # Tenants by id as the core knows them (the default tenant is ''), and each one's
+        # usage as the last fetch that found a job of it read it.
+        self.tenant_ids: dict[str, int] = {}
+        self.usage = array("d")
 
     # -- on-demand requests --------------------------------------------------------------------
 
@@ -43,7 +48,22 @@ class WaitingJobs:
                 if qj.id not in busy and qj.type in type_ids]
         self.cache.add_many([qj.id for qj, _ in kept], [tid for _, tid in kept],
                             [qj.priority for qj, _ in kept], [qj.eligible_at for qj, _ in kept],
-                            [qj for qj, _ in kept])
+                            [qj for qj, _ in kept],
+                            tenants=[self._tenant_id(qj.tenant, qj.usage) for qj, _ in kept])
+
+    def _tenant_id(self, tenant: str | None, usage: float) -> int:
+        tid = self.tenant_ids.setdefault(tenant or "", len(self.tenant_ids))
+        if tid == len(self.usage):
+            self.usage.append(0.0)
+        self.usage[tid] = max(0.0, usage)
+        return tid
+
+    def tenant_shares(self) -> array:
+        """Each tenant's share of the usage of the tenants known (0 .. 1, by tenant id)."""
+        total = sum(self.usage)
+        if total <= 0.0:
+            return array("d", bytes(8 * len(self.usage)))
+        return array("d", [min(1.0, u / total) for u in self.usage])
 
     def forget(self, type_name: str | None = None) -> None:
         """Drop the queued candidates of `type_name` (of every type with None)."""
@@ -66,7 +86,8 @@ class WaitingJobs:
         """Place the best candidates (queued ones only with `queued`); the placed leave.
         Returns (requests, their slot ids, queued job ids, their slot ids), each in score
         order; the queued jobs are being claimed until end_claim()."""
-        return self.cache.plan(pool, now, weights, offset, queued, matching)
+        return self.cache.plan(pool, now, weights, offset, queued, matching,
+                               tenant_shares=self.tenant_shares())
 
     def cancel_claim(self, job_id) -> bool:
         """A cancel for a job whose claim is on its way: remembered (True), else False."""

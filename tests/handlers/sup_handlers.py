@@ -390,3 +390,11 @@ def until_fixed(job: fairsched.Job):
     if not Path(job.payload["fixed"]).exists():
         raise fairsched.PermanentError(job.payload.get("why", "not fixed yet"))
     return {"fixed": True}
+
+
+def interval(job: fairsched.Job):
+    """Sleeps payload['seconds'] and returns when it started and ended (epoch seconds): how
+    many ran at once can be read from the results."""
+    start = time.time()
+    time.sleep(float((job.payload or {}).get("seconds", 0.02)))
+    return {"start": start, "end": time.time(), "pid": os.getpid()}
