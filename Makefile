@@ -24,9 +24,15 @@ $(VENV)/.created:
 	@$(PIP) install --upgrade $(BUILD_TOOLS)
 	@touch $@
 
-# The core is compiled in the next step, on its own line.
+# The core is compiled in the next step, on its own line. What `make run` needs only: the
+# tools the tests use (the test, lint and plot extras) come with `make test`.
 $(VENV)/.installed: $(VENV)/.created pyproject.toml setup.py
 	@echo "==> installing fairsched and its dependencies into $(VENV) (pip; a minute or two the first time)"
+	@FAIRSCHED_NO_EXTENSIONS=1 $(PIP) install --no-build-isolation -e '.[examples]'
+	@touch $@
+
+$(VENV)/.test-tools: $(VENV)/.installed
+	@echo "==> installing what the tests need into $(VENV) (the test, lint and plot extras)"
 	@FAIRSCHED_NO_EXTENSIONS=1 $(PIP) install --no-build-isolation -e '.[test,lint,plot,examples]'
 	@touch $@
 
@@ -49,7 +55,7 @@ build: $(VENV)/.built
 # tests/test_cli_ps.py'` runs serially.
 TEST_WORKERS ?= 4
 
-test: build
+test: build $(VENV)/.test-tools
 	@echo "==> running the tests"
 	@FAIRSCHED_REQUIRE_EXTENSIONS=1 $(PY) -m pytest -n $(TEST_WORKERS) --dist load --maxschedchunk 2 $(PYTEST_ARGS)
 
@@ -73,7 +79,7 @@ bench-all: build
 	$(PY) scripts/bench_transaction.py
 	$(PY) scripts/bench_sched.py
 
-lint: build
+lint: build $(VENV)/.test-tools
 	$(BIN)/ruff check fairsched tests scripts examples
 	PATH=$(BIN):$$PATH $(BIN)/cython-lint fairsched/core
 
