@@ -24,9 +24,15 @@ $(VENV)/.created:
 	@$(PIP) install --upgrade $(BUILD_TOOLS)
 	@touch $@
 
-# The core is compiled in the next step, on its own line.
+# The core is compiled in the next step, on its own line. What `make run` needs only: the
+# tools the tests use (the test, lint and plot extras) come with `make test`.
 $(VENV)/.installed: $(VENV)/.created pyproject.toml setup.py
 	@echo "==> installing fairsched and its dependencies into $(VENV) (pip; a minute or two the first time)"
+	@FAIRSCHED_NO_EXTENSIONS=1 $(PIP) install --no-build-isolation -e '.[examples]'
+	@touch $@
+
+$(VENV)/.test-tools: $(VENV)/.installed
+	@echo "==> installing what the tests need into $(VENV) (the test, lint and plot extras: pytest, playwright, ruff, matplotlib)"
 	@FAIRSCHED_NO_EXTENSIONS=1 $(PIP) install --no-build-isolation -e '.[test,lint,plot,examples]'
 	@touch $@
 
@@ -56,7 +62,7 @@ browser:
 		out=$$( (apt-get -qq update && DEBIAN_FRONTEND=noninteractive apt-get -qq install -y \
 			--no-install-recommends chromium) 2>&1) || { echo "$$out"; exit 1; }; }
 
-test: build browser
+test: build $(VENV)/.test-tools browser
 	@echo "==> running the tests"
 	@FAIRSCHED_REQUIRE_EXTENSIONS=1 $(PY) -m pytest -n $(TEST_WORKERS) --dist load --maxschedchunk 2 $(PYTEST_ARGS)
 
@@ -81,7 +87,7 @@ bench-all: build
 	$(PY) scripts/bench_dashboard.py
 	$(PY) scripts/bench_sched.py
 
-lint: build
+lint: build $(VENV)/.test-tools
 	$(BIN)/ruff check fairsched tests scripts examples
 	PATH=$(BIN):$$PATH $(BIN)/cython-lint fairsched/core
 
