@@ -20,7 +20,7 @@ from fairsched.errors import ConfigError
 from fairsched.store.schema import TABLES
 from fairsched.web.app import MAX_STREAMS, TOKEN_FILE
 from tests.accounts import as_stranger
-from tests.supervisor_harness import Supervisor
+from tests.supervisor_harness import Supervisor, wait_until
 from tests.test_web_browser import free_port
 
 WORKERS = """
@@ -29,13 +29,22 @@ name = "doomed"
 handler = "sup_handlers:fail_permanently"
 types = ["doomed"]
 """
+# Slots enough for a frame of the slots to weigh some 100 KB: a page that does not read fills
+# what the kernel and the dashboard would hold for it within seconds.
+WIDE = """
+[[worker]]
+name = "wide"
+handler = "sup_handlers:echo"
+types = ["wide"]
+slots = 200
+"""
 
 
 @pytest.fixture(scope="module")
 def sup(database_url):
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY")
-    s = Supervisor(database_url, WORKERS, supervisor=f'web = "0.0.0.0:{free_port()}"\n')
+    s = Supervisor(database_url, WORKERS + WIDE, supervisor=f'web = "0.0.0.0:{free_port()}"\n')
     try:
         s.start()
         s.port = int(s.wait_output(r"web dashboard on http://0\.0\.0\.0:(\d+)/")[1])
@@ -107,7 +116,7 @@ def test_bad_ids_and_values_are_one_line_errors(sup):
     assert error(*call(sup, "POST", f"/api/jobs/{job}/cancel", t)) == (
         409, f"job {job} already failed; only unfinished jobs can be cancelled")
     assert error(*call(sup, "POST", "/api/workers/nobody/restart", t)) == (
-        404, "no worker or group named 'nobody' (known: doomed, doomed-1)")
+        404, "no worker or group named 'nobody' (known: doomed, doomed-1, wide, wide-1)")
     assert error(*call(sup, "GET", "/api/jobs?status=lost", t))[1].startswith(
         "status must be one of pending")
     assert error(*call(sup, "GET", "/api/jobs?limit=0", t)) == (
@@ -122,10 +131,12 @@ def stream_request(sup) -> bytes:
             f"Authorization: Bearer {sup.token}\r\n\r\n").encode()
 
 
-def open_stream(sup) -> socket.socket:
-    """A page following the slots that reads its response's head, and then nothing."""
+def open_stream(sup, reads: bool = False) -> socket.socket:
+    """A page following the slots that reads its response's head, and then nothing (unless
+    it `reads`: then its receive buffer is not made small)."""
     s = socket.create_connection(("127.0.0.1", sup.port), timeout=10)
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    if not reads:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     s.sendall(stream_request(sup))
     head = b""
     while b"\r\n\r\n" not in head:
@@ -141,7 +152,7 @@ def test_pages_that_do_not_read_or_vanish_do_not_stop_the_others(sup):
         gone.sendall(stream_request(sup))
         gone.close()
     try:
-        reader = open_stream(sup)
+        reader = open_stream(sup, reads=True)
         reader.settimeout(3)  # a frame a second
         data, started = b"", time.monotonic()
         while data.count(b"event: ps\n") < 3:
@@ -159,6 +170,22 @@ def test_pages_that_do_not_read_or_vanish_do_not_stop_the_others(sup):
     finally:
         for s in stuck:
             s.close()
+    assert call(sup, "GET", "/api/ps", sup.token)[0] == 200
+
+
+def test_a_page_that_does_not_read_is_dropped(sup):
+    said = "web: dropped a page at 127.0.0.1 that took no frame for 5 s"
+    before = sup.output().count(said)
+    stuck = open_stream(sup)
+    try:
+        wait_until(lambda: sup.output().count(said) > before, 30, what="the page dropped")
+        # Reset: what was held for it is dropped, not sent.
+        stuck.settimeout(10)
+        with pytest.raises(ConnectionResetError):
+            while stuck.recv(1 << 20):
+                pass
+    finally:
+        stuck.close()
     assert call(sup, "GET", "/api/ps", sup.token)[0] == 200
 
 

@@ -22,6 +22,8 @@ import logging
 import os
 import re
 import secrets
+import socket
+import struct
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -45,6 +47,7 @@ STATIC = Path(__file__).parent / "static"
 TOKEN_FILE = "web_token"
 FRAME_EVERY = 1.0  # seconds between two frames of the slots
 SEND_WITHIN = 5.0  # seconds a page has to take a frame before it is dropped
+STREAM_SEND_BUFFER = 64 << 10  # bytes of the kernel's send buffer for a page's stream
 MAX_STREAMS = 32  # pages following the slots at once
 MAX_LIMIT = 1000  # jobs one listing gives at most
 DEFAULT_LIMIT = 100
@@ -316,13 +319,21 @@ class Dashboard:
         task = asyncio.current_task()
         self.streams.add(task)
         self.feed.follow()
+        sock = request.transport.get_extra_info("socket") if request.transport else None
         try:
+            # What the kernel holds for a page that does not read is bounded too.
+            if sock is not None:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, STREAM_SEND_BUFFER)
             await resp.prepare(request)
             seen = 0
             while not self.closing.is_set():
                 frame, seen = await self.feed.next_frame(seen)
                 await asyncio.wait_for(resp.write(frame), SEND_WITHIN)
         except TimeoutError:  # it does not read: what it has not taken is dropped
+            log.info("web: dropped a page at %s that took no frame for %g s", request.remote,
+                     SEND_WITHIN)
+            if sock is not None:  # a reset, not the kernel's buffer sent first
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             if request.transport is not None:
                 request.transport.abort()
         except ConnectionError:  # it went away
