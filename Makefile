@@ -85,6 +85,7 @@ bench-all: build
 	$(PY) scripts/bench_recycle.py
 	$(PY) scripts/bench_transaction.py
 	$(PY) scripts/bench_dashboard.py
+	$(PY) scripts/bench_tenants.py
 	$(PY) scripts/bench_sched.py
 
 lint: build $(VENV)/.test-tools

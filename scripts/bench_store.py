@@ -1,12 +1,15 @@
 """Job-store throughput on a real PostgreSQL, measured side by side in one run.
 
-    .venv/bin/python scripts/bench_store.py [--url URL] [--jobs N] [--deep N]
+    .venv/bin/python scripts/bench_store.py [--url URL] [--jobs N] [--deep N] [--tenants N]
 
 Without --url (or FAIRSCHED_DATABASE_URL) it runs on a throwaway embedded server. It prints
 jobs/s for batched enqueue, for claiming and completing one job per statement, and for the
 supervisor's cycle (fetch 2 x 16 candidates, claim them in one statement, complete them in one),
-then the latency of one fetch against a deep queue (--deep pending jobs of other types, and
-1,000 of its own).
+then the same cycle with the jobs spread over --tenants tenants (a fetch reads each tenant's
+best 32, all claimed and completed; a completion writes each tenant's usage row) and with the type under a [limits] limit
+it never reaches (the claim's lock and count), each beside the plain cycle as a ratio; then
+the latency of one fetch against a deep queue (--deep pending jobs of other types, and 1,000
+of its own), without and with tenants.
 """
 
 from __future__ import annotations
@@ -27,12 +30,14 @@ TYPE = "bench"
 PPS = 64.0
 
 
-def reset(database, jobs: int, pending_extra: int = 0) -> None:
+def reset(database, jobs: int, pending_extra: int = 0, tenants: int = 0) -> None:
     with database.connect() as conn:
-        conn.execute("TRUNCATE fairsched_jobs, fairsched_supervisors, fairsched_limit_holds")
+        conn.execute("TRUNCATE fairsched_jobs, fairsched_supervisors, fairsched_limit_holds,"
+                     " fairsched_tenant_usage")
         queue = Queue(conn)
         for start in range(0, jobs, 1000):
-            queue.enqueue_many([{"type": TYPE, "priority": i % 11}
+            queue.enqueue_many([{"type": TYPE, "priority": i % 11,
+                                 "tenant": f"t{i % tenants}" if tenants else None}
                                 for i in range(start, min(jobs, start + 1000))])
         for start in range(0, pending_extra, 1000):
             queue.enqueue_many([{"type": f"other{i % 8}", "priority": i % 11}
@@ -64,7 +69,7 @@ async def bench_one_by_one(url: str, jobs: int) -> float:
         await store.close()
 
 
-async def bench_batched(url: str, jobs: int, free: int = 16) -> float:
+async def bench_batched(url: str, jobs: int, free: int = 16, limits=None) -> float:
     store = await AsyncStore.connect(url)
     try:
         done = 0
@@ -73,7 +78,13 @@ async def bench_batched(url: str, jobs: int, free: int = 16) -> float:
             candidates = await store.fetch({TYPE: free}, PPS)
             if not candidates:
                 break
-            won = await store.claim([j.id for j in candidates], {TYPE: 3})
+            # All of them, as the supervisor's cache would over its next cycles (with tenants
+            # the fetch finds the best 2 x free of each tenant).
+            ids = [j.id for j in candidates]
+            if limits:
+                won, _ = await store.claim_within(ids, {TYPE: 3}, limits)
+            else:
+                won = await store.claim(ids, {TYPE: 3})
             await store.complete([(j.id, j.claim, None) for j in won])
             done += len(won)
         return done / (time.perf_counter() - start)
@@ -98,6 +109,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=20000, help="jobs per measurement")
     parser.add_argument("--deep", type=int, default=100_000,
                         help="pending jobs of other types behind the fetch latency")
+    parser.add_argument("--tenants", type=int, default=20,
+                        help="tenants the jobs are spread over in the tenant measurements")
     args = parser.parse_args()
     jobs = max(1000, args.jobs)
     deep = max(0, args.deep)
@@ -118,12 +131,26 @@ def main() -> None:
         batched = asyncio.run(bench_batched(database.url, jobs))
         print(f"fetch 32, claim 32, complete 32:       {batched:10,.0f} jobs/s"
               f"  ({batched / one:.1f}x one at a time)")
-        reset(database, 0, pending_extra=deep)
-        with database.connect() as conn:
-            Queue(conn).enqueue_many([{"type": TYPE, "priority": i % 11} for i in range(1000)])
-            conn.execute("VACUUM ANALYZE fairsched_jobs")
-        latency = asyncio.run(bench_fetch_latency(database.url))
-        print(f"{f'fetch with {deep + 1000:,} pending jobs:':<39}{latency:10.2f} ms per call")
+        n = max(1, args.tenants)
+        reset(database, jobs, tenants=n)
+        spread = asyncio.run(bench_batched(database.url, jobs))
+        print(f"{f'the same, {n} tenants (32 each):':<39}{spread:10,.0f} jobs/s"
+              f"  ({spread / batched:.2f}x without tenants)")
+        reset(database, jobs)
+        limited = asyncio.run(bench_batched(database.url, jobs, limits={TYPE: 1_000_000}))
+        print(f"{'the same, type under [limits]:':<39}{limited:10,.0f} jobs/s"
+              f"  ({limited / batched:.2f}x without a limit)")
+        for spread_over in (0, n):
+            reset(database, 0, pending_extra=deep, tenants=spread_over)
+            with database.connect() as conn:
+                Queue(conn).enqueue_many([{"type": TYPE, "priority": i % 11,
+                                           "tenant": f"t{i % spread_over}" if spread_over
+                                           else None} for i in range(1000)])
+                conn.execute("VACUUM ANALYZE fairsched_jobs")
+            latency = asyncio.run(bench_fetch_latency(database.url))
+            label = (f"fetch with {deep + 1000:,} pending jobs"
+                     + (f", {spread_over} tenants:" if spread_over else ":"))
+            print(f"{label:<39}{latency:10.2f} ms per call")
     finally:
         database.close()
         if tmp is not None:

@@ -87,7 +87,10 @@ def test_the_package_holds_no_benchmark_and_the_stores_runs_from_scripts(db):
         "enqueue_many, 1000 per batch: N jobs/s",
         "claim + complete, one job at a time: N jobs/s",
         "fetch 32, claim 32, complete 32: N jobs/s",
+        "the same, 20 tenants (32 each): N jobs/s",
+        "the same, type under [limits]: N jobs/s",
         "fetch with 2,000 pending jobs: N ms per call",
+        "fetch with 2,000 pending jobs, 20 tenants: N ms per call",
     ], rows
 
 
