@@ -5,6 +5,8 @@ lease ends unrenewed."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
 import os
 import re
 import signal
@@ -116,18 +118,37 @@ def test_renewals_keep_busy_workers_alive(watchdog, groups):
 
 
 def test_the_watchdog_answers_the_lines_it_reads_twice_a_second_at_most(watchdog):
-    started = time.monotonic()
+    answers, data = [], b""  # when each answer came (read as it comes), what they said
+
+    def take(timeout: float) -> None:
+        nonlocal data
+        watchdog.sock.settimeout(timeout)
+        chunk = watchdog.sock.recv(100)
+        assert chunk, data
+        data += chunk
+        answers.extend([time.monotonic()] * chunk.count(b"\n"))
+
     for _ in range(20):
         tell(watchdog, None)
-        time.sleep(0.05)
+        deadline = time.monotonic() + 0.05
+        with contextlib.suppress(TimeoutError):
+            while (left := deadline - time.monotonic()) > 0:
+                take(left)
     tell(watchdog, None)
+    last_line = time.monotonic()
     # One answer at once, then one for each half second that brought lines, the last one
-    # owed for the last line even though no line follows it.
-    assert read_lines(watchdog, 3) == [b"ok", b"ok", b"ok"]
-    assert time.monotonic() - started >= 1.0
-    watchdog.sock.settimeout(0.8)
-    with pytest.raises(TimeoutError):  # nothing more: no line came since
-        watchdog.sock.recv(100)
+    # owed for the last line even though no line follows it; then nothing, no line coming.
+    with pytest.raises(TimeoutError):
+        while True:
+            take(1.5)
+    assert set(data.splitlines()) == {b"ok"}, data
+    # The lines took a second or more to send (longer on a busy machine): three answers or
+    # more, each half a second after the one before (read within 50 ms of it), the last one
+    # after the last line.
+    assert len(answers) >= 3, data
+    gaps = [later - earlier for earlier, later in itertools.pairwise(answers)]
+    assert min(gaps) >= 0.4, gaps
+    assert answers[-1] >= last_line
 
 
 def test_the_watchdog_leaves_when_the_supervisor_does_and_takes_every_worker_along(
