@@ -134,6 +134,18 @@ def test_a_failed_job_is_retried_through_its_button_and_markup_shows_as_text(pag
     assert f"web: job {job} retried (fixable)" in sup.output()
 
 
+def test_a_running_job_is_cancelled_through_its_button(page, sup):
+    job = sup.enqueue("gate", payload={"open": str(sup.dir / "never-opened")})
+    page.goto(sup.url + "/")
+    give_token(page)
+    page.select_option("#job-status", "running")
+    card(page, job).locator("button[data-action='cancel']").click()
+    expect(page.locator("#notice")).to_have_text(f"Cancel job {job}: done (running)")
+    page.select_option("#job-status", "cancelled")
+    expect(card(page, job)).to_have_attribute("data-status", "cancelled")
+    expect(page.locator("#slots tr[data-worker='gated-1']")).to_have_attribute("data-state", "free")
+
+
 def test_a_group_is_restarted_through_its_button(page, sup):
     before = sup.slots("fixable")[0]["pid"]
     page.goto(sup.url + "/")
