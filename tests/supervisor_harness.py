@@ -8,6 +8,7 @@ import re
 import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -49,6 +50,13 @@ def read_until(proc: subprocess.Popen, condition, timeout: float = 20.0,
                 raise AssertionError(f"stdout closed before {what}: {seen[-2000:]!r}")
             seen += chunk
     return seen
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (for a listener the test configures)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def fairsched(*args, env=None, timeout=60, input=None):

@@ -20,8 +20,7 @@ from fairsched.errors import ConfigError
 from fairsched.store.schema import TABLES
 from fairsched.web.app import MAX_STREAMS, TOKEN_FILE
 from tests.accounts import as_stranger
-from tests.supervisor_harness import Supervisor, wait_until
-from tests.test_web_browser import free_port
+from tests.supervisor_harness import Supervisor, free_port, wait_until
 
 WORKERS = """
 [[worker]]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import http.client
 import shutil
-import socket
 import urllib.error
 import urllib.request
 
@@ -14,7 +13,7 @@ import pytest
 from playwright.sync_api import expect, sync_playwright
 
 from fairsched.store.schema import TABLES
-from tests.supervisor_harness import Supervisor
+from tests.supervisor_harness import Supervisor, free_port
 
 TOKEN = "browser-test-token-0123456789"
 WAIT_MS = 15_000
@@ -32,12 +31,6 @@ name = "fixable"
 handler = "sup_handlers:until_fixed"
 types = ["fixable"]
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -99,8 +92,9 @@ def test_the_slots_show_live_and_a_job_goes_from_pending_to_running_to_succeeded
     page.evaluate("window.__same_page = true")
     page.select_option("#job-status", "")  # all jobs
     first = sup.enqueue("gate", payload={"open": str(sup.dir / "open-1")})
+    second = sup.enqueue("gate", payload={"open": str(sup.dir / "open-2")})  # waits for first
     expect(page.locator(f"#slots tr[data-job-id='{first}']")).to_have_attribute("data-state", "busy")
-    second = sup.enqueue("gate", payload={"open": str(sup.dir / "open-2")})
+    expect(card(page, first)).to_have_attribute("data-status", "running")
     expect(card(page, second)).to_have_attribute("data-status", "pending")
     (sup.dir / "open-1").touch()
     expect(card(page, second)).to_have_attribute("data-status", "running")
@@ -132,6 +126,18 @@ def test_a_failed_job_is_retried_through_its_button_and_markup_shows_as_text(pag
     expect(card(page, job)).to_have_attribute("data-status", "succeeded")
     assert page.evaluate("window.__pwned") is None
     assert f"web: job {job} retried (fixable)" in sup.output()
+
+
+def test_a_running_job_is_cancelled_through_its_button(page, sup):
+    job = sup.enqueue("gate", payload={"open": str(sup.dir / "never-opened")})
+    page.goto(sup.url + "/")
+    give_token(page)
+    page.select_option("#job-status", "running")
+    card(page, job).locator("button[data-action='cancel']").click()
+    expect(page.locator("#notice")).to_have_text(f"Cancel job {job}: done (running)")
+    page.select_option("#job-status", "cancelled")
+    expect(card(page, job)).to_have_attribute("data-status", "cancelled")
+    expect(page.locator("#slots tr[data-worker='gated-1']")).to_have_attribute("data-state", "free")
 
 
 def test_a_group_is_restarted_through_its_button(page, sup):

@@ -356,7 +356,7 @@ function start() {
   follow();
   refreshQueue();
   refreshChart();
-  setInterval(() => { if (Date.now() - lastRefresh >= POLL_MS - 100) refreshQueue(); }, POLL_MS);
+  setInterval(() => { if (Date.now() - lastRefresh >= POLL_MS) refreshQueue(); }, SOONEST_MS);
   setInterval(refreshChart, CHART_MS);
 }
 
