@@ -4,6 +4,7 @@ tenant's flood delays another's jobs by about a job's duration, not by the flood
 import asyncio
 
 import psycopg
+import pytest
 
 from fairsched.store.queue import Queue
 
@@ -44,3 +45,17 @@ def test_a_tenants_few_jobs_do_not_wait_behind_anothers_flood(actor):
         assert left > 200  # the flood is far from done: b did not just come after it
 
     actor(TWO_SLOTS, scenario)
+
+
+def test_the_planner_shares_the_usage_each_fetch_read_decayed_since():
+    from fairsched.store.rows import Candidate
+    from fairsched.supervisor.waiting import WaitingJobs
+
+    waiting = WaitingJobs({"pdf": 0})
+    waiting.add_fetched([Candidate(1, "pdf", 0, 0.0, tenant="a", usage=30.0),
+                         Candidate(2, "pdf", 0, 0.0, tenant=None, usage=10.0)], set())
+    assert waiting.tenant_ids == {"a": 0, "": 1}
+    assert list(waiting.tenant_shares(600.0)) == pytest.approx([0.75, 0.25], rel=1e-6)
+    # Read one half-life earlier than the default tenant's: it weighs half as much now.
+    waiting.usage_at[0] -= 600.0
+    assert list(waiting.tenant_shares(600.0)) == pytest.approx([0.6, 0.4], rel=1e-6)

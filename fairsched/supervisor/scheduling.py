@@ -166,7 +166,8 @@ class Planner:
         # jobs' times are the server's, requests' ours: the clock offset is the difference.
         reqs, req_slots, job_ids, slots = self.waiting.plan(
             self.pool, time.time(), self.weights, self.queue.clock_offset,
-            queued=not self.lease.fenced, matching=self.config.matching)
+            queued=not self.lease.fenced, matching=self.config.matching,
+            half_life=self.config.usage_half_life)
         for t in stale:
             self.waiting.forget(t)  # planned in this cycle only
         limits = self.config.limits

@@ -4,6 +4,7 @@ jobs whose claim is on its way."""
 
 from __future__ import annotations
 
+import time
 from array import array
 from collections.abc import Iterable, Mapping
 
@@ -16,9 +17,10 @@ class WaitingJobs:
         self.type_ids = type_ids
         self.cache = core.CandidateCache() if cache is None else cache
         # Tenants by id as the core knows them (the default tenant is ''), and each one's
-        # usage as the last fetch that found a job of it read it.
+        # usage as the last fetch that found a job of it read it, and when (monotonic).
         self.tenant_ids: dict[str, int] = {}
         self.usage = array("d")
+        self.usage_at = array("d")
 
     # -- on-demand requests --------------------------------------------------------------------
 
@@ -55,15 +57,22 @@ class WaitingJobs:
         tid = self.tenant_ids.setdefault(tenant or "", len(self.tenant_ids))
         if tid == len(self.usage):
             self.usage.append(0.0)
+            self.usage_at.append(0.0)
         self.usage[tid] = max(0.0, usage)
+        self.usage_at[tid] = time.monotonic()
         return tid
 
-    def tenant_shares(self) -> array:
-        """Each tenant's share of the usage of the tenants known (0 .. 1, by tenant id)."""
-        total = sum(self.usage)
+    def tenant_shares(self, half_life: float) -> array:
+        """Each tenant's share of the usage of the tenants known (0 .. 1, by tenant id), each
+        usage decayed since the fetch that read it, so that one read long ago weighs as
+        little as it would now."""
+        now = time.monotonic()
+        usage = [u * 2.0 ** -((now - at) / half_life) if u else 0.0
+                 for u, at in zip(self.usage, self.usage_at, strict=True)]
+        total = sum(usage)
         if total <= 0.0:
-            return array("d", bytes(8 * len(self.usage)))
-        return array("d", [min(1.0, u / total) for u in self.usage])
+            return array("d", bytes(8 * len(usage)))
+        return array("d", [min(1.0, u / total) for u in usage])
 
     def forget(self, type_name: str | None = None) -> None:
         """Drop the queued candidates of `type_name` (of every type with None)."""
@@ -82,12 +91,14 @@ class WaitingJobs:
 
     # -- a cycle, and the claims it makes ------------------------------------------------------
 
-    def plan(self, pool, now: float, weights, offset: float, queued: bool, matching: str):
+    def plan(self, pool, now: float, weights, offset: float, queued: bool, matching: str,
+             half_life: float = 600.0):
         """Place the best candidates (queued ones only with `queued`); the placed leave.
         Returns (requests, their slot ids, queued job ids, their slot ids), each in score
-        order; the queued jobs are being claimed until end_claim()."""
+        order; the queued jobs are being claimed until end_claim(). `half_life`: the tenants'
+        usage's ([scoring] usage_half_life)."""
         return self.cache.plan(pool, now, weights, offset, queued, matching,
-                               tenant_shares=self.tenant_shares())
+                               tenant_shares=self.tenant_shares(half_life))
 
     def cancel_claim(self, job_id) -> bool:
         """A cancel for a job whose claim is on its way: remembered (True), else False."""
