@@ -211,7 +211,7 @@ class Planner:
         # The types it did not ask for (no free slot then) keep what was known of them.
         for t in wanted:
             self.waiting.forget(t)
-        self.waiting.add_fetched(rows, busy)
+        self.waiting.add_fetched(rows, busy, {t: 2 * free for t, free in wanted.items()})
         # A type notified while the fetch ran may have a better job than it found: the next
         # cycle takes what it found all the same (or a stream of new jobs would starve the
         # type of cycles), and forgets the rest.
