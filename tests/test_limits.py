@@ -1,6 +1,7 @@
 """[limits]: at most N jobs of a type at once across every supervisor sharing the database,
 on-demand jobs counted, with real supervisors (subprocesses) claiming at the same moments."""
 
+import asyncio
 import json
 import threading
 
@@ -9,6 +10,7 @@ import pytest
 
 from fairsched.cli.supervisor_cmds import render_ps
 from fairsched.config import ConfigError, load_config
+from fairsched.store.aqueue import AsyncStore
 from fairsched.store.queue import Queue
 from tests.supervisor_harness import wait_until
 from tests.test_cli_queue import WORKERS_TOML, fairsched
@@ -136,3 +138,56 @@ def test_ps_shows_each_limit_and_whether_it_is_full():
                               "at_limit": False}}}
     head = render_ps({"supervisor": sup, "slots": []}).splitlines()[0]
     assert "limit pdf 2/2 full" in head and "limit xls ?/5" in head, head
+
+
+def test_ten_claimers_at_once_never_claim_past_the_limit(db):
+    """Ten supervisors' connections claim the same moment, each for every pending job: two
+    win in all, the rest are told the type is at its limit; with one done, one more."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        ids = Queue(conn).enqueue_many([{"type": "pdf"}] * 50)
+
+    async def go():
+        stores = [await AsyncStore.connect(db) for _ in range(10)]
+        try:
+            start = asyncio.Event()
+
+            async def claim(store, mine):
+                await start.wait()
+                return await store.claim_within(mine, {}, {"pdf": 2})
+
+            tasks = [asyncio.create_task(claim(s, ids[k::10] + ids[:5]))
+                     for k, s in enumerate(stores)]
+            await asyncio.sleep(0)
+            start.set()
+            answers = await asyncio.gather(*tasks)
+            won = [j for jobs, _ in answers for j in jobs]
+            assert len(won) == 2, won
+            assert all(set(refused.values()) <= {"pdf"} for _, refused in answers)
+            owner, done = next((s, jobs[0]) for s, (jobs, _) in zip(stores, answers, strict=True)
+                               if jobs)
+            await owner.complete([(done.id, done.claim, None)])
+            again, refused = await stores[0].claim_within(ids, {}, {"pdf": 2})
+            # One running, one succeeded: of the 48 pending, one has the place left, the others
+            # are refused for the limit.
+            assert len(again) == 1 and len(refused) == 47
+        finally:
+            for s in stores:
+                await s.close()
+
+    asyncio.run(go())
+
+
+def test_a_dead_supervisors_holds_go_with_its_row(db):
+    async def go():
+        store = await AsyncStore.connect(db)
+        try:
+            assert await store.hold("pdf", 1) is not None
+            assert await store.hold("pdf", 1) is None  # the one place is taken
+        finally:
+            await store.close(deregister=False)
+        with psycopg.connect(db, autocommit=True) as conn:
+            # What the rescue of a supervisor found dead does to its row.
+            conn.execute("DELETE FROM fairsched_supervisors")
+            assert conn.execute("SELECT count(*) FROM fairsched_limit_holds").fetchone() == (0,)
+
+    asyncio.run(go())

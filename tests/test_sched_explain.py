@@ -77,6 +77,7 @@ def test_weights_report_shows_the_tables():
     assert "B_od / W_a = 256 s" in text
     assert "     8      62.5" in text
     assert "p + B_od / W_p = p + 4" in text
+    assert "  W_t / W_a = 1024 s (17.1 min)" in text
 
 
 def test_fractional_and_extreme_weights_read_as_given():

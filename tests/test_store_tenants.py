@@ -134,3 +134,22 @@ def test_completions_add_slot_seconds_to_the_tenants_usage_decayed(db):
         usage = dict(conn.execute("SELECT tenant, usage FROM fairsched_tenant_usage").fetchall())
     assert usage["acme"] == pytest.approx(2.0 + 3.0, abs=0.05)
     assert usage[""] == pytest.approx(3.0, abs=0.05)
+
+
+def test_submit_takes_a_tenant_and_refuses_a_bad_one_in_one_line(db, tmp_path):
+    from tests.test_cli_queue import WORKERS_TOML, fairsched
+    from tests.test_cli_queue import queue as cli_queue
+
+    config = tmp_path / "workers.toml"
+    config.write_text(WORKERS_TOML)
+    done = fairsched("submit", "pdf", "--tenant", "acme", "--config", str(config), url=db)
+    assert (done.returncode, done.stderr) == (0, ""), done.stderr
+    with cli_queue(db) as q:
+        assert q.get_job(int(done.stdout))["tenant"] == "acme"
+    bad = fairsched("submit", "pdf", "--tenant", "a b", "--config", str(config), url=db)
+    assert (bad.returncode, bad.stderr.count("\n")) == (2, 1), bad.stderr
+    assert "invalid tenant 'a b': a tenant name is letters, digits" in bad.stderr
+    od = fairsched("submit", "pdf", "--tenant", "acme", "--on-demand", "--config", str(config),
+                   url=db)
+    assert od.returncode == 2
+    assert "--tenant applies to queued jobs, not to --on-demand" in od.stderr

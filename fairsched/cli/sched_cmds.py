@@ -77,7 +77,7 @@ def explain(config_path, job_id, as_json, plot_path):
             "source": source,
             "weights": {"priority_weight": w.priority, "age_weight": w.age,
                         "rarity_weight": w.rarity, "on_demand_bonus": w.on_demand,
-                        "on_demand_age_weight": w.on_demand_age},
+                        "on_demand_age_weight": w.on_demand_age, "tenant_weight": w.tenant},
             "priority_crossovers": [{"gap": g, "seconds": s}
                                     for g, s in ex.priority_crossovers(w)],
             "on_demand_crossover": ex.on_demand_crossover(w),

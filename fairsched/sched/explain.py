@@ -145,6 +145,7 @@ def weights_report(weights: core.Weights, source: str) -> str:
         f"  on_demand_bonus       B_od = {_points(w.on_demand):>8}  points for an on-demand job",
         f"  on_demand_age_weight  W_od = {_points(w.on_demand_age):>8}  extra points/s for an "
         "on-demand job",
+        f"  tenant_weight         W_t  = {_points(w.tenant):>8}  points off per usage share",
         "",
         "priority crossover: a job overtakes a fresh job GAP levels higher after",
         "  GAP x W_p / W_a seconds",
@@ -161,6 +162,10 @@ def weights_report(weights: core.Weights, source: str) -> str:
         f"  p + B_od / W_p = p + {_number(_divide(w.on_demand, w.priority))}"
         + (" (W_p is 0: all of them)" if w.priority == 0 and w.on_demand > 0
            else " (B_od and W_p are 0: none, when just as old)" if w.priority == 0 else ""),
+        "",
+        "tenants: a fresh job of the tenant that used the slots least outranks the",
+        "  older jobs of one that used them all (same priority) until those have waited",
+        f"  W_t / W_a = {_seconds(_divide(w.tenant, w.age))}",
         "",
         "rarity bonus W_r / n for a job type with n free compatible slots",
         "  FREE    POINTS  WORTH",

@@ -263,9 +263,11 @@ SELECT extract(epoch FROM min(next.run_after) - now())::float8
 # limited type take no lock.
 LIMIT_LOCK = 0x666169726C696D74  # the bytes of "fairlimt"
 
+# The pending jobs of limited types in a claim's batch (one already running or gone is a lost
+# claim, as without limits).
 LIMITED_IN_BATCH_SQL = """
 SELECT id, type FROM fairsched_jobs
- WHERE id = ANY(%(ids)s::bigint[]) AND type = ANY(%(limited)s::text[])
+ WHERE id = ANY(%(ids)s::bigint[]) AND type = ANY(%(limited)s::text[]) AND status = 'pending'
 """
 
 LIMIT_RUNNING_SQL = """

@@ -166,7 +166,8 @@ class Planner:
         # jobs' times are the server's, requests' ours: the clock offset is the difference.
         reqs, req_slots, job_ids, slots = self.waiting.plan(
             self.pool, time.time(), self.weights, self.queue.clock_offset,
-            queued=not self.lease.fenced, matching=self.config.matching)
+            queued=not self.lease.fenced, matching=self.config.matching,
+            half_life=self.config.usage_half_life)
         for t in stale:
             self.waiting.forget(t)  # planned in this cycle only
         limits = self.config.limits
@@ -210,7 +211,7 @@ class Planner:
         # The types it did not ask for (no free slot then) keep what was known of them.
         for t in wanted:
             self.waiting.forget(t)
-        self.waiting.add_fetched(rows, busy)
+        self.waiting.add_fetched(rows, busy, {t: 2 * free for t, free in wanted.items()})
         # A type notified while the fetch ran may have a better job than it found: the next
         # cycle takes what it found all the same (or a stream of new jobs would starve the
         # type of cycles), and forgets the rest.
