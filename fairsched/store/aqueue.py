@@ -187,7 +187,10 @@ class AsyncStore:
             return await self.claim(ids, default_max_attempts), {}
         cur = await self.conn.execute(LIMITED_IN_BATCH_SQL, {
             "ids": _bigint_array(ids), "limited": list(limits)})
-        limited = dict(await cur.fetchall())
+        rows = await cur.fetchall()
+        limited = {job_id: type_name for job_id, type_name, pending in rows if pending}
+        taken = {job_id for job_id, _, pending in rows if not pending}
+        ids = [i for i in ids if i not in taken]
         if not limited:
             return await self.claim(ids, default_max_attempts), {}
         async with self.conn.transaction():

@@ -263,11 +263,13 @@ SELECT extract(epoch FROM min(next.run_after) - now())::float8
 # limited type take no lock.
 LIMIT_LOCK = 0x666169726C696D74  # the bytes of "fairlimt"
 
-# The pending jobs of limited types in a claim's batch (one already running or gone is a lost
-# claim, as without limits).
+# The jobs of limited types in a claim's batch, and whether each is pending. Read before the
+# lock, so one that is not pending now is left out of the claim (a lost claim, as without
+# limits): were it put back to pending by then (a rescue, a shutdown), the claim would take it
+# uncounted and the limit could be exceeded.
 LIMITED_IN_BATCH_SQL = """
-SELECT id, type FROM fairsched_jobs
- WHERE id = ANY(%(ids)s::bigint[]) AND type = ANY(%(limited)s::text[]) AND status = 'pending'
+SELECT id, type, status = 'pending' FROM fairsched_jobs
+ WHERE id = ANY(%(ids)s::bigint[]) AND type = ANY(%(limited)s::text[])
 """
 
 LIMIT_RUNNING_SQL = """
