@@ -126,7 +126,11 @@ def fork_worker(request: dict, fds: list[int], handler: Handler, ctrl: socket.so
     gc.freeze()  # see the module's docstring; the worker turns collection back on
     worker, intermediate = fork_orphan()
     if worker == 0:
-        become_worker(request, fds, handler, ctrl, supervisor, intermediate)
+        try:
+            become_worker(request, fds, handler, ctrl, supervisor, intermediate)
+        except BaseException:  # the worker never returns into the template's loop
+            traceback.print_exc()
+        os._exit(EXIT_SOFTWARE)
     return worker
 
 
