@@ -121,6 +121,8 @@ def test_a_failed_job_is_retried_through_its_button_and_markup_shows_as_text(pag
     assert page.evaluate("window.__pwned") is None
     fixed.touch()
     page.click("#detail-actions button[data-action='retry']")
+    # The answer first: leaving the page at once could abort the request on its way.
+    expect(page.locator("#notice")).to_have_text(f"Retry job {job}: done (pending)")
     page.goto(sup.url + "/")
     page.select_option("#job-status", "succeeded")
     expect(card(page, job)).to_have_attribute("data-status", "succeeded")
