@@ -130,10 +130,11 @@ def stream_request(sup) -> bytes:
             f"Authorization: Bearer {sup.token}\r\n\r\n").encode()
 
 
-def open_stream(sup, reads: bool = False) -> socket.socket:
+def open_stream(sup, reads: bool = False, source: str = "127.0.0.1") -> socket.socket:
     """A page following the slots that reads its response's head, and then nothing (unless
-    it `reads`: then its receive buffer is not made small)."""
-    s = socket.create_connection(("127.0.0.1", sup.port), timeout=10)
+    it `reads`: then its receive buffer is not made small), from the loopback address
+    `source`."""
+    s = socket.create_connection(("127.0.0.1", sup.port), timeout=10, source_address=(source, 0))
     if not reads:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     s.sendall(stream_request(sup))
@@ -146,12 +147,24 @@ def open_stream(sup, reads: bool = False) -> socket.socket:
 
 def test_pages_that_do_not_read_or_vanish_do_not_stop_the_others(sup):
     stuck = [open_stream(sup) for _ in range(5)]
-    for _ in range(3):  # some that hang up at once
-        gone = socket.create_connection(("127.0.0.1", sup.port), timeout=10)
-        gone.sendall(stream_request(sup))
-        gone.close()
     try:
+        # The cap first, while the pages that do not read are followed still (each is
+        # dropped SEND_WITHIN seconds after the first frame it did not take), and before
+        # any page hangs up (followed until a frame finds it gone).
+        more = [open_stream(sup) for _ in range(MAX_STREAMS - len(stuck) - 1)]
         reader = open_stream(sup, reads=True)
+        stuck.append(reader)  # closed with them, whatever happens
+        try:
+            status, message = error(*call(sup, "GET", "/api/ps/stream", sup.token))
+            assert (status, message) == (503, f"{MAX_STREAMS} pages follow the slots already; "
+                                              "try again")
+        finally:
+            for s in more:
+                s.close()
+        for _ in range(3):  # some that hang up at once
+            gone = socket.create_connection(("127.0.0.1", sup.port), timeout=10)
+            gone.sendall(stream_request(sup))
+            gone.close()
         reader.settimeout(3)  # a frame a second
         data, started = b"", time.monotonic()
         while data.count(b"event: ps\n") < 3:
@@ -159,13 +172,6 @@ def test_pages_that_do_not_read_or_vanish_do_not_stop_the_others(sup):
         assert time.monotonic() - started < 6
         started = time.monotonic()
         assert sup.ps()["slots"] and time.monotonic() - started < 2  # the control socket too
-        more = [open_stream(sup) for _ in range(MAX_STREAMS - len(stuck) - 1)]
-        status, message = error(*call(sup, "GET", "/api/ps/stream", sup.token))
-        assert (status, message) == (503, f"{MAX_STREAMS} pages follow the slots already; "
-                                          "try again")
-        for s in more:
-            s.close()
-        reader.close()
     finally:
         for s in stuck:
             s.close()
@@ -173,9 +179,10 @@ def test_pages_that_do_not_read_or_vanish_do_not_stop_the_others(sup):
 
 
 def test_a_page_that_does_not_read_is_dropped(sup):
-    said = "web: dropped a page at 127.0.0.1 that took no frame for 5 s"
+    # From an address of its own: another test's page dropped meanwhile is not this one.
+    said = "web: dropped a page at 127.0.0.9 that took no frame for 5 s"
     before = sup.output().count(said)
-    stuck = open_stream(sup)
+    stuck = open_stream(sup, source="127.0.0.9")
     try:
         wait_until(lambda: sup.output().count(said) > before, 30, what="the page dropped")
         # Reset: what was held for it is dropped, not sent.
