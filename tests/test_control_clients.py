@@ -173,7 +173,10 @@ def test_clients_sending_megabytes_without_a_line_break_are_cut_with_bounded_mem
           f"after; all cut within {time.monotonic() - started:.1f} s: {endings}")
     budget = "the supervisor holds 16 MiB of unfinished requests already; try again"
     slow = "no whole request within 10 s: closed"
-    assert set(endings) == {budget, slow} and sum(endings.values()) == 500, endings
+    # Which of the two each one meets depends on how their bytes interleave: on a busy
+    # machine every one can reach the budget before any has sent its whole megabyte.
+    assert budget in endings and set(endings) <= {budget, slow}, endings
+    assert sum(endings.values()) == 500, endings
     # What they made it hold: the budget, and as much again for each one's first bytes and
     # its bookkeeping (with a buffer of 1 MiB each, it was 560 MiB more, 200 MiB after).
     bound = 2 * LINE_BUDGET
@@ -183,6 +186,18 @@ def test_clients_sending_megabytes_without_a_line_break_are_cut_with_bounded_mem
                     r"large request when unfinished requests already held 16 MiB|\d+ sent "
                     r"no whole request within 10 s)")
     assert len(summaries(sup)) <= 4, summaries(sup)  # a line per 5 s, not one per connection
+
+    # A client that sends part of a request, then nothing: closed after 10 s, told so.
+    s = connect(path)
+    try:
+        s.sendall(b'{"cmd": "ps"')
+        s.settimeout(60)
+        reply = b""
+        while chunk := s.recv(4096):
+            reply += chunk
+    finally:
+        s.close()
+    assert json.loads(reply)["error"] == slow, reply
 
     # One client alone, with no budget to share: cut at the line's cap, told so.
     s = connect(path)
