@@ -328,8 +328,9 @@ def test_claims_and_outcomes_find_their_rows_by_primary_key(db, plan_mode, batch
             "release": (RELEASE_SQL, {"me": me, "ids": running,
                                       "claims": _keyed_by_id((i, "1") for i in running)}),
             "fail": (FAIL_SQL, {"me": me, "id": running[-1], "claim": 1, "error": "boom",
-                                "permanent": False, "delay": 1.0}),
-            "cancel": (CANCEL_FINISH_SQL, {"me": me, "id": running[-1], "claim": 1}),
+                                "permanent": False, "delay": 1.0, "half_life": 600.0}),
+            "cancel": (CANCEL_FINISH_SQL, {"me": me, "id": running[-1], "claim": 1,
+                                           "half_life": 600.0}),
         }
         for name, (statement, params) in statements.items():
             nodes = list(plan_nodes(explain_prepared(conn, statement, params, plan_mode)))

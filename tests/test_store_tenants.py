@@ -136,6 +136,35 @@ def test_completions_add_slot_seconds_to_the_tenants_usage_decayed(db):
     assert usage[""] == pytest.approx(3.0, abs=0.05)
 
 
+def test_failed_and_cancelled_attempts_count_toward_the_usage_as_successes_do(db):
+    """A tenant whose jobs fail (retried or for good) or are cancelled has taken its slots all
+    the same: its slot-seconds go to its usage."""
+    async def go():
+        store = await AsyncStore.connect(db)
+        try:
+            ids = add_jobs(db, [("pdf", "retried", 0, 1.0), ("pdf", "dead", 0, 1.0),
+                                ("pdf", "stopped", 0, 1.0)])
+            won = {j.id: j for j in await store.claim(ids, {})}
+            with psycopg.connect(db, autocommit=True) as conn:
+                conn.execute("UPDATE fairsched_jobs SET started_at = now() - interval '4 seconds'")
+            retried, dead, stopped = ids
+            assert await store.fail(retried, won[retried].claim, "flaky", permanent=False,
+                                    retry_delay=60) == "pending"
+            assert await store.fail(dead, won[dead].claim, "broken", permanent=True,
+                                    retry_delay=0) == "failed"
+            assert await store.cancel_finish(stopped, won[stopped].claim) == "cancelled"
+            # A failure the fence turns away (no longer this claim's) adds nothing.
+            assert await store.fail(dead, won[dead].claim, "again", permanent=True,
+                                    retry_delay=0) is None
+        finally:
+            await store.close()
+    asyncio.run(go())
+    with psycopg.connect(db) as conn:
+        usage = dict(conn.execute("SELECT tenant, usage FROM fairsched_tenant_usage").fetchall())
+    assert usage == {"retried": pytest.approx(4.0, abs=0.05), "dead": pytest.approx(4.0, abs=0.05),
+                     "stopped": pytest.approx(4.0, abs=0.05)}
+
+
 def test_submit_takes_a_tenant_and_refuses_a_bad_one_in_one_line(db, tmp_path):
     from tests.test_cli_queue import WORKERS_TOML, fairsched
     from tests.test_cli_queue import queue as cli_queue

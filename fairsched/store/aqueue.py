@@ -284,14 +284,15 @@ class AsyncStore:
         cur = await self.conn.execute(FAIL_SQL, {
             "me": self.supervisor_id, "id": job_id, "claim": claim,
             "error": _stored_error(error), "permanent": bool(permanent),
-            "delay": delay})
+            "delay": delay, "half_life": self.usage_half_life})
         row = await cur.fetchone()
         return row[0] if row else None
 
     async def cancel_finish(self, job_id: int, claim: int) -> str | None:
         """End a job cancelled; None if no longer ours."""
         cur = await self.conn.execute(CANCEL_FINISH_SQL, {
-            "me": self.supervisor_id, "id": job_id, "claim": claim})
+            "me": self.supervisor_id, "id": job_id, "claim": claim,
+            "half_life": self.usage_half_life})
         row = await cur.fetchone()
         return row[0] if row else None
 

@@ -103,6 +103,20 @@ RETURNING j.id, j.type, j.priority, extract(epoch FROM j.run_after)::float8,
           j.payload::text, j.attempts, j.max_attempts, j.claims
 """
 
+def _used(source: str) -> str:
+    """The CTE that adds the slot-seconds of the jobs in `source` (its tenant and seconds
+    columns) to their tenants' usage rows, decayed first (see COMPLETE_SQL)."""
+    return f"""used AS (
+    INSERT INTO fairsched_tenant_usage AS u (tenant, usage, updated_at)
+    SELECT tenant, sum(seconds), now() FROM {source} GROUP BY tenant ORDER BY tenant
+    ON CONFLICT (tenant) DO UPDATE
+       SET usage = u.usage * power(2::float8, greatest(
+               -greatest(extract(epoch FROM now() - u.updated_at)::float8, 0)
+               / %(half_life)s::float8, -1000::float8)) + excluded.usage,
+           updated_at = greatest(now(), u.updated_at)
+)"""
+
+
 # The slot-seconds the jobs took are added to their tenants' usage (the default tenant's row
 # is ''), decayed first by the time since it was last written: every supervisor sharing the
 # database reads the same figures. The tenants' rows are written in name order, so two
@@ -121,15 +135,7 @@ WITH done AS (
     -- [limits]: a place is free; the supervisors waiting for one look again.
     SELECT pg_notify('fairsched_jobs', t.type)
       FROM (SELECT DISTINCT type FROM done WHERE type = ANY(%(limited)s::text[])) AS t
-), used AS (
-    INSERT INTO fairsched_tenant_usage AS u (tenant, usage, updated_at)
-    SELECT tenant, sum(seconds), now() FROM done GROUP BY tenant ORDER BY tenant
-    ON CONFLICT (tenant) DO UPDATE
-       SET usage = u.usage * power(2::float8, greatest(
-               -greatest(extract(epoch FROM now() - u.updated_at)::float8, 0)
-               / %(half_life)s::float8, -1000::float8)) + excluded.usage,
-           updated_at = greatest(now(), u.updated_at)
-)
+), {_used("done")}
 SELECT id FROM done WHERE (SELECT count(*) FROM notified) >= 0
 """
 
@@ -146,6 +152,9 @@ RETURNING id
 """
 
 # A failure after a cancel request ends the job cancelled: the user asked for it to stop.
+# The attempt's slot-seconds count toward its tenant's usage as a success's do (`was`: the
+# row as the statement's snapshot has it, its started_at, which a retry clears): a tenant
+# whose jobs fail takes its slots all the same.
 FAIL_SQL = f"""
 WITH failed AS (
     UPDATE fairsched_jobs AS j SET
@@ -166,18 +175,26 @@ WITH failed AS (
       FROM {_fence("running")}
      WHERE j.id = %(id)s AND j.status = fence.status
        AND j.claimed_by = %(me)s AND j.claims = %(claim)s
-    RETURNING j.type, j.status)
+    RETURNING j.type, j.status, coalesce(j.tenant, '') AS tenant,
+              greatest(extract(epoch FROM now() - (
+                  SELECT was.started_at FROM fairsched_jobs AS was WHERE was.id = j.id)
+              )::float8, 0) AS seconds
+), {_used("failed")}
 SELECT status, CASE WHEN status = 'pending' THEN pg_notify('fairsched_jobs', type) END
   FROM failed
 """
 
 CANCEL_FINISH_SQL = f"""
-UPDATE fairsched_jobs AS j
-   SET status = 'cancelled', finished_at = now(), cancel_requested = false
-  FROM {_fence("running")}
- WHERE j.id = %(id)s AND j.status = fence.status
-   AND j.claimed_by = %(me)s AND j.claims = %(claim)s
-RETURNING j.status
+WITH cancelled AS (
+    UPDATE fairsched_jobs AS j
+       SET status = 'cancelled', finished_at = now(), cancel_requested = false
+      FROM {_fence("running")}
+     WHERE j.id = %(id)s AND j.status = fence.status
+       AND j.claimed_by = %(me)s AND j.claims = %(claim)s
+    RETURNING j.status, coalesce(j.tenant, '') AS tenant,
+              greatest(extract(epoch FROM now() - j.started_at)::float8, 0) AS seconds
+), {_used("cancelled")}
+SELECT status FROM cancelled
 """
 
 # Back to pending without spending the attempt, keeping run_after so the job keeps its age.
