@@ -107,7 +107,8 @@ def test_a_compiled_core_that_does_not_load_is_said_at_start(supervisors, tmp_pa
         "import sys\n"
         "class Block:\n"
         "    def find_spec(self, name, path=None, target=None):\n"
-        "        if name.startswith('fairsched.core._') and name.endswith('_c'):\n"
+        "        if name.endswith('_c') and name.startswith(('fairsched.core._',\n"
+        "                                                    'fairsched.worker._')):\n"
         "            raise ImportError(name + ' is blocked here')\n"
         "sys.meta_path.insert(0, Block())\n")
     sup = supervisors(ECHO)
@@ -117,6 +118,12 @@ def test_a_compiled_core_that_does_not_load_is_said_at_start(supervisors, tmp_pa
     assert sup.ps()["supervisor"]["core"] == "python"
     assert ("the compiled scheduling core did not load (fairsched.core._matching_c is blocked "
             "here); running the pure-Python one") in sup.output(), sup.output()
+    # The template's fork helper likewise; its workers start all the same, forked through
+    # the pure-Python intermediate.
+    assert ("the compiled fork helper (fairsched.worker._orphan_c) did not load; templates "
+            "fork their workers through a pure-Python intermediate") in sup.output()
+    answer = sup.cli("submit", "pdf", "--on-demand", "--payload", '{"n": 1}')
+    assert answer.returncode == 0, answer.stderr
 
 
 def test_an_on_demand_payload_no_frame_can_carry_is_refused(supervisors):

@@ -55,6 +55,7 @@ from fairsched.supervisor.scheduling import Planner
 from fairsched.supervisor.states import IGNORED_SIGNALS, RELOAD_SIGNALS, STOP_SIGNALS
 from fairsched.supervisor.template_process import Template
 from fairsched.supervisor.workers import STOP_GRACE, Workers
+from fairsched.worker import orphan
 from fairsched.worker.launch import become_subreaper
 
 log = logging.getLogger("fairsched.supervisor")
@@ -238,6 +239,11 @@ class Supervisor:
             log.warning("the compiled scheduling core did not load (%s); running the "
                         "pure-Python one, which plans large cycles far more slowly (rebuild: "
                         "`make build` or `pip install .`)", core.compiled_error())
+        if orphan.__impl__ != "c" and os.environ.get("FAIRSCHED_NO_EXTENSIONS") != "1":
+            log.warning("the compiled fork helper (fairsched.worker._orphan_c) did not load; "
+                        "templates fork their workers through a pure-Python intermediate, "
+                        "which costs each start about a millisecond more (rebuild: `make build` "
+                        "or `pip install .`)")
         if self._reload_when_started:
             self._reload_on_signal(signal.SIGHUP)
 

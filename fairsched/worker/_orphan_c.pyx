@@ -4,8 +4,12 @@ after-fork work (about a millisecond of CPU and as much latency on every worker'
 
 from libc.errno cimport EINTR, errno
 from posix.types cimport pid_t
-from posix.unistd cimport _exit, close, fork, getpid, pipe, read, write
+from posix.fcntl cimport O_CLOEXEC
+from posix.unistd cimport _exit, close, fork, getpid, read, write
 from posix.wait cimport waitpid
+
+cdef extern from "unistd.h":
+    int pipe2(int *fds, int flags)
 
 cdef extern from "Python.h":
     void PyOS_BeforeFork()
@@ -29,7 +33,7 @@ def fork_orphan():
     cdef int status = 0
     cdef ssize_t got = -1
     cdef int err = 0
-    if pipe(fds) != 0:
+    if pipe2(fds, O_CLOEXEC) != 0:  # no program a worker or a handler starts holds it
         raise OSError(errno, "pipe() failed")
     PyOS_BeforeFork()
     middle = fork()
