@@ -10,6 +10,7 @@ import difflib
 import math
 import os
 import re
+import stat
 import sys
 import tomllib
 from dataclasses import dataclass, field
@@ -533,6 +534,12 @@ def load_config(path: str | os.PathLike) -> Config:
             sup.fail("metrics", f"has a host that is no host name (a label empty or over 63 "
                                 f"characters), got {supervisor.metrics!r}")
     _check_web(sup, supervisor)
+    if supervisor.web_token is not None:
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+        if mode & 0o077:
+            sup.fail("web_token", f"is a secret in a file other accounts can read (mode "
+                                  f"{mode:04o}): `chmod 600` it, or leave web_token out for "
+                                  "the token generated into state_dir")
     sup.finish()
 
     sc = _Section(file, "[scoring]", top.get("scoring", "table", {}))

@@ -232,6 +232,22 @@ def test_a_bad_web_setting_is_one_line_naming_the_key(tmp_path, line, problem):
     assert "\n" not in str(refused.value)
 
 
+def test_a_web_token_in_a_file_others_can_read_is_refused(tmp_path):
+    config = tmp_path / "workers.toml"
+    config.write_text('[supervisor]\nweb = "127.0.0.1:8787"\nweb_token = "'
+                      + "t" * 32 + '"\n' + WORKERS.replace("sup_handlers:", "x:"))
+    for mode in (0o644, 0o640):
+        config.chmod(mode)
+        with pytest.raises(ConfigError) as refused:
+            load_config(config)
+        assert str(refused.value).endswith(
+            f"[supervisor] key 'web_token' is a secret in a file other accounts can read (mode "
+            f"{mode:04o}): `chmod 600` it, or leave web_token out for the token generated into "
+            "state_dir"), refused.value
+    config.chmod(0o600)
+    assert load_config(config).supervisor.web_token == "t" * 32
+
+
 def test_a_taken_port_stops_the_start_in_one_line(database_url):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

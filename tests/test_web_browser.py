@@ -41,6 +41,7 @@ def sup(database_url):
     s = Supervisor(database_url, WORKERS,
                    supervisor=f'web = "127.0.0.1:{port}"\nweb_token = "{TOKEN}"\n')
     s.url = f"http://127.0.0.1:{port}"
+    s.config.chmod(0o600)  # it holds the token
     try:
         s.start()
         s.wait_output(r"web dashboard on http://127\.0\.0\.1:\d+/")
