@@ -28,6 +28,7 @@ def test_the_recycle_benchmark_prints_the_gap_and_the_cost(database_url):
     assert re.fullmatch(r"throughput cost of max_jobs = 100: -?[\d.]+% \(best rounds; median "
                         r"rounds -?[\d.]+%\)", lines[5]), lines[5]
     cpu = re.fullmatch(r"CPU per job \(supervisor, workers, PostgreSQL; median of the rounds\): "
-                       r"(\d+) us, with max_jobs = 100 (\d+) us: [+-][\d.]+%, ([\d.]+) ms a "
+                       r"(\d+) us, with max_jobs = 100 (\d+) us: [+-][\d.]+%, (-?[\d.]+) ms a "
                        r"recycle", lines[6])
+    # (On a machine as busy as the suite's, the difference is noise, below zero at times.)
     assert cpu and int(cpu[1]) > 0 and int(cpu[2]) > 0, lines[6]
