@@ -127,9 +127,13 @@ def test_a_cancel_that_crosses_a_shutdown_is_said_as_the_table_ends_the_job(supe
         assert f"job {job} returned to the queue" not in out, out[-3000:]
 
 
-def test_a_cancel_that_crosses_a_failure_is_said_as_the_table_ends_the_job(supervisors, db):
-    with cancel_unheard(supervisors, db, LATE, "late", {"seconds": 2}) as (sup, _, job):
-        # The handler fails on its own: its retry would have come, but the cancel wins.
+def test_a_cancel_that_crosses_a_failure_is_said_as_the_table_ends_the_job(supervisors, db,
+                                                                           tmp_path):
+    gate = tmp_path / "fail now"
+    with cancel_unheard(supervisors, db, LATE, "late", {"open": str(gate)}) as (sup, _, job):
+        # The handler fails on its own, once the cancel is in the table: its retry would
+        # have come, but the cancel wins.
+        gate.touch()
         sup.wait_output(rf"job {job} failed: type late, .*: RuntimeError: failed late; retry in")
         sup.wait_output(rf"job {job} ended cancelled, as asked: its cancel reached the job "
                         rf"table before its failed attempt was recorded")

@@ -180,9 +180,13 @@ def exits(job: fairsched.Job):
 
 
 def fail_later(job: fairsched.Job):
-    """Works payload['seconds'] without asking job.cancelled(), then fails: for good when
-    payload['permanent']."""
-    time.sleep(float(job.payload["seconds"]))
+    """Works payload['seconds'] (or until the file payload['open'] exists, which the test
+    creates) without asking job.cancelled(), then fails: for good when payload['permanent']."""
+    if "open" in job.payload:
+        while not Path(job.payload["open"]).exists():
+            time.sleep(0.02)
+    else:
+        time.sleep(float(job.payload["seconds"]))
     if job.payload.get("permanent"):
         raise fairsched.PermanentError("this input can never work (found late)")
     raise RuntimeError("failed late")
