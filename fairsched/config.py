@@ -111,6 +111,17 @@ def metrics_address(address: str) -> tuple[str, int, bool] | None:
     return match["host"], int(match["port"]), False
 
 
+def _check_host(sup: _Section, key: str, value: str, host: str) -> None:
+    """The host of `key`'s "host:port" is a host name: what the socket module does to a name
+    before resolving it (IDNA) would fail on another as a TypeError, not as a name that does
+    not resolve."""
+    try:
+        host.encode("idna")
+    except UnicodeError:
+        sup.fail(key, f"has a host that is no host name (a label empty or over 63 "
+                      f"characters), got {value!r}")
+
+
 MIN_WEB_TOKEN = 16  # characters of a web_token given in workers.toml
 
 
@@ -122,11 +133,7 @@ def _check_web(sup: _Section, supervisor: SupervisorSettings) -> None:
         if address is None or not address[0] or address[1] == 0:
             sup.fail("web", f"must look like 'host:port' or '[ipv6]:port' (a host, and a port "
                             f"1 to 65535), got {supervisor.web!r}")
-        try:
-            address[0].encode("idna")
-        except UnicodeError:
-            sup.fail("web", f"has a host that is no host name (a label empty or over 63 "
-                            f"characters), got {supervisor.web!r}")
+        _check_host(sup, "web", supervisor.web, address[0])
     token = supervisor.web_token
     if token is not None and (len(token) < MIN_WEB_TOKEN or not token.isascii()
                               or not token.isprintable() or " " in token):
@@ -526,13 +533,7 @@ def load_config(path: str | os.PathLike) -> Config:
         if address is None:
             sup.fail("metrics", f"must look like 'host:port' or '[ipv6]:port' (port 0 to "
                                 f"65535), got {supervisor.metrics!r}")
-        try:
-            # What the socket module does to a name before resolving it: an unencodable one
-            # would fail there as a TypeError, not as a name that does not resolve.
-            address[0].encode("idna")
-        except UnicodeError:
-            sup.fail("metrics", f"has a host that is no host name (a label empty or over 63 "
-                                f"characters), got {supervisor.metrics!r}")
+        _check_host(sup, "metrics", supervisor.metrics, address[0])
     _check_web(sup, supervisor)
     if supervisor.web_token is not None:
         mode = stat.S_IMODE(os.stat(path).st_mode)

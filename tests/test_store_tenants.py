@@ -12,8 +12,7 @@ from hypothesis import strategies as st
 
 from fairsched import core
 from fairsched.store.aqueue import AsyncStore
-
-PPS = 1024 / 16  # W_p / W_a with the default weights
+from tests.test_store_fetch import fetch
 
 
 def add_jobs(url: str, jobs: list[tuple[str, str | None, int, float]]) -> list[int]:
@@ -28,16 +27,6 @@ def add_jobs(url: str, jobs: list[tuple[str, str | None, int, float]]) -> list[i
             ([j[0] for j in jobs], [j[1] for j in jobs], [j[2] for j in jobs],
              [j[3] for j in jobs])).fetchall()
     return [r[0] for r in rows]
-
-
-def fetch(url: str, free: dict[str, int], pps: float = PPS):
-    async def go():
-        store = await AsyncStore.connect(url)
-        try:
-            return await store.fetch(free, pps)
-        finally:
-            await store.close()
-    return asyncio.run(go())
 
 
 def test_enqueue_stores_the_tenant_and_refuses_a_bad_name(queue):

@@ -395,27 +395,32 @@ class Dashboard:
 
     # -- actions --------------------------------------------------------------------------------
 
+    async def _act(self, job_id: int, action) -> tuple[object, web.Response | None]:
+        """Run `action(queue)` on the job table, as retry and cancel do: (its answer, None), or
+        (None, the error answer: 404 for a job that is not there, 409 for one in the wrong
+        state). What was kept for the pages is dropped, so they show the change at once."""
+        try:
+            answer = await self.store.call(action)
+        except JobNotFound as exc:
+            return None, _error(404, str(exc))
+        except JobStateError as exc:
+            return None, _error(409, str(exc))
+        self.store.changed()
+        return answer, None
+
     async def retry(self, request: web.Request) -> web.Response:
         job_id = _job_id(request)
-        try:
-            type_name = await self.store.call(lambda q: q.retry_job(job_id))
-            self.store.changed()
-        except JobNotFound as exc:
-            return _error(404, str(exc))
-        except JobStateError as exc:
-            return _error(409, str(exc))
+        type_name, refused = await self._act(job_id, lambda q: q.retry_job(job_id))
+        if refused is not None:
+            return refused
         log.info("web: job %d retried (%s)", job_id, type_name)
         return _answer({"id": job_id, "status": "pending"})
 
     async def cancel(self, request: web.Request) -> web.Response:
         job_id = _job_id(request)
-        try:
-            status = await self.store.call(lambda q: q.cancel_job(job_id))
-            self.store.changed()
-        except JobNotFound as exc:
-            return _error(404, str(exc))
-        except JobStateError as exc:
-            return _error(409, str(exc))
+        status, refused = await self._act(job_id, lambda q: q.cancel_job(job_id))
+        if refused is not None:
+            return refused
         log.info("web: job %d %s", job_id, "cancelled" if status == "cancelled"
                  else "is running: cancel requested")
         return _answer({"id": job_id, "status": status})
